@@ -1,0 +1,633 @@
+//! The engine: injects frames into peers' rings, polls this rank's rings and runs handlers.
+//!
+//! Everything here runs on the rank's one thread; state lives in `Cell`s so that handlers can
+//! run while a send is blocked (a blocked request send polls requests and replies; a blocked
+//! reply send polls replies only, whose handlers cannot send, so nesting stops at depth 2).
+
+use super::backoff::Backoff;
+use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
+use super::stats::{bump, StatCells};
+use crate::error::{Error, Result};
+use crate::transport::shm::frame::{FrameHeader, FrameKind};
+use crate::transport::shm::ring::{Consumer, Producer, MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::shm::{Region, MEDIUM_MAX};
+use crate::transport::Channel;
+use crate::MAX_ARGS;
+use std::cell::Cell;
+
+/// Frames one ring may deliver in one poll before the poll moves on (fairness).
+const DRAIN_BUDGET: usize = 32;
+/// Most rounds a dissemination barrier can need (log2 of the largest job).
+pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
+
+/// Runtime-internal one-way operations (the handler field of a `System` frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub(crate) enum SystemOp {
+    /// args: [epoch, round]
+    Barrier = 1,
+    /// The sender has finished; nothing more will come from it on the request channel.
+    Finalize = 2,
+}
+
+/// Per-rank engine state.
+pub(crate) struct Engine {
+    pub(crate) me: usize,
+    pub(crate) size: usize,
+    key: u64,
+    /// Regions by rank; `regions[me]` is this rank's own.
+    regions: Vec<Region>,
+    pool_bufs: usize,
+    tx: Vec<[Cell<Producer>; 2]>,
+    rx: Vec<[Cell<Consumer>; 2]>,
+    pool_next: [Cell<usize>; 2],
+    pub(crate) requests: Vec<(String, Box<RequestFn>)>,
+    pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
+    pub(crate) stats: StatCells,
+    depth: Cell<u64>,
+    pub(crate) polite: bool,
+    poll_start: Cell<usize>,
+    barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
+    pub(crate) finalized_peers: Cell<usize>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("me", &self.me)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How the payload of a frame travels.
+enum Payload<'p> {
+    None,
+    Inline(&'p [u8]),
+    Pooled { len: usize, idx: usize },
+    Long { len: usize, offset: usize },
+}
+
+impl Engine {
+    pub(crate) fn new(
+        me: usize,
+        key: u64,
+        regions: Vec<Region>,
+        requests: Vec<(String, Box<RequestFn>)>,
+        replies: Vec<(String, Box<ReplyFn>)>,
+        polite: bool,
+    ) -> Self {
+        let layout = *regions[me].layout();
+        let size = regions.len();
+        Self {
+            me,
+            size,
+            key,
+            pool_bufs: layout.pool_bufs,
+            tx: (0..size)
+                .map(|_| std::array::from_fn(|_| Cell::new(Producer::new(layout.ring_slots))))
+                .collect(),
+            rx: (0..size)
+                .map(|_| std::array::from_fn(|_| Cell::new(Consumer::new(layout.ring_slots))))
+                .collect(),
+            regions,
+            pool_next: Default::default(),
+            requests,
+            replies,
+            stats: StatCells::default(),
+            depth: Cell::new(0),
+            polite,
+            poll_start: Cell::new(0),
+            barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
+            finalized_peers: Cell::new(0),
+        }
+    }
+
+    pub(crate) fn own(&self) -> &Region {
+        &self.regions[self.me]
+    }
+
+    pub(crate) fn in_handler(&self) -> bool {
+        self.depth.get() > 0
+    }
+
+    fn check_dest(&self, dest: usize) -> Result<()> {
+        if dest >= self.size {
+            return Err(Error::InvalidRank {
+                rank: dest,
+                size: self.size,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_handler(&self, ch: Channel, index: u16) -> Result<()> {
+        let (registered, kind) = match ch {
+            Channel::Request => (self.requests.len(), "request"),
+            Channel::Reply => (self.replies.len(), "reply"),
+        };
+        if index as usize >= registered {
+            return Err(Error::UnknownHandler {
+                index,
+                registered,
+                kind,
+            });
+        }
+        Ok(())
+    }
+
+    fn check_args(args: &[u64]) -> Result<()> {
+        if args.len() > MAX_ARGS {
+            return Err(Error::TooManyArgs {
+                given: args.len(),
+                max: MAX_ARGS,
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends a short message.
+    #[inline]
+    pub(crate) fn send_short(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+    ) -> Result<()> {
+        self.check_dest(dest)?;
+        self.check_handler(ch, handler)?;
+        Self::check_args(args)?;
+        self.inject(dest, ch, FrameKind::Short, handler, args, Payload::None);
+        self.stats.sent(ch, MessageClass::Short);
+        Ok(())
+    }
+
+    /// Sends a medium message: inline in the ring when it fits in a few slots, otherwise through
+    /// one of this rank's medium buffers.
+    pub(crate) fn send_medium(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        self.check_dest(dest)?;
+        self.check_handler(ch, handler)?;
+        Self::check_args(args)?;
+        if payload.len() > MEDIUM_MAX {
+            return Err(Error::PayloadTooLarge {
+                len: payload.len(),
+                max: MEDIUM_MAX,
+            });
+        }
+        let inline_bytes = (2 + args.len()) * 8 + payload.len();
+        if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
+            self.inject(
+                dest,
+                ch,
+                FrameKind::MediumInline,
+                handler,
+                args,
+                Payload::Inline(payload),
+            );
+        } else {
+            let idx = self.claim_medium_buffer(ch);
+            // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
+            // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    payload.as_ptr(),
+                    self.own().pool_buf(ch, idx),
+                    payload.len(),
+                );
+            }
+            let p = Payload::Pooled {
+                len: payload.len(),
+                idx,
+            };
+            self.inject(dest, ch, FrameKind::MediumPooled, handler, args, p);
+        }
+        self.stats.sent(ch, MessageClass::Medium);
+        Ok(())
+    }
+
+    /// Sends a long message: copies `payload` into `dest`'s segment at `offset`, then a frame.
+    pub(crate) fn send_long(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<()> {
+        self.check_dest(dest)?;
+        self.check_handler(ch, handler)?;
+        Self::check_args(args)?;
+        let target = &self.regions[dest];
+        let segment_len = target.segment_len();
+        if offset
+            .checked_add(payload.len())
+            .is_none_or(|end| end > segment_len)
+        {
+            return Err(Error::OutOfBounds {
+                offset,
+                len: payload.len(),
+                segment_len,
+            });
+        }
+        // SAFETY: bounds checked above; the target's segment is mapped for the life of the
+        // engine. Concurrent writes to overlapping ranges are the program's race to avoid, as
+        // with any remote write; they cannot touch memory outside the segment.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                target.segment_ptr().add(offset),
+                payload.len(),
+            );
+        }
+        let p = Payload::Long {
+            len: payload.len(),
+            offset,
+        };
+        self.inject(dest, ch, FrameKind::Long, handler, args, p);
+        self.stats.sent(ch, MessageClass::Long);
+        Ok(())
+    }
+
+    /// Sends a runtime-internal one-way message on the request channel.
+    pub(crate) fn send_system(&self, dest: usize, op: SystemOp, args: &[u64]) {
+        self.inject(
+            dest,
+            Channel::Request,
+            FrameKind::System,
+            op as u16,
+            args,
+            Payload::None,
+        );
+        bump(&self.stats.system_sent);
+    }
+
+    fn claim_medium_buffer(&self, ch: Channel) -> usize {
+        let mut backoff = Backoff::new(self.polite);
+        let mut blocked = false;
+        loop {
+            let start = self.pool_next[ch as usize].get();
+            if let Some(idx) = self.own().pool_flags().claim(ch, start, self.pool_bufs) {
+                self.pool_next[ch as usize].set(idx + 1);
+                return idx;
+            }
+            if !blocked {
+                blocked = true;
+                bump(&self.stats.blocked_sends);
+            }
+            self.wait_step(ch, &mut backoff);
+        }
+    }
+
+    /// One step of a blocked send: a blocked request polls everything, a blocked reply polls
+    /// replies only.
+    fn wait_step(&self, ch: Channel, backoff: &mut Backoff) {
+        if self.poll(ch == Channel::Request) == 0 {
+            backoff.snooze();
+        } else {
+            backoff.reset();
+        }
+    }
+
+    /// Reserves ring space (polling while there is none), writes the frame and publishes it.
+    #[inline(always)]
+    fn inject(
+        &self,
+        dest: usize,
+        ch: Channel,
+        kind: FrameKind,
+        handler: u16,
+        args: &[u64],
+        payload: Payload<'_>,
+    ) {
+        let (extra, inline): ([u64; 2], &[u8]) = match payload {
+            Payload::None => ([0, 0], &[]),
+            Payload::Inline(p) => ([p.len() as u64, 0], p),
+            Payload::Pooled { len, idx } => ([len as u64 | (idx as u64) << 32, 0], &[]),
+            Payload::Long { len, offset } => ([len as u64, offset as u64], &[]),
+        };
+        let nextra = extra_words(kind);
+        let bytes = (1 + nextra + args.len()) * 8 + inline.len();
+        let nslots = bytes.div_ceil(SLOT_BYTES) as u64;
+        debug_assert!(nslots <= MAX_FRAME_SLOTS);
+        let ring = self.regions[dest].ring(self.me, ch);
+        let cell = &self.tx[dest][ch as usize];
+        let mut backoff = Backoff::new(self.polite);
+        let mut blocked = false;
+        let pos = loop {
+            let mut producer = cell.get();
+            let reserved = producer.reserve(ring, nslots, self.key);
+            cell.set(producer);
+            if let Some(pos) = reserved {
+                break pos;
+            }
+            if !blocked {
+                blocked = true;
+                bump(&self.stats.blocked_sends);
+            }
+            self.wait_step(ch, &mut backoff);
+        };
+        let frame = ring.frame_ptr(pos).cast::<u64>();
+        // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
+        // `bytes` <= nslots * 64, so every write stays inside the reservation. The receiver does
+        // not read them until `publish` below.
+        unsafe {
+            for (i, w) in extra[..nextra].iter().chain(args).enumerate() {
+                frame.add(1 + i).write(*w);
+            }
+            if !inline.is_empty() {
+                std::ptr::copy_nonoverlapping(
+                    inline.as_ptr(),
+                    frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
+                    inline.len(),
+                );
+            }
+        }
+        let header = FrameHeader {
+            handler,
+            nargs: args.len() as u8,
+            kind,
+            nslots: nslots as u8,
+        };
+        ring.publish(pos, header.encode(pos, self.key));
+    }
+
+    /// Polls this rank's rings: replies always, requests if `requests`. Returns frames handled.
+    #[inline]
+    pub(crate) fn poll(&self, requests: bool) -> usize {
+        bump(&self.stats.polls);
+        let start = self.poll_start.get();
+        self.poll_start
+            .set(if start + 1 >= self.size { 0 } else { start + 1 });
+        let mut handled = 0;
+        for i in 0..self.size {
+            let src = if start + i >= self.size {
+                start + i - self.size
+            } else {
+                start + i
+            };
+            handled += self.drain(src, Channel::Reply);
+        }
+        if requests {
+            for i in 0..self.size {
+                let src = if start + i >= self.size {
+                    start + i - self.size
+                } else {
+                    start + i
+                };
+                handled += self.drain(src, Channel::Request);
+            }
+        }
+        if handled == 0 {
+            bump(&self.stats.empty_polls);
+        }
+        handled
+    }
+
+    /// Delivers up to DRAIN_BUDGET frames from one ring.
+    #[inline]
+    fn drain(&self, src: usize, ch: Channel) -> usize {
+        let ring = self.own().ring(src, ch);
+        let cell = &self.rx[src][ch as usize];
+        let mut handled = 0;
+        while handled < DRAIN_BUDGET {
+            let mut consumer = cell.get();
+            let Some(word) = consumer.peek(ring) else {
+                break;
+            };
+            let nslots = match FrameHeader::decode(word, self.key) {
+                Ok(h) if h.kind == FrameKind::Skip => h.nslots as u64,
+                Ok(h) => {
+                    let frame = ring.frame_ptr(consumer.head()).cast::<u64>().cast_const();
+                    if self.deliver(src, ch, h, frame).is_err() {
+                        bump(&self.stats.dropped);
+                    } else {
+                        handled += 1;
+                    }
+                    h.nslots as u64
+                }
+                Err(_) => {
+                    // The length field cannot be trusted; a frame claiming more than the
+                    // maximum is treated as one slot.
+                    bump(&self.stats.dropped);
+                    let n = FrameHeader::claimed_slots(word);
+                    if (1..=MAX_FRAME_SLOTS).contains(&n) {
+                        n
+                    } else {
+                        1
+                    }
+                }
+            };
+            // Handlers may not touch this ring's consumer (nested polls only read reply rings
+            // while a request is being handled), but re-read to be robust.
+            let mut consumer_after = cell.get();
+            debug_assert_eq!(consumer_after.head(), consumer.head());
+            consumer_after.release(ring, nslots);
+            consumer = consumer_after;
+            cell.set(consumer);
+        }
+        handled
+    }
+
+    /// Validates and runs one frame. `Err(())` means it was dropped.
+    #[inline]
+    fn deliver(
+        &self,
+        src: usize,
+        ch: Channel,
+        h: FrameHeader,
+        frame: *const u64,
+    ) -> Result<(), ()> {
+        let nargs = h.nargs as usize;
+        let nextra = extra_words(h.kind);
+        let words = 1 + nextra + nargs;
+        if words * 8 > h.nslots as usize * SLOT_BYTES {
+            return Err(());
+        }
+        // SAFETY: the frame's nslots slots are published to us and stay untouched by the sender
+        // until we release them after the handler returns; `words` fits inside them.
+        let (w1, w2, args) = unsafe {
+            (
+                if nextra > 0 { *frame.add(1) } else { 0 },
+                if nextra > 1 { *frame.add(2) } else { 0 },
+                std::slice::from_raw_parts(frame.add(1 + nextra), nargs),
+            )
+        };
+        let mut pooled = None;
+        let (class, payload, offset): (MessageClass, &[u8], usize) = match h.kind {
+            FrameKind::Short => (MessageClass::Short, &[], 0),
+            FrameKind::System => return self.deliver_system(h.handler, args),
+            FrameKind::MediumInline => {
+                let len = w1 as usize;
+                if words * 8 + len > h.nslots as usize * SLOT_BYTES {
+                    return Err(());
+                }
+                // SAFETY: checked above that the payload lies inside the frame's slots.
+                let p = unsafe { std::slice::from_raw_parts(frame.add(words).cast::<u8>(), len) };
+                (MessageClass::Medium, p, 0)
+            }
+            FrameKind::MediumPooled => {
+                let len = (w1 & 0xffff_ffff) as usize;
+                let idx = (w1 >> 32) as usize;
+                if idx >= self.pool_bufs {
+                    return Err(());
+                }
+                pooled = Some(idx);
+                if len > MEDIUM_MAX {
+                    self.regions[src]
+                        .pool_flags()
+                        .release(ch, idx, self.pool_bufs);
+                    return Err(());
+                }
+                // SAFETY: the sender filled buffer idx before publishing the frame and will not
+                // reuse it until we release its flag after the handler.
+                let p =
+                    unsafe { std::slice::from_raw_parts(self.regions[src].pool_buf(ch, idx), len) };
+                (MessageClass::Medium, p, 0)
+            }
+            FrameKind::Long => {
+                let len = w1 as usize;
+                let offset = w2 as usize;
+                let seg = self.own();
+                if offset
+                    .checked_add(len)
+                    .is_none_or(|e| e > seg.segment_len())
+                {
+                    return Err(());
+                }
+                // SAFETY: bounds checked against our own segment.
+                let p = unsafe { std::slice::from_raw_parts(seg.segment_ptr().add(offset), len) };
+                (MessageClass::Long, p, offset)
+            }
+            FrameKind::Skip => return Ok(()),
+        };
+        let msg = Message {
+            src,
+            args,
+            payload,
+            class,
+            offset,
+        };
+        let result = self.run_handler(ch, h.handler, &msg);
+        if let Some(idx) = pooled {
+            self.regions[src]
+                .pool_flags()
+                .release(ch, idx, self.pool_bufs);
+        }
+        if result.is_ok() {
+            self.stats.handled(ch, class);
+        }
+        result
+    }
+
+    fn run_handler(&self, ch: Channel, index: u16, msg: &Message<'_>) -> Result<(), ()> {
+        let depth = self.depth.get() + 1;
+        self.depth.set(depth);
+        if depth > self.stats.max_nesting.get() {
+            self.stats.max_nesting.set(depth);
+        }
+        let found = match ch {
+            Channel::Request => self.requests.get(index as usize).map(|(_, f)| {
+                f(
+                    msg,
+                    ReplyToken {
+                        engine: self,
+                        dest: msg.src,
+                    },
+                )
+            }),
+            Channel::Reply => self.replies.get(index as usize).map(|(_, f)| f(msg)),
+        };
+        self.depth.set(depth - 1);
+        found.ok_or(())
+    }
+
+    fn deliver_system(&self, op: u16, args: &[u64]) -> Result<(), ()> {
+        match op {
+            x if x == SystemOp::Barrier as u16 => {
+                let (epoch, round) = (args.first().ok_or(())?, *args.get(1).ok_or(())? as usize);
+                let c = self.barrier_arrivals[(*epoch & 1) as usize]
+                    .get(round)
+                    .ok_or(())?;
+                c.set(c.get() + 1);
+                Ok(())
+            }
+            x if x == SystemOp::Finalize as u16 => {
+                self.finalized_peers.set(self.finalized_peers.get() + 1);
+                Ok(())
+            }
+            _ => Err(()),
+        }
+    }
+
+    /// Polls until `cond` holds.
+    #[inline]
+    pub(crate) fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        let mut backoff = Backoff::new(self.polite);
+        while !cond() {
+            if self.poll(true) == 0 {
+                backoff.snooze();
+            } else {
+                backoff.reset();
+            }
+        }
+    }
+
+    /// Takes one barrier arrival for (epoch, round), waiting for it.
+    pub(crate) fn await_barrier_arrival(&self, epoch: u64, round: usize) {
+        let c = &self.barrier_arrivals[(epoch & 1) as usize][round];
+        self.wait_until(|| c.get() > 0);
+        c.set(c.get() - 1);
+    }
+
+    /// Flushes the credit of every incoming ring (before sleeping or exiting).
+    pub(crate) fn flush_credit(&self) {
+        for src in 0..self.size {
+            for ch in [Channel::Request, Channel::Reply] {
+                let cell = &self.rx[src][ch as usize];
+                let mut c = cell.get();
+                c.flush(self.own().ring(src, ch));
+                cell.set(c);
+            }
+        }
+    }
+
+    /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
+    #[cfg(test)]
+    pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
+        let ring = self.regions[self.me].ring(self.me, ch);
+        let cell = &self.tx[self.me][ch as usize];
+        let mut p = cell.get();
+        let pos = p
+            .reserve(ring, 1, self.key)
+            .expect("room in the loopback ring");
+        cell.set(p);
+        for (i, w) in words.iter().enumerate() {
+            ring.write_word(pos, i + 1, *w);
+        }
+        ring.publish(pos, header(pos));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+/// Words between the header and the arguments.
+#[inline(always)]
+fn extra_words(kind: FrameKind) -> usize {
+    match kind {
+        FrameKind::Short | FrameKind::System | FrameKind::Skip => 0,
+        FrameKind::MediumInline | FrameKind::MediumPooled => 1,
+        FrameKind::Long => 2,
+    }
+}

@@ -1,0 +1,140 @@
+//! Handler identities, the message a handler sees, and the reply token.
+
+use super::engine::Engine;
+use crate::error::Result;
+use crate::transport::Channel;
+
+/// Index of a request handler in the job-wide table (every rank registers the same table).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RequestHandler(pub(crate) u16);
+
+/// Index of a reply handler in the job-wide table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReplyHandler(pub(crate) u16);
+
+impl RequestHandler {
+    /// A handler named by raw index, for tables built elsewhere (C API, generated code).
+    /// An index nobody registered is refused when used to send.
+    pub fn from_index(index: u16) -> Self {
+        Self(index)
+    }
+
+    /// The raw index.
+    pub fn index(self) -> u16 {
+        self.0
+    }
+}
+
+impl ReplyHandler {
+    /// A handler named by raw index; an index nobody registered is refused when used to send.
+    pub fn from_index(index: u16) -> Self {
+        Self(index)
+    }
+
+    /// The raw index.
+    pub fn index(self) -> u16 {
+        self.0
+    }
+}
+
+/// The three message classes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MessageClass {
+    /// Handler and up to 16 u64 arguments.
+    Short = 0,
+    /// Arguments and a payload of at most [`crate::Runtime::max_medium`] bytes, delivered in a
+    /// buffer that is valid only while the handler runs.
+    Medium = 1,
+    /// Arguments and a payload already written into the receiver's segment.
+    Long = 2,
+}
+
+/// What a handler receives. Everything it borrows is valid only while the handler runs: the
+/// buffers are reused as soon as it returns, so copy out what you keep.
+#[derive(Debug)]
+pub struct Message<'a> {
+    pub(crate) src: usize,
+    pub(crate) args: &'a [u64],
+    pub(crate) payload: &'a [u8],
+    pub(crate) class: MessageClass,
+    pub(crate) offset: usize,
+}
+
+impl<'a> Message<'a> {
+    /// The rank that sent the message.
+    pub fn src(&self) -> usize {
+        self.src
+    }
+
+    /// The arguments.
+    pub fn args(&self) -> &'a [u64] {
+        self.args
+    }
+
+    /// Argument `i`, or 0 if fewer were sent (the seed's unused words).
+    pub fn arg(&self, i: usize) -> u64 {
+        self.args.get(i).copied().unwrap_or(0)
+    }
+
+    /// The payload: empty for short messages, the medium buffer, or the bytes of the receiver's
+    /// segment that a long message wrote.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+
+    /// The message class.
+    pub fn class(&self) -> MessageClass {
+        self.class
+    }
+
+    /// For a long message, the segment offset its payload was written at.
+    pub fn segment_offset(&self) -> Option<usize> {
+        (self.class == MessageClass::Long).then_some(self.offset)
+    }
+}
+
+/// The right to reply once to the rank whose request is being handled. Every reply method takes
+/// the token by value, so a second reply does not compile. Dropping it without replying is
+/// allowed (a one-way request).
+#[derive(Debug)]
+pub struct ReplyToken<'a> {
+    pub(crate) engine: &'a Engine,
+    pub(crate) dest: usize,
+}
+
+impl ReplyToken<'_> {
+    /// The rank the reply goes to.
+    pub fn requester(&self) -> usize {
+        self.dest
+    }
+
+    /// Replies with a short message.
+    pub fn reply_short(self, handler: ReplyHandler, args: &[u64]) -> Result<()> {
+        self.engine
+            .send_short(self.dest, Channel::Reply, handler.0, args)
+    }
+
+    /// Replies with a medium message (payload copied; at most `max_medium` bytes).
+    pub fn reply_medium(self, handler: ReplyHandler, args: &[u64], payload: &[u8]) -> Result<()> {
+        self.engine
+            .send_medium(self.dest, Channel::Reply, handler.0, args, payload)
+    }
+
+    /// Replies with a long message: `payload` is written into the requester's segment at
+    /// `offset` before its reply handler runs.
+    pub fn reply_long(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<()> {
+        self.engine
+            .send_long(self.dest, Channel::Reply, handler.0, args, payload, offset)
+    }
+}
+
+/// A request handler: runs at the target, may reply once through the token.
+pub type RequestFn = dyn Fn(&Message<'_>, ReplyToken<'_>) + Send + Sync + 'static;
+/// A reply handler: runs at the requester and has no way to send.
+pub type ReplyFn = dyn Fn(&Message<'_>) + Send + Sync + 'static;

@@ -1,0 +1,440 @@
+//! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
+
+use super::config::Config;
+use super::engine::{Engine, SystemOp, MAX_BARRIER_ROUNDS};
+use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
+use super::stats::Stats;
+use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
+use crate::error::{Error, Result};
+use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
+use crate::transport::Channel;
+use serde::{Deserialize, Serialize};
+use std::cell::Cell;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// Registers handlers and settings, then joins the job with [`RuntimeBuilder::build`].
+///
+/// Every rank must register the same handlers, by the same names, in the same order: the index
+/// is what travels in a message. `build` checks this across the job and fails with
+/// [`Error::HandlerTableMismatch`] otherwise.
+#[derive(Default)]
+pub struct RuntimeBuilder {
+    requests: Vec<(String, Box<RequestFn>)>,
+    replies: Vec<(String, Box<ReplyFn>)>,
+    config: Config,
+    duplicate: Option<String>,
+}
+
+impl std::fmt::Debug for RuntimeBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeBuilder")
+            .field(
+                "requests",
+                &self.requests.iter().map(|r| &r.0).collect::<Vec<_>>(),
+            )
+            .field(
+                "replies",
+                &self.replies.iter().map(|r| &r.0).collect::<Vec<_>>(),
+            )
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// What each rank tells the others about itself at init.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct EndpointInfo {
+    layout: Layout,
+    requests: Vec<String>,
+    replies: Vec<String>,
+}
+
+impl RuntimeBuilder {
+    fn note_name(&mut self, name: &str) {
+        let taken = self.requests.iter().any(|(n, _)| n == name)
+            || self.replies.iter().any(|(n, _)| n == name);
+        if taken && self.duplicate.is_none() {
+            self.duplicate = Some(name.to_string());
+        }
+    }
+
+    /// Registers a request handler. It runs at the target with the message and a
+    /// [`ReplyToken`] that can send at most one reply back to the requester.
+    pub fn request_handler<F>(&mut self, name: &str, handler: F) -> RequestHandler
+    where
+        F: Fn(&Message<'_>, ReplyToken<'_>) + Send + Sync + 'static,
+    {
+        self.note_name(name);
+        self.requests.push((name.to_string(), Box::new(handler)));
+        RequestHandler((self.requests.len() - 1) as u16)
+    }
+
+    /// Registers a reply handler. It runs at the requester and cannot send.
+    pub fn reply_handler<F>(&mut self, name: &str, handler: F) -> ReplyHandler
+    where
+        F: Fn(&Message<'_>) + Send + Sync + 'static,
+    {
+        self.note_name(name);
+        self.replies.push((name.to_string(), Box::new(handler)));
+        ReplyHandler((self.replies.len() - 1) as u16)
+    }
+
+    /// Slots per ring (power of two, 8..=16384; default 64, or `VOLLEY_RING_SLOTS`).
+    pub fn ring_slots(&mut self, slots: usize) -> &mut Self {
+        self.config.ring_slots = Some(slots);
+        self
+    }
+
+    /// Medium buffers per channel (1..=64; default 4, or `VOLLEY_MEDIUM_BUFFERS`).
+    pub fn medium_buffers(&mut self, n: usize) -> &mut Self {
+        self.config.medium_buffers = Some(n);
+        self
+    }
+
+    /// Bytes in this rank's segment (default 4 MiB, or `VOLLEY_SEGMENT_BYTES`).
+    pub fn segment_bytes(&mut self, n: usize) -> &mut Self {
+        self.config.segment_bytes = Some(n);
+        self
+    }
+
+    /// Yield the core early while waiting (default: automatic, on when this host runs more
+    /// ranks than this process has cores; or `VOLLEY_POLITE=0|1|auto`).
+    pub fn polite(&mut self, polite: bool) -> &mut Self {
+        self.config.polite = Some(polite);
+        self
+    }
+
+    /// Joins the job: creates this rank's shared-memory region, exchanges regions with the
+    /// other ranks (the init barrier), and checks that all ranks agree on handlers and settings.
+    pub fn build(self) -> Result<Runtime> {
+        if let Some(name) = self.duplicate {
+            return Err(Error::DuplicateHandler(name));
+        }
+        let job = JobInfo::from_env()?;
+        if job.local_size != job.size {
+            return Err(BootstrapError::Rendezvous {
+                path: job.rendezvous.clone().unwrap_or_default(),
+                why: "ranks on several hosts need a network transport, which this build lacks"
+                    .into(),
+            }
+            .into());
+        }
+        let layout = Layout {
+            ranks: job.local_size,
+            ring_slots: self.config.ring_slots()?,
+            pool_bufs: self.config.medium_buffers()?,
+            segment_len: self.config.segment_bytes()?,
+        };
+        layout
+            .validate()
+            .map_err(|(name, value, why)| Error::InvalidConfig { name, value, why })?;
+        let polite = self.config.polite(job.local_size)?;
+        let own = Region::create(layout, job.rank, job.job_key)?;
+        let info = EndpointInfo {
+            layout,
+            requests: self.requests.iter().map(|(n, _)| n.clone()).collect(),
+            replies: self.replies.iter().map(|(n, _)| n.clone()).collect(),
+        };
+        let (regions, conn) = match &job.rendezvous {
+            None => (vec![own], None),
+            Some(path) => {
+                let hello = rendezvous::Hello {
+                    rank: job.rank,
+                    pid: std::process::id(),
+                    blob: serde_json::to_value(&info).expect("endpoint info serializes"),
+                };
+                let (peers, conn) =
+                    rendezvous::exchange(path, job.size, &hello, own.fd().as_raw_fd())?;
+                let mut own = Some(own);
+                let mut regions = Vec::with_capacity(job.size);
+                for peer in peers {
+                    let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
+                        .map_err(|e| BootstrapError::Rendezvous {
+                            path: path.clone(),
+                            why: format!(
+                                "rank {} sent unreadable endpoint info: {e}",
+                                peer.hello.rank
+                            ),
+                        })?;
+                    check_agreement(job.rank, peer.hello.rank, &info, &theirs)?;
+                    if peer.hello.rank == job.rank {
+                        regions.push(own.take().expect("own hello comes once"));
+                    } else {
+                        regions.push(Region::open(peer.fd, layout, peer.hello.rank, job.job_key)?);
+                    }
+                }
+                (regions, Some(conn))
+            }
+        };
+        let engine = Engine::new(
+            job.rank,
+            job.job_key,
+            regions,
+            self.requests,
+            self.replies,
+            polite,
+        );
+        Ok(Runtime {
+            engine,
+            job,
+            barrier_epoch: Cell::new(0),
+            _launcher: conn,
+            finalized: Cell::new(false),
+        })
+    }
+}
+
+fn check_agreement(
+    me: usize,
+    rank: usize,
+    mine: &EndpointInfo,
+    theirs: &EndpointInfo,
+) -> Result<()> {
+    if mine.requests != theirs.requests || mine.replies != theirs.replies {
+        let table = |i: &EndpointInfo| {
+            i.requests
+                .iter()
+                .map(|n| format!("request:{n}"))
+                .chain(i.replies.iter().map(|n| format!("reply:{n}")))
+                .collect()
+        };
+        return Err(Error::HandlerTableMismatch {
+            me,
+            rank,
+            mine: table(mine),
+            theirs: table(theirs),
+        });
+    }
+    if mine.layout != theirs.layout {
+        return Err(Error::ConfigMismatch {
+            me,
+            rank,
+            mine: format!("{:?}", mine.layout),
+            theirs: format!("{:?}", theirs.layout),
+        });
+    }
+    Ok(())
+}
+
+/// One rank's endpoint in a job: send Active Messages, poll, wait, synchronize.
+///
+/// **When handlers run.** Handlers run only inside calls to this runtime: [`Runtime::poll`],
+/// [`Runtime::wait_until`], [`Runtime::barrier`], and inside a send that cannot inject at once
+/// (it polls while it waits for ring credit). Code between those calls is never interrupted by a
+/// handler, so it needs no locks against handlers (seed 000's "free critical sections").
+///
+/// **Deadlock freedom.** Requests and replies travel on separate rings. A blocked request send
+/// polls requests and replies; a blocked reply send polls replies only, whose handlers cannot
+/// send. The reply rings are reserved for replies, so replies always drain.
+///
+/// **Completion.** A send returns once the message is in the target's ring (or, for long
+/// messages, the payload is in the target's segment and the frame in its ring); the source
+/// buffers can be reused at once. `barrier` does not wait for messages in flight: wait for
+/// replies (or count arrivals) before relying on remote effects.
+///
+/// The runtime is `Send` but not `Sync`: one thread drives it, and handlers cannot reach it,
+/// which is how "no requests from inside a handler" is enforced.
+#[derive(Debug)]
+pub struct Runtime {
+    engine: Engine,
+    job: JobInfo,
+    barrier_epoch: Cell<u64>,
+    _launcher: Option<OwnedFd>,
+    finalized: Cell<bool>,
+}
+
+impl Runtime {
+    /// Starts registering handlers.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder::default()
+    }
+
+    /// This rank, `0..size()`.
+    pub fn rank(&self) -> usize {
+        self.job.rank
+    }
+
+    /// Number of ranks in the job.
+    pub fn size(&self) -> usize {
+        self.job.size
+    }
+
+    /// This rank's index among the ranks on its host.
+    pub fn local_rank(&self) -> usize {
+        self.job.local_rank
+    }
+
+    /// The job's random id.
+    pub fn job_id(&self) -> u64 {
+        self.job.job_id
+    }
+
+    /// Largest medium payload in bytes (64 KiB).
+    pub fn max_medium(&self) -> usize {
+        MEDIUM_MAX
+    }
+
+    /// Whether waiting loops yield the core early (see [`RuntimeBuilder::polite`]).
+    pub fn is_polite(&self) -> bool {
+        self.engine.polite
+    }
+
+    fn guard(&self, what: &str) {
+        assert!(
+            !self.engine.in_handler(),
+            "volley: {what} called from inside a handler; handlers may only reply"
+        );
+    }
+
+    /// Sends a short request: `handler` runs at `dest` with `args` (at most 16).
+    #[inline]
+    pub fn request_short(&self, dest: usize, handler: RequestHandler, args: &[u64]) -> Result<()> {
+        self.guard("request_short");
+        self.engine
+            .send_short(dest, Channel::Request, handler.0, args)
+    }
+
+    /// Sends a medium request; the payload is copied, so `payload` is reusable on return.
+    pub fn request_medium(
+        &self,
+        dest: usize,
+        handler: RequestHandler,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        self.guard("request_medium");
+        self.engine
+            .send_medium(dest, Channel::Request, handler.0, args, payload)
+    }
+
+    /// Sends a long request: `payload` is written into `dest`'s segment at `offset`, then
+    /// `handler` runs there with the written bytes as its payload.
+    pub fn request_long(
+        &self,
+        dest: usize,
+        handler: RequestHandler,
+        args: &[u64],
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<()> {
+        self.guard("request_long");
+        self.engine
+            .send_long(dest, Channel::Request, handler.0, args, payload, offset)
+    }
+
+    /// Runs the handlers of every message that has arrived; returns how many ran.
+    #[inline]
+    pub fn poll(&self) -> usize {
+        self.guard("poll");
+        self.engine.poll(true)
+    }
+
+    /// Polls until `cond()` is true. `cond` is typically a flag set by a reply handler.
+    #[inline]
+    pub fn wait_until(&self, cond: impl FnMut() -> bool) {
+        self.guard("wait_until");
+        self.engine.wait_until(cond)
+    }
+
+    /// Waits until every rank has called `barrier` (a dissemination barrier over Active
+    /// Messages; handlers keep running meanwhile).
+    pub fn barrier(&self) {
+        self.guard("barrier");
+        let size = self.size();
+        let epoch = self.barrier_epoch.get();
+        self.barrier_epoch.set(epoch + 1);
+        let mut dist = 1;
+        let mut round = 0;
+        while dist < size {
+            debug_assert!(round < MAX_BARRIER_ROUNDS);
+            let peer = (self.rank() + dist) % size;
+            self.engine
+                .send_system(peer, SystemOp::Barrier, &[epoch, round as u64]);
+            self.engine.await_barrier_arrival(epoch, round);
+            dist *= 2;
+            round += 1;
+        }
+    }
+
+    /// A snapshot of this rank's counters.
+    pub fn stats(&self) -> Stats {
+        self.engine.stats.snapshot()
+    }
+
+    /// Bytes in this rank's segment.
+    pub fn segment_len(&self) -> usize {
+        self.engine.own().segment_len()
+    }
+
+    fn segment_range(&self, offset: usize, len: usize) -> Result<()> {
+        let segment_len = self.segment_len();
+        if offset.checked_add(len).is_none_or(|e| e > segment_len) {
+            return Err(Error::OutOfBounds {
+                offset,
+                len,
+                segment_len,
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies bytes out of this rank's segment (where long messages land).
+    pub fn read_segment(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.segment_range(offset, buf.len())?;
+        // SAFETY: range checked; the segment is mapped for the runtime's life.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.engine.own().segment_ptr().add(offset),
+                buf.as_mut_ptr(),
+                buf.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Copies bytes into this rank's segment.
+    pub fn write_segment(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.segment_range(offset, data.len())?;
+        // SAFETY: range checked; the segment is mapped for the runtime's life.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.engine.own().segment_ptr().add(offset),
+                data.len(),
+            );
+        }
+        Ok(())
+    }
+
+    /// Leaves the job: tells every other rank this one is done and waits until all have said
+    /// the same, so no rank exits while another may still send it a request. Called by `Drop`
+    /// (except while panicking, when the launcher ends the job instead).
+    pub fn finalize(&self) {
+        if self.finalized.replace(true) {
+            return;
+        }
+        for peer in (0..self.size()).filter(|&p| p != self.rank()) {
+            self.engine.send_system(peer, SystemOp::Finalize, &[]);
+        }
+        let others = self.size() - 1;
+        self.engine
+            .wait_until(|| self.engine.finalized_peers.get() >= others);
+        self.engine.flush_credit();
+        if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
+            eprintln!("volley stats rank {}: {}", self.rank(), self.stats());
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            self.finalize();
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Per-rank counters that make the runtime's behaviour checkable.
+
+use super::handler::MessageClass;
+use crate::transport::Channel;
+use std::cell::Cell;
+use std::fmt;
+
+/// A snapshot of one rank's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Messages sent, indexed `[channel][class]` (channel 0 = request, 1 = reply; class 0 =
+    /// short, 1 = medium, 2 = long).
+    pub sent: [[u64; 3]; 2],
+    /// Messages handled, indexed like `sent`.
+    pub handled: [[u64; 3]; 2],
+    /// Calls to poll (explicit, in waits, and in blocked sends).
+    pub polls: u64,
+    /// Polls that found nothing.
+    pub empty_polls: u64,
+    /// Sends that could not inject at once and had to wait for credit or a buffer.
+    pub blocked_sends: u64,
+    /// Frames dropped at this rank because they were corrupt or named an unknown handler.
+    pub dropped: u64,
+    /// Deepest handler nesting seen (2 = a reply handler ran inside a request handler).
+    pub max_nesting: u64,
+    /// Runtime-internal messages (barrier, finalize) sent.
+    pub system_sent: u64,
+}
+
+impl Stats {
+    /// Total messages sent on a channel.
+    pub fn sent_on(&self, ch: Channel) -> u64 {
+        self.sent[ch as usize].iter().sum()
+    }
+
+    /// Total messages handled on a channel.
+    pub fn handled_on(&self, ch: Channel) -> u64 {
+        self.handled[ch as usize].iter().sum()
+    }
+}
+
+impl fmt::Display for Stats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [rq, rp] = self.sent;
+        let [hq, hp] = self.handled;
+        write!(
+            f,
+            "sent req s/m/l {}/{}/{} rep s/m/l {}/{}/{} | handled req s/m/l {}/{}/{} rep s/m/l \
+             {}/{}/{} | polls {} empty {} | blocked sends {} | dropped {} | max nesting {} | \
+             system {}",
+            rq[0],
+            rq[1],
+            rq[2],
+            rp[0],
+            rp[1],
+            rp[2],
+            hq[0],
+            hq[1],
+            hq[2],
+            hp[0],
+            hp[1],
+            hp[2],
+            self.polls,
+            self.empty_polls,
+            self.blocked_sends,
+            self.dropped,
+            self.max_nesting,
+            self.system_sent
+        )
+    }
+}
+
+/// The live counters (single-threaded: the runtime is not `Sync`).
+#[derive(Debug, Default)]
+pub(crate) struct StatCells {
+    sent: [[Cell<u64>; 3]; 2],
+    handled: [[Cell<u64>; 3]; 2],
+    pub(crate) polls: Cell<u64>,
+    pub(crate) empty_polls: Cell<u64>,
+    pub(crate) blocked_sends: Cell<u64>,
+    pub(crate) dropped: Cell<u64>,
+    pub(crate) max_nesting: Cell<u64>,
+    pub(crate) system_sent: Cell<u64>,
+}
+
+pub(crate) fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+impl StatCells {
+    pub(crate) fn sent(&self, ch: Channel, class: MessageClass) {
+        bump(&self.sent[ch as usize][class as usize]);
+    }
+
+    pub(crate) fn handled(&self, ch: Channel, class: MessageClass) {
+        bump(&self.handled[ch as usize][class as usize]);
+    }
+
+    pub(crate) fn snapshot(&self) -> Stats {
+        let grid = |g: &[[Cell<u64>; 3]; 2]| g.each_ref().map(|row| row.each_ref().map(Cell::get));
+        Stats {
+            sent: grid(&self.sent),
+            handled: grid(&self.handled),
+            polls: self.polls.get(),
+            empty_polls: self.empty_polls.get(),
+            blocked_sends: self.blocked_sends.get(),
+            dropped: self.dropped.get(),
+            max_nesting: self.max_nesting.get(),
+            system_sent: self.system_sent.get(),
+        }
+    }
+}

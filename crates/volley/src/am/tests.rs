@@ -1,0 +1,215 @@
+//! Single-rank tests of the AM layer: the loopback path runs through the same rings and
+//! dispatch as traffic between ranks.
+
+use super::*;
+use crate::error::Error;
+use crate::transport::shm::frame::{FrameHeader, FrameKind};
+use crate::transport::Channel;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[test]
+fn loopback_request_reply_runs_both_handlers() {
+    let got = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    let g = got.clone();
+    let done = b.reply_handler("done", move |m| {
+        g.store(m.arg(0) + m.arg(1), Ordering::Relaxed)
+    });
+    let add = b.request_handler("add", move |m, tok| {
+        assert_eq!(tok.requester(), 0);
+        tok.reply_short(done, &[m.arg(0), m.arg(1)]).unwrap();
+    });
+    let rt = b.build().unwrap();
+    assert_eq!((rt.rank(), rt.size()), (0, 1));
+    rt.request_short(0, add, &[40, 2]).unwrap();
+    rt.wait_until(|| got.load(Ordering::Relaxed) != 0);
+    assert_eq!(got.load(Ordering::Relaxed), 42);
+    let s = rt.stats();
+    assert_eq!(s.sent_on(Channel::Request), 1);
+    assert_eq!(s.handled_on(Channel::Reply), 1);
+    assert!(s.max_nesting <= 2);
+}
+
+#[test]
+fn sender_refuses_bad_input_and_sends_nothing() {
+    let mut b = Runtime::builder();
+    let rep = b.reply_handler("r", |_| {});
+    let req = b.request_handler("q", |_, _| {});
+    let rt = b.build().unwrap();
+    let bad_req = RequestHandler::from_index(1);
+    assert!(matches!(
+        rt.request_short(0, bad_req, &[]),
+        Err(Error::UnknownHandler {
+            index: 1,
+            registered: 1,
+            ..
+        })
+    ));
+    assert!(matches!(
+        rt.request_short(1, req, &[]),
+        Err(Error::InvalidRank { rank: 1, size: 1 })
+    ));
+    assert!(matches!(
+        rt.request_short(0, req, &[0; 17]),
+        Err(Error::TooManyArgs { given: 17, max: 16 })
+    ));
+    let big = vec![0u8; rt.max_medium() + 1];
+    assert!(matches!(
+        rt.request_medium(0, req, &[], &big),
+        Err(Error::PayloadTooLarge { .. })
+    ));
+    let seg = rt.segment_len();
+    assert!(matches!(
+        rt.request_long(0, req, &[], &[1, 2, 3], seg - 2),
+        Err(Error::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        rt.request_long(0, req, &[], &[1], usize::MAX),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let _ = rep;
+    assert_eq!(rt.stats().sent_on(Channel::Request), 0);
+    assert_eq!(rt.poll(), 0);
+}
+
+#[test]
+fn duplicate_handler_name_is_refused() {
+    let mut b = Runtime::builder();
+    b.request_handler("x", |_, _| {});
+    b.reply_handler("x", |_| {});
+    assert!(matches!(b.build(), Err(Error::DuplicateHandler(n)) if n == "x"));
+}
+
+#[test]
+fn corrupted_and_unknown_frames_are_dropped_and_counted() {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let mut b = Runtime::builder();
+    let r = ran.clone();
+    let h = b.request_handler("h", move |_, _| {
+        r.fetch_add(1, Ordering::Relaxed);
+    });
+    let rt = b.build().unwrap();
+    let e = rt.engine();
+    let key = e.key();
+    let valid = |handler: u16| {
+        move |pos| {
+            FrameHeader {
+                handler,
+                nargs: 1,
+                kind: FrameKind::Short,
+                nslots: 1,
+            }
+            .encode(pos, key)
+        }
+    };
+    // A flipped check byte (corruption or another job's key).
+    e.inject_raw(Channel::Request, |pos| valid(0)(pos) ^ (1 << 60), &[7]);
+    // A well-formed frame naming a handler nobody registered.
+    e.inject_raw(Channel::Request, valid(9), &[7]);
+    // A well-formed frame to an unknown reply handler.
+    e.inject_raw(Channel::Reply, valid(0), &[7]);
+    // And a good one, which must still get through after the bad ones.
+    e.inject_raw(Channel::Request, valid(0), &[7]);
+    rt.poll();
+    assert_eq!(ran.load(Ordering::Relaxed), 1);
+    assert_eq!(rt.stats().dropped, 3);
+    // The runtime keeps working.
+    rt.request_short(0, h, &[1]).unwrap();
+    rt.wait_until(|| ran.load(Ordering::Relaxed) == 2);
+}
+
+#[test]
+fn medium_and_long_payloads_arrive_intact_at_every_size() {
+    let seen = Arc::new(Mutex::new(Vec::<(usize, u64, bool)>::new()));
+    let mut b = Runtime::builder();
+    let s = seen.clone();
+    let check = move |m: &Message<'_>| {
+        let p = m.payload();
+        let ok = p.len() == m.arg(0) as usize
+            && p.iter()
+                .enumerate()
+                .all(|(i, &x)| x == pattern(m.arg(1), i));
+        s.lock().unwrap().push((p.len(), m.arg(1), ok));
+    };
+    let c1 = check.clone();
+    let medium = b.request_handler("medium", move |m, _| c1(m));
+    let long = b.request_handler("long", move |m, _| {
+        assert_eq!(m.class(), MessageClass::Long);
+        check(m)
+    });
+    let rt = b.build().unwrap();
+    let mut sizes: Vec<usize> = (0..=8192).collect();
+    sizes.push(rt.max_medium() - 1);
+    sizes.push(rt.max_medium());
+    for (n, &len) in sizes.iter().enumerate() {
+        let data: Vec<u8> = (0..len).map(|i| pattern(n as u64, i)).collect();
+        rt.request_medium(0, medium, &[len as u64, n as u64], &data)
+            .unwrap();
+        rt.request_long(0, long, &[len as u64, n as u64], &data, 3 + n % 61)
+            .unwrap();
+        // Long payloads share segment bytes: let each land before the next overwrites it.
+        rt.wait_until(|| seen.lock().unwrap().len() == 2 * (n + 1));
+    }
+    rt.wait_until(|| seen.lock().unwrap().len() == 2 * sizes.len());
+    let seen = seen.lock().unwrap();
+    assert!(seen.iter().all(|&(_, _, ok)| ok), "a payload was corrupted");
+    assert_eq!(rt.stats().dropped, 0);
+}
+
+fn pattern(seed: u64, i: usize) -> u8 {
+    (seed as usize * 31 + i * 7 + (i >> 8)) as u8
+}
+
+#[test]
+fn replies_nest_at_most_two_deep_and_medium_replies_work() {
+    let sum = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    let s = sum.clone();
+    let echo_back = b.reply_handler("echo_back", move |m| {
+        s.fetch_add(
+            m.payload().iter().map(|&x| x as u64).sum::<u64>(),
+            Ordering::Relaxed,
+        );
+    });
+    let echo = b.request_handler("echo", move |m, tok| {
+        tok.reply_medium(echo_back, &[], m.payload()).unwrap();
+    });
+    // Tiny rings force blocked sends and nested polling.
+    let rt = {
+        let mut b = b;
+        b.ring_slots(8);
+        b.build().unwrap()
+    };
+    let payload = vec![1u8; 300];
+    for _ in 0..1000 {
+        rt.request_medium(0, echo, &[], &payload).unwrap();
+    }
+    rt.wait_until(|| sum.load(Ordering::Relaxed) == 300_000);
+    let st = rt.stats();
+    assert!(st.max_nesting <= 2, "nesting {}", st.max_nesting);
+    assert!(
+        st.blocked_sends > 0,
+        "tiny rings should have blocked some sends"
+    );
+}
+
+#[test]
+fn segment_access_is_bounds_checked() {
+    let rt = Runtime::builder().build().unwrap();
+    rt.write_segment(10, b"hello").unwrap();
+    let mut buf = [0u8; 5];
+    rt.read_segment(10, &mut buf).unwrap();
+    assert_eq!(&buf, b"hello");
+    let len = rt.segment_len();
+    assert!(rt.read_segment(len - 4, &mut buf).is_err());
+    assert!(rt.write_segment(usize::MAX, b"x").is_err());
+}
+
+#[test]
+fn bad_ring_size_is_a_clear_error() {
+    let mut b = Runtime::builder();
+    b.ring_slots(100);
+    let err = b.build().unwrap_err();
+    assert!(err.to_string().contains("power of two"), "{err}");
+}

@@ -1,0 +1,193 @@
+//! The job identity a rank reads from its environment.
+
+use super::BootstrapError;
+
+/// Environment variable holding the rank (0-based).
+pub const ENV_RANK: &str = "VOLLEY_RANK";
+/// Environment variable holding the number of ranks.
+pub const ENV_SIZE: &str = "VOLLEY_SIZE";
+/// Environment variable holding the rank's index among the ranks of its host.
+pub const ENV_LOCAL_RANK: &str = "VOLLEY_LOCAL_RANK";
+/// Environment variable holding the number of ranks on this host.
+pub const ENV_LOCAL_SIZE: &str = "VOLLEY_LOCAL_SIZE";
+/// Environment variable holding the job id (16 hex digits).
+pub const ENV_JOB_ID: &str = "VOLLEY_JOB_ID";
+/// Environment variable holding the job key (16 hex digits), carried in frames to keep jobs apart.
+pub const ENV_JOB_KEY: &str = "VOLLEY_JOB_KEY";
+/// Environment variable holding the path of the launcher's rendezvous socket.
+pub const ENV_RENDEZVOUS: &str = "VOLLEY_RENDEZVOUS";
+
+/// Identity of this rank within its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobInfo {
+    /// This rank, `0..size`.
+    pub rank: usize,
+    /// Number of ranks in the job.
+    pub size: usize,
+    /// Index of this rank among the ranks on its host.
+    pub local_rank: usize,
+    /// Number of ranks on this host.
+    pub local_size: usize,
+    /// Random job id chosen by the launcher.
+    pub job_id: u64,
+    /// Random job key chosen by the launcher; frames of other jobs carry other keys.
+    pub job_key: u64,
+    /// Rendezvous socket path, `None` for a bare single-rank start.
+    pub rendezvous: Option<String>,
+}
+
+impl JobInfo {
+    /// A job of one rank, for a program started without `volley run`.
+    pub fn single() -> Self {
+        let pid = std::process::id() as u64;
+        Self {
+            rank: 0,
+            size: 1,
+            local_rank: 0,
+            local_size: 1,
+            job_id: pid,
+            job_key: random_u64() | 1,
+            rendezvous: None,
+        }
+    }
+
+    /// Reads the identity from `VOLLEY_*` variables, or returns [`JobInfo::single`] when
+    /// `VOLLEY_RENDEZVOUS` is not set.
+    pub fn from_env() -> Result<Self, BootstrapError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Like [`JobInfo::from_env`] with a custom variable lookup (used by tests).
+    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, BootstrapError> {
+        let Some(rendezvous) = get(ENV_RENDEZVOUS) else {
+            return Ok(Self::single());
+        };
+        let num = |name: &'static str| -> Result<usize, BootstrapError> {
+            let value = get(name).ok_or(BootstrapError::BadEnv {
+                name,
+                value: String::new(),
+                why: "missing although VOLLEY_RENDEZVOUS is set",
+            })?;
+            value.parse().map_err(|_| BootstrapError::BadEnv {
+                name,
+                value,
+                why: "not a non-negative integer",
+            })
+        };
+        let hex = |name: &'static str| -> Result<u64, BootstrapError> {
+            let value = get(name).unwrap_or_default();
+            u64::from_str_radix(&value, 16).map_err(|_| BootstrapError::BadEnv {
+                name,
+                value,
+                why: "not a hexadecimal u64",
+            })
+        };
+        let info = Self {
+            rank: num(ENV_RANK)?,
+            size: num(ENV_SIZE)?,
+            local_rank: num(ENV_LOCAL_RANK)?,
+            local_size: num(ENV_LOCAL_SIZE)?,
+            job_id: hex(ENV_JOB_ID)?,
+            job_key: hex(ENV_JOB_KEY)?,
+            rendezvous: Some(rendezvous),
+        };
+        if info.size == 0 || info.rank >= info.size {
+            return Err(BootstrapError::BadEnv {
+                name: ENV_RANK,
+                value: info.rank.to_string(),
+                why: "rank must be below VOLLEY_SIZE, which must be positive",
+            });
+        }
+        if info.local_size == 0 || info.local_rank >= info.local_size || info.local_size > info.size
+        {
+            return Err(BootstrapError::BadEnv {
+                name: ENV_LOCAL_RANK,
+                value: info.local_rank.to_string(),
+                why: "local rank must be below VOLLEY_LOCAL_SIZE <= VOLLEY_SIZE",
+            });
+        }
+        Ok(info)
+    }
+}
+
+/// A random u64 from the kernel, for job ids and keys.
+pub fn random_u64() -> u64 {
+    let mut buf = [0u8; 8];
+    // SAFETY: `buf` is a valid writable buffer of 8 bytes for the duration of the call.
+    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n != 8 {
+        // getrandom cannot fail for 8 bytes after boot; fall back to time and pid mixing.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        return t ^ ((std::process::id() as u64) << 32);
+    }
+    u64::from_ne_bytes(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn lookup(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn bare_start_is_single_rank() {
+        let info = JobInfo::from_lookup(lookup(&[])).unwrap();
+        assert_eq!((info.rank, info.size), (0, 1));
+        assert!(info.rendezvous.is_none());
+    }
+
+    #[test]
+    fn full_environment_parses() {
+        let info = JobInfo::from_lookup(lookup(&[
+            (ENV_RENDEZVOUS, "/tmp/x.sock"),
+            (ENV_RANK, "2"),
+            (ENV_SIZE, "4"),
+            (ENV_LOCAL_RANK, "2"),
+            (ENV_LOCAL_SIZE, "4"),
+            (ENV_JOB_ID, "00ff"),
+            (ENV_JOB_KEY, "abcdef"),
+        ]))
+        .unwrap();
+        assert_eq!(info.rank, 2);
+        assert_eq!(info.job_id, 0xff);
+        assert_eq!(info.job_key, 0xabcdef);
+    }
+
+    #[test]
+    fn rank_out_of_range_is_refused() {
+        let err = JobInfo::from_lookup(lookup(&[
+            (ENV_RENDEZVOUS, "/tmp/x.sock"),
+            (ENV_RANK, "4"),
+            (ENV_SIZE, "4"),
+            (ENV_LOCAL_RANK, "0"),
+            (ENV_LOCAL_SIZE, "4"),
+            (ENV_JOB_ID, "1"),
+            (ENV_JOB_KEY, "1"),
+        ]))
+        .unwrap_err();
+        assert!(err.to_string().contains("VOLLEY_RANK"), "{err}");
+    }
+
+    #[test]
+    fn garbage_number_is_refused() {
+        let err = JobInfo::from_lookup(lookup(&[
+            (ENV_RENDEZVOUS, "/tmp/x.sock"),
+            (ENV_RANK, "two"),
+        ]))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("not a non-negative integer"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,288 @@
+//! The rendezvous: each rank sends the launcher a hello (its rank, pid, an opaque JSON blob and
+//! one file descriptor); when all ranks have arrived the launcher sends every rank all hellos and
+//! all descriptors. Arriving at the rendezvous is therefore also the init barrier.
+//!
+//! The socket is `SOCK_SEQPACKET` in a private (0700) directory, so message boundaries are kept
+//! and descriptors travel with `SCM_RIGHTS`; no shared-memory name ever exists in the file system,
+//! so a crash cannot leave one behind.
+
+use super::BootstrapError;
+use nix::sys::socket::{
+    accept, bind, connect, listen, recvmsg, sendmsg, socket, AddressFamily, Backlog,
+    ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, UnixAddr,
+};
+use serde::{Deserialize, Serialize};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// Largest rendezvous message; hellos are small JSON documents.
+const MAX_MESSAGE: usize = 1 << 20;
+
+/// What one rank tells the others at startup.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Hello {
+    /// The sender's rank.
+    pub rank: usize,
+    /// The sender's process id (for liveness checks).
+    pub pid: u32,
+    /// Layer-specific endpoint information, opaque to the bootstrap.
+    pub blob: serde_json::Value,
+}
+
+/// A hello together with the descriptor its rank attached.
+#[derive(Debug)]
+pub struct PeerHello {
+    /// What the rank said.
+    pub hello: Hello,
+    /// The descriptor it sent (its shared-memory region).
+    pub fd: OwnedFd,
+}
+
+fn rdv_err(path: &str, why: impl Into<String>) -> BootstrapError {
+    BootstrapError::Rendezvous {
+        path: path.to_string(),
+        why: why.into(),
+    }
+}
+
+fn send_msg(sock: RawFd, bytes: &[u8], fd: Option<RawFd>) -> nix::Result<()> {
+    let iov = [IoSlice::new(bytes)];
+    let fds;
+    let cmsgs: &[ControlMessage] = match fd {
+        Some(fd) => {
+            fds = [fd];
+            &[ControlMessage::ScmRights(&fds)]
+        }
+        None => &[],
+    };
+    let sent = sendmsg::<()>(sock, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+    if sent != bytes.len() {
+        return Err(nix::Error::EMSGSIZE);
+    }
+    Ok(())
+}
+
+/// Receives one message and at most one descriptor. Returns `None` on an orderly shutdown.
+fn recv_msg(sock: RawFd) -> nix::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+    let (len, fd) = {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)?;
+        let mut fd = None;
+        for c in msg.cmsgs()? {
+            if let ControlMessageOwned::ScmRights(fds) = c {
+                for raw in fds {
+                    // SAFETY: the kernel just installed `raw` in our table for this message;
+                    // nothing else owns it, so wrapping it in an OwnedFd transfers ownership.
+                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                    if fd.is_none() {
+                        fd = Some(owned);
+                    }
+                }
+            }
+        }
+        (msg.bytes, fd)
+    };
+    if len == 0 {
+        return Ok(None);
+    }
+    buf.truncate(len);
+    Ok(Some((buf, fd)))
+}
+
+fn seqpacket() -> nix::Result<OwnedFd> {
+    socket(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )
+}
+
+/// The rank side: sends this rank's hello and descriptor, blocks until every rank has done the
+/// same, and returns all hellos (indexed by rank) with their descriptors.
+///
+/// The returned connection stays open for the life of the job; when the launcher goes away the
+/// socket reads end-of-file.
+pub fn exchange(
+    path: &str,
+    size: usize,
+    hello: &Hello,
+    fd: RawFd,
+) -> Result<(Vec<PeerHello>, OwnedFd), BootstrapError> {
+    let sock = seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
+    let addr = UnixAddr::new(path).map_err(|e| rdv_err(path, e.to_string()))?;
+    connect(sock.as_raw_fd(), &addr).map_err(|e| rdv_err(path, format!("connect: {e}")))?;
+    let bytes = serde_json::to_vec(hello).map_err(|e| rdv_err(path, e.to_string()))?;
+    send_msg(sock.as_raw_fd(), &bytes, Some(fd))
+        .map_err(|e| rdv_err(path, format!("send hello: {e}")))?;
+    let mut peers = Vec::with_capacity(size);
+    for i in 0..size {
+        let (bytes, fd) = recv_msg(sock.as_raw_fd())
+            .map_err(|e| rdv_err(path, format!("receive: {e}")))?
+            .ok_or_else(|| {
+                rdv_err(
+                    path,
+                    "launcher closed the rendezvous (another rank failed?)",
+                )
+            })?;
+        let hello: Hello = serde_json::from_slice(&bytes)
+            .map_err(|e| rdv_err(path, format!("bad hello from launcher: {e}")))?;
+        let fd = fd.ok_or_else(|| rdv_err(path, "peer hello without a descriptor"))?;
+        if hello.rank != i {
+            return Err(rdv_err(
+                path,
+                format!("expected hello of rank {i}, got {}", hello.rank),
+            ));
+        }
+        peers.push(PeerHello { hello, fd });
+    }
+    Ok((peers, sock))
+}
+
+/// The launcher side of the rendezvous.
+#[derive(Debug)]
+pub struct RendezvousServer {
+    listener: OwnedFd,
+    size: usize,
+    path: String,
+}
+
+impl RendezvousServer {
+    /// Binds a listening socket at `path` for a job of `size` ranks.
+    pub fn bind(path: &Path, size: usize) -> Result<Self, BootstrapError> {
+        let p = path.display().to_string();
+        let listener =
+            seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
+        let addr = UnixAddr::new(path).map_err(|e| rdv_err(&p, e.to_string()))?;
+        bind(listener.as_raw_fd(), &addr).map_err(|e| rdv_err(&p, format!("bind: {e}")))?;
+        let backlog = Backlog::new(size.clamp(1, 4096) as i32).unwrap_or(Backlog::MAXCONN);
+        listen(&listener, backlog).map_err(|e| rdv_err(&p, format!("listen: {e}")))?;
+        Ok(Self {
+            listener,
+            size,
+            path: p,
+        })
+    }
+
+    /// Waits for every rank's hello, then sends all hellos and descriptors to every rank.
+    /// Returns the open connections (kept so ranks can notice the launcher going away).
+    pub fn serve(self) -> Result<Vec<OwnedFd>, BootstrapError> {
+        let mut conns: Vec<Option<(OwnedFd, Vec<u8>, OwnedFd)>> =
+            (0..self.size).map(|_| None).collect();
+        let mut arrived = 0;
+        while arrived < self.size {
+            let raw = accept(self.listener.as_raw_fd())
+                .map_err(|e| rdv_err(&self.path, format!("accept: {e}")))?;
+            // SAFETY: accept returned a fresh descriptor that nothing else owns.
+            let conn = unsafe { OwnedFd::from_raw_fd(raw) };
+            let Some((bytes, fd)) = recv_msg(conn.as_raw_fd())
+                .map_err(|e| rdv_err(&self.path, format!("receive hello: {e}")))?
+            else {
+                continue;
+            };
+            let hello: Hello = serde_json::from_slice(&bytes)
+                .map_err(|e| rdv_err(&self.path, format!("bad hello: {e}")))?;
+            let fd = fd.ok_or_else(|| {
+                rdv_err(
+                    &self.path,
+                    format!("rank {} sent no descriptor", hello.rank),
+                )
+            })?;
+            let slot = conns.get_mut(hello.rank).ok_or_else(|| {
+                rdv_err(
+                    &self.path,
+                    format!("hello from rank {} outside the job", hello.rank),
+                )
+            })?;
+            if slot.is_some() {
+                return Err(rdv_err(
+                    &self.path,
+                    format!("two ranks claim rank {}", hello.rank),
+                ));
+            }
+            *slot = Some((conn, bytes, fd));
+            arrived += 1;
+        }
+        let conns: Vec<(OwnedFd, Vec<u8>, OwnedFd)> = conns.into_iter().flatten().collect();
+        for (conn, _, _) in &conns {
+            for (_, bytes, fd) in &conns {
+                send_msg(conn.as_raw_fd(), bytes, Some(fd.as_raw_fd()))
+                    .map_err(|e| rdv_err(&self.path, format!("send: {e}")))?;
+            }
+        }
+        Ok(conns.into_iter().map(|(conn, _, _)| conn).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
+
+    #[test]
+    fn three_ranks_exchange_hellos_and_descriptors() {
+        let dir = std::env::temp_dir().join(format!("volley-rdv-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rdv.sock");
+        let server = RendezvousServer::bind(&path, 3).unwrap();
+        let server = std::thread::spawn(move || server.serve().unwrap());
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let path = path.display().to_string();
+                std::thread::spawn(move || {
+                    let mut file = tempfile_with(format!("rank{rank}").as_bytes());
+                    let hello = Hello {
+                        rank,
+                        pid: std::process::id(),
+                        blob: serde_json::json!({ "r": rank }),
+                    };
+                    let (peers, _conn) = exchange(&path, 3, &hello, file.as_raw_fd()).unwrap();
+                    file.flush().unwrap();
+                    peers
+                        .into_iter()
+                        .map(|p| {
+                            let mut f = std::fs::File::from(p.fd);
+                            f.rewind().unwrap();
+                            let mut s = String::new();
+                            f.read_to_string(&mut s).unwrap();
+                            (p.hello.blob["r"].as_u64().unwrap(), s)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for r in ranks {
+            let got = r.join().unwrap();
+            assert_eq!(
+                got,
+                vec![
+                    (0, "rank0".to_string()),
+                    (1, "rank1".to_string()),
+                    (2, "rank2".to_string())
+                ]
+            );
+        }
+        assert_eq!(server.join().unwrap().len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempfile_with(bytes: &[u8]) -> std::fs::File {
+        let path = std::env::temp_dir().join(format!(
+            "volley-rdv-file-{}-{}",
+            std::process::id(),
+            super::super::job::random_u64()
+        ));
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f.write_all(bytes).unwrap();
+        f
+    }
+}

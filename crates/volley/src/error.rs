@@ -1,0 +1,102 @@
+//! The error type of the Active Message layer and of everything below it.
+
+use crate::bootstrap::BootstrapError;
+
+/// What went wrong in a volley call, and what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The job could not be set up (rendezvous, shared memory, environment).
+    #[error(transparent)]
+    Bootstrap(#[from] BootstrapError),
+    /// A rank outside `0..size` was named as a destination.
+    #[error("rank {rank} is not in this job (size {size}); valid ranks are 0..{size}")]
+    InvalidRank {
+        /// The rank that was named.
+        rank: usize,
+        /// The number of ranks in the job.
+        size: usize,
+    },
+    /// A handler index that no rank registered was named; nothing was sent.
+    #[error(
+        "handler index {index} is not registered ({registered} {kind} handlers are registered)"
+    )]
+    UnknownHandler {
+        /// The index that was named.
+        index: u16,
+        /// How many handlers of this kind are registered.
+        registered: usize,
+        /// "request" or "reply".
+        kind: &'static str,
+    },
+    /// More than [`crate::MAX_ARGS`] arguments were passed.
+    #[error("{given} arguments given; a message carries at most {max}")]
+    TooManyArgs {
+        /// Number of arguments passed.
+        given: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// A medium payload larger than [`crate::Runtime::max_medium`] was passed.
+    #[error(
+        "payload of {len} bytes exceeds the medium maximum of {max} bytes; use a long message"
+    )]
+    PayloadTooLarge {
+        /// The payload length.
+        len: usize,
+        /// The maximum medium payload.
+        max: usize,
+    },
+    /// A segment access that does not fit inside the segment.
+    #[error(
+        "access of {len} bytes at offset {offset} does not fit in the {segment_len}-byte segment"
+    )]
+    OutOfBounds {
+        /// Requested offset.
+        offset: usize,
+        /// Requested length.
+        len: usize,
+        /// Length of the segment.
+        segment_len: usize,
+    },
+    /// The ranks registered different handler tables; every rank must register the same
+    /// handlers, by the same names, in the same order.
+    #[error("handler tables differ: rank {rank} registered {theirs:?} but rank {me} registered {mine:?}")]
+    HandlerTableMismatch {
+        /// This rank.
+        me: usize,
+        /// The first rank whose table differs.
+        rank: usize,
+        /// This rank's table.
+        mine: Vec<String>,
+        /// The other rank's table.
+        theirs: Vec<String>,
+    },
+    /// The ranks were started with different runtime settings (for example `VOLLEY_RING_SLOTS`).
+    #[error("runtime settings differ: rank {rank} has {theirs} but rank {me} has {mine}")]
+    ConfigMismatch {
+        /// This rank.
+        me: usize,
+        /// The rank that differs.
+        rank: usize,
+        /// This rank's settings.
+        mine: String,
+        /// The other rank's settings.
+        theirs: String,
+    },
+    /// A setting read from the environment or the builder is invalid.
+    #[error("invalid setting {name}={value}: {why}")]
+    InvalidConfig {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it was refused.
+        why: &'static str,
+    },
+    /// Two handlers were registered under one name.
+    #[error("handler name {0:?} is registered twice")]
+    DuplicateHandler(String),
+}
+
+/// Result type of volley calls.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,33 @@
+//! # volley
+//!
+//! A communication runtime for SPMD parallel programs: Active Messages (seeds 000, 001, 003)
+//! over transports chosen per peer, with memory-based one-sided operations and a Split-C global
+//! address space to follow.
+//!
+//! Layers, bottom up (each uses only those below it):
+//! - [`bootstrap`]: rank, size, job key, the rendezvous with `volley run`.
+//! - [`transport`]: moving frames between two ranks ([`transport::shm`] rings today).
+//! - [`am`]: handler table, request/reply channels and credits, short/medium/long messages,
+//!   statistics. [`Runtime`] is the entry point.
+//!
+//! Start a job with `volley run -n 4 ./my_program`; a program started bare is a job of one rank
+//! whose messages to itself still go through the rings.
+
+#[cfg(not(loom))]
+pub mod am;
+#[cfg(not(loom))]
+pub mod bootstrap;
+#[cfg(not(loom))]
+mod error;
+pub(crate) mod sync;
+pub mod transport;
+
+#[cfg(not(loom))]
+pub use am::{
+    Message, MessageClass, ReplyHandler, ReplyToken, RequestHandler, Runtime, RuntimeBuilder, Stats,
+};
+#[cfg(not(loom))]
+pub use error::{Error, Result};
+
+/// Most u64 arguments a message carries.
+pub const MAX_ARGS: usize = 16;

@@ -1,0 +1,37 @@
+//! Atomics and cells used by lock-free code, switched to `loom`'s model types under `--cfg loom`
+//! so the same ring code runs in the model checker and in production.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+
+/// An `UnsafeCell` with loom's closure-based access API, so loom can track every access.
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// An `UnsafeCell` with loom's closure-based access API (production build: zero-cost).
+#[cfg(not(loom))]
+#[derive(Debug, Default)]
+#[repr(transparent)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    #[cfg(test)]
+    pub(crate) fn new(value: T) -> Self {
+        Self(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Runs `f` with a shared raw pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+        f(self.0.get())
+    }
+
+    /// Runs `f` with a mutable raw pointer to the contents.
+    #[inline(always)]
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}

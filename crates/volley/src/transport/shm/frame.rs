@@ -1,0 +1,183 @@
+//! The 64-bit frame header that starts every frame in a ring slot.
+//!
+//! ```text
+//! bits  0..16  seq      ring position + 1 (mod 2^16): the word the receiver polls
+//! bits 16..32  handler  handler index (or system operation)
+//! bits 32..37  nargs    number of u64 arguments, 0..=16
+//! bits 37..40  kind     FrameKind
+//! bits 40..48  nslots   slots the frame occupies, 1..=255
+//! bits 48..56  flags    reserved, 0
+//! bits 56..64  check    hash of the other 56 bits and the job key
+//! ```
+//!
+//! A 16-bit sequence suffices because a slot only ever holds 0 or the header of the frame that
+//! most recently started there, one lap (ring size < 2^15 slots) earlier: see `ring`.
+
+/// What a frame carries; decides how the words after the header are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum FrameKind {
+    /// Handler + arguments.
+    Short = 1,
+    /// Handler + arguments + payload inline in the following bytes of the ring.
+    MediumInline = 2,
+    /// Handler + arguments + payload in one of the sender's medium buffers.
+    MediumPooled = 3,
+    /// Handler + arguments; the payload was already written into the target's segment.
+    Long = 4,
+    /// Padding to the end of the ring: the next frame starts at slot 0.
+    Skip = 5,
+    /// A runtime-internal one-way message (barrier, finalize).
+    System = 6,
+}
+
+impl FrameKind {
+    fn from_bits(bits: u64) -> Option<Self> {
+        Some(match bits {
+            1 => Self::Short,
+            2 => Self::MediumInline,
+            3 => Self::MediumPooled,
+            4 => Self::Long,
+            5 => Self::Skip,
+            6 => Self::System,
+            _ => return None,
+        })
+    }
+}
+
+/// A decoded frame header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameHeader {
+    /// Handler index or system operation.
+    pub handler: u16,
+    /// Number of u64 arguments.
+    pub nargs: u8,
+    /// What the frame carries.
+    pub kind: FrameKind,
+    /// Slots occupied, including the header slot.
+    pub nslots: u8,
+}
+
+/// Why a header was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderError {
+    /// The check byte does not match: the frame is corrupt or from another job.
+    BadCheck,
+    /// The check byte matches but a field is out of range.
+    BadField,
+}
+
+const SEQ_MASK: u64 = 0xffff;
+
+/// The sequence number a header at ring position `pos` carries.
+#[inline(always)]
+pub fn seq_for(pos: u64) -> u64 {
+    (pos.wrapping_add(1)) & SEQ_MASK
+}
+
+/// The sequence field of a raw header word.
+#[inline(always)]
+pub fn seq_of(word: u64) -> u64 {
+    word & SEQ_MASK
+}
+
+#[inline(always)]
+fn check_byte(body: u64, key: u64) -> u64 {
+    ((body ^ key).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) & 0xff
+}
+
+impl FrameHeader {
+    /// Encodes the header for ring position `pos` under the job key `key`.
+    #[inline(always)]
+    pub fn encode(&self, pos: u64, key: u64) -> u64 {
+        let body = seq_for(pos)
+            | (self.handler as u64) << 16
+            | (self.nargs as u64) << 32
+            | (self.kind as u64) << 37
+            | (self.nslots as u64) << 40;
+        body | check_byte(body, key) << 56
+    }
+
+    /// Decodes a header word whose sequence already matched. A `BadCheck` error carries no
+    /// trustworthy length; a `BadField` error does (see [`FrameHeader::claimed_slots`]).
+    #[inline(always)]
+    pub fn decode(word: u64, key: u64) -> Result<Self, HeaderError> {
+        let body = word & ((1 << 56) - 1);
+        if check_byte(body, key) != word >> 56 {
+            return Err(HeaderError::BadCheck);
+        }
+        let nargs = ((word >> 32) & 0x1f) as u8;
+        let nslots = ((word >> 40) & 0xff) as u8;
+        let kind = FrameKind::from_bits((word >> 37) & 0x7).ok_or(HeaderError::BadField)?;
+        if nargs as usize > crate::MAX_ARGS || nslots == 0 || (word >> 48) & 0xff != 0 {
+            return Err(HeaderError::BadField);
+        }
+        Ok(Self {
+            handler: (word >> 16) as u16,
+            nargs,
+            kind,
+            nslots,
+        })
+    }
+
+    /// The slot count a raw header claims, whatever else is wrong with it.
+    #[inline(always)]
+    pub fn claimed_slots(word: u64) -> u64 {
+        (word >> 40) & 0xff
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_every_kind() {
+        for kind in [
+            FrameKind::Short,
+            FrameKind::MediumInline,
+            FrameKind::MediumPooled,
+            FrameKind::Long,
+            FrameKind::Skip,
+            FrameKind::System,
+        ] {
+            let h = FrameHeader {
+                handler: 513,
+                nargs: 16,
+                kind,
+                nslots: 3,
+            };
+            let w = h.encode(70_000, 0xdead_beef);
+            assert_eq!(seq_of(w), seq_for(70_000));
+            assert_eq!(FrameHeader::decode(w, 0xdead_beef), Ok(h));
+        }
+    }
+
+    #[test]
+    fn other_job_key_or_flipped_bit_is_refused() {
+        let h = FrameHeader {
+            handler: 7,
+            nargs: 2,
+            kind: FrameKind::Short,
+            nslots: 1,
+        };
+        let w = h.encode(5, 42);
+        assert_eq!(FrameHeader::decode(w, 43), Err(HeaderError::BadCheck));
+        let mut refused = 0;
+        for bit in 16..56 {
+            if FrameHeader::decode(w ^ (1 << bit), 42).is_err() {
+                refused += 1;
+            }
+        }
+        // An 8-bit check catches single-bit flips except for rare collisions.
+        assert!(refused >= 38, "only {refused} of 40 flips refused");
+    }
+
+    #[test]
+    fn zero_word_never_matches_a_sequence_it_could_be_confused_with() {
+        // Position 65535 has sequence 0; an all-zero slot must still not decode.
+        assert_eq!(seq_for(65_535), 0);
+        let ok = FrameHeader::decode(0, 0x1234);
+        assert!(ok.is_err(), "a zeroed slot decoded as {ok:?}");
+    }
+}

@@ -1,0 +1,22 @@
+//! Shared-memory transport between ranks on one host.
+//!
+//! Each rank owns one [`Region`]: an anonymous `memfd` mapping that holds
+//! - its *incoming* rings, one per (local sender, channel), including one from itself (loopback);
+//! - its outgoing medium buffers (payloads too large to travel inline in a ring);
+//! - its segment, the memory long messages are written into.
+//!
+//! Regions are exchanged as file descriptors at the rendezvous and mapped by every local rank,
+//! so a sender writes straight into the receiver's ring (no send queue) and a receiver reads a
+//! pooled medium payload straight out of the sender's buffer (no second copy). A memfd has no
+//! name, so nothing can be left behind in `/dev/shm` whatever happens to the job.
+//!
+//! Trust model (seed 001 §3.3): ranks of one job on one host trust each other; the job key in
+//! every frame header guards against misdirected frames, not against a malicious peer.
+
+pub mod frame;
+#[cfg(not(loom))]
+mod region;
+pub mod ring;
+
+#[cfg(not(loom))]
+pub use region::{Layout, PoolFlags, Region, MEDIUM_MAX};

@@ -1,0 +1,447 @@
+//! A single-producer single-consumer ring of 64-byte slots: one per (sender, receiver, channel).
+//!
+//! The fast path moves one cache line per short message: the sender writes the arguments and
+//! then the header word (release) into the next slot; the receiver polls that header word
+//! (acquire) for the sequence number it expects. There is no shared head or tail index. Credits
+//! flow back lazily: the receiver publishes how far it has consumed (`RingCtl::consumed`, on its
+//! own cache line) once per quarter ring, and the sender reads it only when its cached limit
+//! runs out.
+//!
+//! A frame spans 1..=[`MAX_FRAME_SLOTS`] consecutive slots and never wraps: a frame that would
+//! cross the end is preceded by a `Skip` frame covering the rest of the ring.
+//!
+//! Slot invariant (why a 16-bit sequence is enough): the first word of every slot is either 0 or
+//! the header of the frame that last started at that slot. The receiver zeroes the first word of
+//! every non-header slot it consumes before returning the credit, so stale payload can never be
+//! mistaken for a header; a stale header belongs to the previous lap and carries the previous
+//! lap's sequence, which differs because the ring has fewer than 2^15 slots.
+
+use super::frame::{seq_for, seq_of, FrameHeader, FrameKind};
+use crate::sync::{AtomicU64, Ordering, UnsafeCell};
+
+/// Bytes per slot: one cache line.
+pub const SLOT_BYTES: usize = 64;
+/// The most slots one frame may occupy (header + 16 arguments + inline payload).
+pub const MAX_FRAME_SLOTS: u64 = 4;
+/// Smallest allowed ring: two maximal frames, so a skip plus a frame always fit in 3/4 of it.
+pub const MIN_RING_SLOTS: usize = 8;
+/// Largest allowed ring, so a 16-bit sequence never aliases across one lap.
+pub const MAX_RING_SLOTS: usize = 1 << 14;
+
+/// One cache line of a ring.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct Slot {
+    /// Frame header (in a frame's first slot) or the frame's next 8 bytes (in later slots).
+    pub(crate) header: AtomicU64,
+    pub(crate) body: UnsafeCell<[u64; 7]>,
+}
+
+/// The receiver-written control line of a ring.
+#[repr(C, align(64))]
+#[derive(Debug)]
+pub struct RingCtl {
+    /// Ring position up to which the receiver has consumed (and zeroed) slots.
+    pub(crate) consumed: AtomicU64,
+}
+
+/// A view of one ring in (shared) memory.
+#[derive(Clone, Copy, Debug)]
+pub struct RingRef<'a> {
+    ctl: &'a RingCtl,
+    slots: &'a [Slot],
+}
+
+impl<'a> RingRef<'a> {
+    /// Views `slots` (a power of two in `MIN_RING_SLOTS..=MAX_RING_SLOTS`) with control line `ctl`.
+    pub fn new(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
+        debug_assert!(slots.len().is_power_of_two());
+        debug_assert!(slots.len() <= MAX_RING_SLOTS);
+        Self { ctl, slots }
+    }
+
+    #[inline(always)]
+    fn slot(&self, pos: u64) -> &'a Slot {
+        &self.slots[(pos as usize) & (self.slots.len() - 1)]
+    }
+
+    #[inline(always)]
+    fn len(&self) -> u64 {
+        self.slots.len() as u64
+    }
+
+    /// Writes the `word`-th 8-byte word of the frame starting at `pos` (word 0 is the header and
+    /// is written by [`RingRef::publish`] instead).
+    #[inline(always)]
+    pub fn write_word(&self, pos: u64, word: usize, value: u64) {
+        debug_assert!(word > 0);
+        let slot = self.slot(pos + (word / 8) as u64);
+        let within = word % 8;
+        if within == 0 {
+            // Relaxed: ordered before the consumer's read by the release store in `publish`.
+            slot.header.store(value, Ordering::Relaxed);
+        } else {
+            // SAFETY: the producer owns slots between its reservation and `publish`; the
+            // consumer does not read them until it acquires the header published afterwards.
+            slot.body.with_mut(|b| unsafe { (*b)[within - 1] = value });
+        }
+    }
+
+    /// Reads the `word`-th word of a frame the consumer has acquired.
+    #[inline(always)]
+    pub fn read_word(&self, pos: u64, word: usize) -> u64 {
+        let slot = self.slot(pos + (word / 8) as u64);
+        let within = word % 8;
+        if within == 0 {
+            slot.header.load(Ordering::Relaxed)
+        } else {
+            // SAFETY: the consumer acquired this frame's header, so the producer's writes are
+            // visible and the producer will not touch the slots until the credit comes back.
+            slot.body.with(|b| unsafe { (*b)[within - 1] })
+        }
+    }
+
+    /// Address of the first byte of the frame at `pos`; the frame's `nslots * 64` bytes are
+    /// contiguous because frames never wrap.
+    #[cfg(not(loom))]
+    #[inline(always)]
+    pub fn frame_ptr(&self, pos: u64) -> *mut u8 {
+        (self.slot(pos) as *const Slot).cast_mut().cast()
+    }
+
+    /// Makes the frame at `pos` visible to the consumer.
+    #[inline(always)]
+    pub fn publish(&self, pos: u64, header: u64) {
+        // Release: everything written into the frame happens-before the consumer's acquire
+        // load of this word in `Consumer::peek`.
+        self.slot(pos).header.store(header, Ordering::Release);
+    }
+}
+
+/// The sender's private state for one ring.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Producer {
+    tail: u64,
+    limit: u64,
+}
+
+impl Producer {
+    /// A producer for a fresh ring of `slots` slots.
+    pub fn new(slots: usize) -> Self {
+        Self {
+            tail: 0,
+            limit: slots as u64,
+        }
+    }
+
+    /// Reserves `n` consecutive slots (writing a skip frame first if they would wrap) and returns
+    /// the position of the first, or `None` if the receiver has not returned enough credit.
+    #[inline(always)]
+    pub fn reserve(&mut self, ring: RingRef<'_>, n: u64, key: u64) -> Option<u64> {
+        let size = ring.len();
+        let idx = self.tail & (size - 1);
+        let skip = if idx + n > size { size - idx } else { 0 };
+        let need = skip + n;
+        if self.tail + need > self.limit {
+            // Acquire: pairs with the consumer's release store of `consumed`, so its reads and
+            // zeroing of those slots happen-before we overwrite them.
+            self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+            if self.tail + need > self.limit {
+                return None;
+            }
+        }
+        if skip > 0 {
+            let header = FrameHeader {
+                handler: 0,
+                nargs: 0,
+                kind: FrameKind::Skip,
+                nslots: skip as u8,
+            };
+            ring.publish(self.tail, header.encode(self.tail, key));
+            self.tail += skip;
+        }
+        let pos = self.tail;
+        self.tail += n;
+        Some(pos)
+    }
+}
+
+/// The receiver's private state for one ring.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Consumer {
+    head: u64,
+    published: u64,
+    batch: u64,
+}
+
+impl Consumer {
+    /// A consumer for a fresh ring of `slots` slots; credit returns every quarter ring.
+    pub fn new(slots: usize) -> Self {
+        Self {
+            head: 0,
+            published: 0,
+            batch: (slots as u64 / 4).max(1),
+        }
+    }
+
+    /// Position of the next frame.
+    #[inline(always)]
+    pub fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// The header word of the next frame if it has been published.
+    #[inline(always)]
+    pub fn peek(&self, ring: RingRef<'_>) -> Option<u64> {
+        // Acquire: pairs with the producer's release in `RingRef::publish`.
+        let word = ring.slot(self.head).header.load(Ordering::Acquire);
+        (word != 0 && seq_of(word) == seq_for(self.head)).then_some(word)
+    }
+
+    /// Retires the `nslots`-slot frame at the head: zeroes its non-header slots (the slot
+    /// invariant) and returns credit once a batch has accumulated.
+    #[inline(always)]
+    pub fn release(&mut self, ring: RingRef<'_>, nslots: u64) {
+        for k in 1..nslots {
+            // Relaxed: ordered before the producer's reuse by the release store below.
+            ring.slot(self.head + k).header.store(0, Ordering::Relaxed);
+        }
+        self.head += nslots;
+        if self.head - self.published >= self.batch {
+            self.flush(ring);
+        }
+    }
+
+    /// Returns all outstanding credit now.
+    #[inline(always)]
+    pub fn flush(&mut self, ring: RingRef<'_>) {
+        if self.published != self.head {
+            // Release: our reads of the retired slots and the zeroing above happen-before the
+            // producer's acquire load of `consumed` and its subsequent overwrites.
+            ring.ctl.consumed.store(self.head, Ordering::Release);
+            self.published = self.head;
+        }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn ring_mem(n: usize) -> (RingCtl, Vec<Slot>) {
+        let ctl = RingCtl {
+            consumed: AtomicU64::new(0),
+        };
+        let slots = (0..n)
+            .map(|_| Slot {
+                header: AtomicU64::new(0),
+                body: UnsafeCell::new([0; 7]),
+            })
+            .collect();
+        (ctl, slots)
+    }
+
+    fn send(p: &mut Producer, ring: RingRef<'_>, n: u64, tag: u64) -> bool {
+        let Some(pos) = p.reserve(ring, n, 9) else {
+            return false;
+        };
+        for w in 1..(n as usize * 8) {
+            ring.write_word(pos, w, tag * 1000 + w as u64);
+        }
+        let h = FrameHeader {
+            handler: tag as u16,
+            nargs: 0,
+            kind: FrameKind::Short,
+            nslots: n as u8,
+        };
+        ring.publish(pos, h.encode(pos, 9));
+        true
+    }
+
+    fn recv(c: &mut Consumer, ring: RingRef<'_>) -> Option<(u16, u64)> {
+        loop {
+            let w = c.peek(ring)?;
+            let h = FrameHeader::decode(w, 9).unwrap();
+            if h.kind == FrameKind::Skip {
+                c.release(ring, h.nslots as u64);
+                continue;
+            }
+            for wi in 1..(h.nslots as usize * 8) {
+                assert_eq!(
+                    ring.read_word(c.head(), wi),
+                    h.handler as u64 * 1000 + wi as u64
+                );
+            }
+            c.release(ring, h.nslots as u64);
+            return Some((h.handler, h.nslots as u64));
+        }
+    }
+
+    #[test]
+    fn mixed_sizes_stream_in_order_with_skips_and_credit() {
+        let (ctl, slots) = ring_mem(8);
+        let ring = RingRef::new(&ctl, &slots);
+        let mut p = Producer::new(8);
+        let mut c = Consumer::new(8);
+        let mut next_send = 0u64;
+        let mut next_recv = 0u64;
+        let size_of = |i: u64| 1 + (i * 7 % 4);
+        while next_recv < 5000 {
+            while next_send < 5000 && send(&mut p, ring, size_of(next_send), next_send % 60000) {
+                next_send += 1;
+            }
+            while let Some((tag, n)) = recv(&mut c, ring) {
+                assert_eq!(tag as u64, next_recv % 60000);
+                assert_eq!(n, size_of(next_recv));
+                next_recv += 1;
+            }
+        }
+        assert_eq!(next_send, 5000);
+    }
+
+    #[test]
+    fn full_ring_refuses_until_credit_returns() {
+        let (ctl, slots) = ring_mem(8);
+        let ring = RingRef::new(&ctl, &slots);
+        let mut p = Producer::new(8);
+        let mut c = Consumer::new(8);
+        for i in 0..8 {
+            assert!(send(&mut p, ring, 1, i), "slot {i}");
+        }
+        assert!(!send(&mut p, ring, 1, 8), "ninth frame must not fit");
+        assert_eq!(recv(&mut c, ring), Some((0, 1)));
+        assert!(
+            !send(&mut p, ring, 1, 8),
+            "credit is returned in batches of 2"
+        );
+        assert_eq!(recv(&mut c, ring), Some((1, 1)));
+        assert!(send(&mut p, ring, 1, 8));
+    }
+
+    #[test]
+    fn stale_payload_is_never_read_as_a_header() {
+        // Fill a lap with 4-slot frames whose payload words look exactly like headers of the
+        // next lap, then check that the consumer sees nothing until the real frames arrive.
+        let (ctl, slots) = ring_mem(8);
+        let ring = RingRef::new(&ctl, &slots);
+        let mut p = Producer::new(8);
+        let mut c = Consumer::new(8);
+        for _ in 0..2 {
+            let pos = p.reserve(ring, 4, 9).unwrap();
+            for w in 1..32 {
+                let fake = FrameHeader {
+                    handler: 1,
+                    nargs: 0,
+                    kind: FrameKind::Short,
+                    nslots: 1,
+                };
+                let slot_pos = pos + (w / 8) as u64 + 8;
+                ring.write_word(pos, w, fake.encode(slot_pos, 9));
+            }
+            let h = FrameHeader {
+                handler: 2,
+                nargs: 0,
+                kind: FrameKind::Short,
+                nslots: 4,
+            };
+            ring.publish(pos, h.encode(pos, 9));
+        }
+        for _ in 0..2 {
+            let w = c.peek(ring).unwrap();
+            c.release(ring, FrameHeader::decode(w, 9).unwrap().nslots as u64);
+        }
+        assert_eq!(
+            c.peek(ring),
+            None,
+            "stale payload must not look like a frame"
+        );
+    }
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    struct Mem {
+        ctl: RingCtl,
+        slots: Vec<Slot>,
+    }
+
+    fn mem(n: usize) -> Arc<Mem> {
+        Arc::new(Mem {
+            ctl: RingCtl {
+                consumed: AtomicU64::new(0),
+            },
+            slots: (0..n)
+                .map(|_| Slot {
+                    header: AtomicU64::new(0),
+                    body: UnsafeCell::new([0; 7]),
+                })
+                .collect(),
+        })
+    }
+
+    /// One producer streams frames through a tiny ring while one consumer drains it; loom
+    /// explores the interleavings and weak-memory outcomes of publish/consume and credit return.
+    fn model(ring_slots: usize, frames: &'static [u64]) {
+        loom::model(move || {
+            let m = mem(ring_slots);
+            let pm = m.clone();
+            let producer = loom::thread::spawn(move || {
+                let ring = RingRef::new(&pm.ctl, &pm.slots);
+                let mut p = Producer::new(ring_slots);
+                for (i, &n) in frames.iter().enumerate() {
+                    let pos = loop {
+                        if let Some(pos) = p.reserve(ring, n, 3) {
+                            break pos;
+                        }
+                        loom::thread::yield_now();
+                    };
+                    for w in 1..(n as usize * 8) {
+                        ring.write_word(pos, w, (i as u64) << 8 | w as u64);
+                    }
+                    let h = FrameHeader {
+                        handler: i as u16,
+                        nargs: 0,
+                        kind: FrameKind::Short,
+                        nslots: n as u8,
+                    };
+                    ring.publish(pos, h.encode(pos, 3));
+                }
+            });
+            let ring = RingRef::new(&m.ctl, &m.slots);
+            let mut c = Consumer::new(ring_slots);
+            let mut got = 0;
+            while got < frames.len() {
+                let Some(w) = c.peek(ring) else {
+                    loom::thread::yield_now();
+                    continue;
+                };
+                let h = FrameHeader::decode(w, 3).expect("torn or stale header");
+                if h.kind == FrameKind::Skip {
+                    c.release(ring, h.nslots as u64);
+                    continue;
+                }
+                assert_eq!(h.handler as usize, got, "frames out of order");
+                assert_eq!(h.nslots as u64, frames[got]);
+                for wi in 1..(h.nslots as usize * 8) {
+                    assert_eq!(ring.read_word(c.head(), wi), (got as u64) << 8 | wi as u64);
+                }
+                c.release(ring, h.nslots as u64);
+                got += 1;
+            }
+            producer.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn loom_single_slot_frames_wrap_with_credit() {
+        model(2, &[1, 1, 1]);
+    }
+
+    #[test]
+    fn loom_multi_slot_frames_skip_and_zero() {
+        model(4, &[1, 2, 2]);
+    }
+}
