@@ -1,1 +1,134 @@
-fn main() {}
+//! The `volley` command: `run` launches a job, `bench` measures, `info` describes the build.
+
+mod bench;
+mod info;
+mod launch;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// volley: Active Messages and one-sided communication for parallel programs.
+#[derive(Debug, Parser)]
+#[command(name = "volley", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Start N ranks of PROGRAM on this host and supervise them.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "ranks", value_name = "N")]
+        ranks: usize,
+        /// Prefix every output line with the rank, as `[R] `.
+        #[arg(long)]
+        label: bool,
+        /// Pin rank r to CPU r modulo the number of CPUs.
+        #[arg(long)]
+        bind: bool,
+        /// Seconds between SIGTERM and SIGKILL when stopping a failed job.
+        #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+        grace: f64,
+        /// The program and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            value_name = "PROGRAM [ARGS]..."
+        )]
+        command: Vec<OsString>,
+    },
+    /// Measure volley against this machine's floors.
+    Bench {
+        #[command(subcommand)]
+        which: bench::BenchCommand,
+    },
+    /// Print the build's limits, defaults and per-rank memory footprint.
+    Info,
+    /// Internal: one rank of a benchmark (started by `volley bench`).
+    #[command(hide = true, name = "__bench-rank")]
+    BenchRank {
+        /// Which benchmark.
+        which: String,
+        /// File for rank 0's results.
+        out: std::path::PathBuf,
+        /// Scale factor for iteration counts.
+        scale: f64,
+        /// Repetitions.
+        reps: usize,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            if code == 2 {
+                // One line: clap's message up to its usage block, joined.
+                let msg = e.to_string();
+                let line: Vec<&str> = msg
+                    .lines()
+                    .take_while(|l| !l.starts_with("Usage:"))
+                    .map(str::trim)
+                    .filter(|l| {
+                        !l.is_empty()
+                            && !l.starts_with("tip:")
+                            && !l.starts_with("For more information")
+                    })
+                    .collect();
+                eprintln!(
+                    "volley: {} (see `volley --help`)",
+                    line.join(" ").trim_start_matches("error: ")
+                );
+            } else {
+                let _ = e.print();
+            }
+            return ExitCode::from(code);
+        }
+    };
+    match cli.command {
+        Command::Run {
+            ranks,
+            label,
+            bind,
+            grace,
+            mut command,
+        } => {
+            if !(0.0..=3600.0).contains(&grace) {
+                eprintln!("volley run: --grace must be between 0 and 3600 seconds");
+                return ExitCode::from(2);
+            }
+            let program = command.remove(0);
+            let opts = launch::LaunchOptions {
+                ranks,
+                label,
+                bind,
+                grace: Duration::from_secs_f64(grace),
+                program,
+                args: command,
+            };
+            match launch::launch(&opts) {
+                Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+                Err(e) => {
+                    eprintln!("volley run: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+        Command::Bench { which } => bench::main(which),
+        Command::Info => {
+            info::print();
+            ExitCode::SUCCESS
+        }
+        Command::BenchRank {
+            which,
+            out,
+            scale,
+            reps,
+        } => bench::rank_main(&which, &out, scale, reps),
+    }
+}

@@ -421,7 +421,9 @@ impl Runtime {
             .wait_until(|| self.engine.finalized_peers.get() >= others);
         self.engine.flush_credit();
         if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
-            eprintln!("volley stats rank {}: {}", self.rank(), self.stats());
+            // One write, so lines of different ranks never interleave.
+            let line = format!("volley stats rank {}: {}\n", self.rank(), self.stats());
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
     }
 

@@ -170,6 +170,12 @@ impl RendezvousServer {
     /// Waits for every rank's hello, then sends all hellos and descriptors to every rank.
     /// Returns the open connections (kept so ranks can notice the launcher going away).
     pub fn serve(self) -> Result<Vec<OwnedFd>, BootstrapError> {
+        self.serve_with(|_| {})
+    }
+
+    /// Like [`RendezvousServer::serve`], calling `on_arrival(n)` after the n-th hello so the
+    /// launcher can tell "not started" from "waiting for a rank that is gone".
+    pub fn serve_with(self, on_arrival: impl Fn(usize)) -> Result<Vec<OwnedFd>, BootstrapError> {
         let mut conns: Vec<Option<(OwnedFd, Vec<u8>, OwnedFd)>> =
             (0..self.size).map(|_| None).collect();
         let mut arrived = 0;
@@ -205,12 +211,16 @@ impl RendezvousServer {
             }
             *slot = Some((conn, bytes, fd));
             arrived += 1;
+            on_arrival(arrived);
         }
         let conns: Vec<(OwnedFd, Vec<u8>, OwnedFd)> = conns.into_iter().flatten().collect();
         for (conn, _, _) in &conns {
             for (_, bytes, fd) in &conns {
-                send_msg(conn.as_raw_fd(), bytes, Some(fd.as_raw_fd()))
-                    .map_err(|e| rdv_err(&self.path, format!("send: {e}")))?;
+                // A rank that died after its hello cannot be told; the launcher sees its exit
+                // and ends the job, so keep serving the others.
+                if send_msg(conn.as_raw_fd(), bytes, Some(fd.as_raw_fd())).is_err() {
+                    break;
+                }
             }
         }
         Ok(conns.into_iter().map(|(conn, _, _)| conn).collect())

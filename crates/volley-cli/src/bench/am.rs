@@ -1,0 +1,292 @@
+//! The two ranks of `volley bench am`. Rank 0 drives every phase and records results; rank 1
+//! serves requests (and takes part in the two-way flood and overhead measurements).
+//!
+//! Methods (seed 001 §5.1, after "Assessing Fast Network Interfaces"):
+//! - round trips: ping-pong of a request whose handler replies, averaged over many iterations;
+//! - flood: rank 0 streams short requests whose handler only counts, then one ping; the ping's
+//!   reply comes after every flood message was handled (rings are FIFO), so time / count is the
+//!   gap g per message;
+//! - o_send: a burst shorter than the ring, timed at the sender while the receiver is not
+//!   polling;
+//! - o_recv: the receiver stops polling until a burst has arrived, then times the polls that
+//!   handle it.
+
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use volley::{ReplyHandler, RequestHandler, Runtime};
+
+const MEDIUM_SIZES: [usize; 6] = [0, 8, 64, 512, 4096, 65536];
+const LONG_SIZES: [usize; 4] = [8, 4096, 65536, 1 << 20];
+const BURST: usize = 32;
+
+struct Bench {
+    rt: Runtime,
+    pongs: Arc<AtomicU64>,
+    sinks: Arc<AtomicU64>,
+    ends: Arc<AtomicU64>,
+    ping: RequestHandler,
+    ping_medium: RequestHandler,
+    ping_long: RequestHandler,
+    sink: RequestHandler,
+    end: RequestHandler,
+    report: RequestHandler,
+    reported: Arc<AtomicU64>,
+    scale: f64,
+}
+
+fn spin_for(d: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
+
+impl Bench {
+    fn new(scale: f64) -> Self {
+        let pongs = Arc::new(AtomicU64::new(0));
+        let sinks = Arc::new(AtomicU64::new(0));
+        let ends = Arc::new(AtomicU64::new(0));
+        let mut b = Runtime::builder();
+        let p = pongs.clone();
+        let pong: ReplyHandler = b.reply_handler("pong", move |_| {
+            p.fetch_add(1, Ordering::Relaxed);
+        });
+        let ping = b.request_handler("ping", move |m, tok| {
+            tok.reply_short(pong, m.args()).expect("reply");
+        });
+        let ping_medium = b.request_handler("ping_medium", move |m, tok| {
+            tok.reply_medium(pong, &[], m.payload()).expect("reply");
+        });
+        let ping_long = b.request_handler("ping_long", move |m, tok| {
+            tok.reply_long(pong, &[], m.payload(), 0).expect("reply");
+        });
+        let s = sinks.clone();
+        let sink = b.request_handler("sink", move |_, _| {
+            s.fetch_add(1, Ordering::Relaxed);
+        });
+        let e = ends.clone();
+        let end = b.request_handler("end", move |_, _| {
+            e.fetch_add(1, Ordering::Relaxed);
+        });
+        let reported = Arc::new(AtomicU64::new(u64::MAX));
+        let rep = reported.clone();
+        let report = b.request_handler("report", move |m, _| {
+            rep.store(m.arg(0), Ordering::Relaxed);
+        });
+        let mut b = b;
+        b.segment_bytes(2 << 20);
+        let rt = b.build().expect("joining the benchmark job");
+        Self {
+            rt,
+            pongs,
+            sinks,
+            ends,
+            ping,
+            ping_medium,
+            ping_long,
+            sink,
+            end,
+            report,
+            reported,
+            scale,
+        }
+    }
+
+    fn iters(&self, n: u64) -> u64 {
+        ((n as f64 * self.scale) as u64).max(10)
+    }
+
+    /// Mean round trip in ns of `send` followed by waiting for its reply.
+    fn rtt(&self, iters: u64, send: impl Fn()) -> f64 {
+        let warm = (iters / 10).max(5);
+        let mut t0 = Instant::now();
+        for i in 0..warm + iters {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            let target = self.pongs.load(Ordering::Relaxed) + 1;
+            send();
+            self.rt
+                .wait_until(|| self.pongs.load(Ordering::Relaxed) >= target);
+        }
+        t0.elapsed().as_nanos() as f64 / iters as f64
+    }
+
+    /// Rank 0: tell rank 1 to leave its serving loop.
+    fn end_phase(&self) {
+        self.rt.request_short(1, self.end, &[]).expect("end");
+    }
+
+    /// Rank 1: serve until rank 0 ends the phase.
+    fn serve(&self, phase: u64) {
+        self.rt
+            .wait_until(|| self.ends.load(Ordering::Relaxed) >= phase);
+    }
+
+    /// Floods `dest` with `n` sink requests and a ping; returns ns until the ping's reply.
+    fn flood(&self, dest: usize, n: u64) -> f64 {
+        let target = self.pongs.load(Ordering::Relaxed) + 1;
+        let t0 = Instant::now();
+        for _ in 0..n {
+            self.rt.request_short(dest, self.sink, &[]).expect("sink");
+        }
+        self.rt.request_short(dest, self.ping, &[]).expect("ping");
+        self.rt
+            .wait_until(|| self.pongs.load(Ordering::Relaxed) >= target);
+        t0.elapsed().as_nanos() as f64
+    }
+
+    fn one_rep(&self, phase: &mut u64) -> serde_json::Value {
+        let me = self.rt.rank();
+        let mut r = serde_json::Map::new();
+        // Phase 1: round trips and one-way flood driven by rank 0.
+        *phase += 1;
+        if me == 0 {
+            let short = self.rtt(self.iters(100_000), || {
+                self.rt.request_short(1, self.ping, &[1]).expect("ping")
+            });
+            r.insert("am_short_rtt_ns".into(), json!(short));
+            let mut medium = Vec::new();
+            for &size in &MEDIUM_SIZES {
+                let buf = vec![7u8; size];
+                let n = self.iters(if size >= 65536 {
+                    5_000
+                } else if size >= 4096 {
+                    20_000
+                } else {
+                    50_000
+                });
+                let ns = self.rtt(n, || {
+                    self.rt
+                        .request_medium(1, self.ping_medium, &[], &buf)
+                        .expect("ping_medium")
+                });
+                medium.push(json!({"size": size, "rtt_ns": ns}));
+            }
+            r.insert("am_medium_rtt_ns".into(), json!(medium));
+            let mut long = Vec::new();
+            for &size in &LONG_SIZES {
+                let buf = vec![9u8; size];
+                let n = self.iters(match size {
+                    s if s >= 1 << 20 => 300,
+                    s if s >= 65536 => 3_000,
+                    _ => 20_000,
+                });
+                let ns = self.rtt(n, || {
+                    self.rt
+                        .request_long(1, self.ping_long, &[], &buf, 0)
+                        .expect("ping_long")
+                });
+                long.push(json!({"size": size, "rtt_ns": ns}));
+            }
+            r.insert("am_long_rtt_ns".into(), json!(long));
+            let n = self.iters(300_000);
+            r.insert(
+                "am_flood_ns_per_msg".into(),
+                json!(self.flood(1, n) / n as f64),
+            );
+            self.end_phase();
+        } else {
+            self.serve(*phase);
+        }
+        // Phase 2: two-way flood, both ranks at once.
+        self.rt.barrier();
+        let n = self.iters(300_000);
+        let ns = self.flood(1 - me, n);
+        self.rt.barrier();
+        if me == 0 {
+            r.insert(
+                "am_flood_2way_ns_per_msg".into(),
+                json!(ns / (2 * n) as f64),
+            );
+        }
+        // Phase 3: send overhead, receiver not polling during the burst.
+        let bursts = self.iters(300);
+        let mut o_send = Vec::new();
+        for _ in 0..bursts {
+            self.rt.barrier();
+            if me == 0 {
+                let t0 = Instant::now();
+                for _ in 0..BURST {
+                    self.rt.request_short(1, self.sink, &[]).expect("sink");
+                }
+                o_send.push(t0.elapsed().as_nanos() as f64 / BURST as f64);
+            } else {
+                // Stay off the rings while the burst is injected.
+                spin_for(Duration::from_micros(30));
+            }
+            self.rt.barrier();
+        }
+        // Phase 4: receive overhead, burst already waiting when the receiver polls. The base
+        // count is read while no sink can be in flight (every earlier sink was handled before
+        // the last barrier completed here, and rank 0 sends no more until the next one); a
+        // count read after a barrier could already include part of the new burst.
+        let base = self.sinks.load(Ordering::Relaxed);
+        let mut o_recv = Vec::new();
+        for i in 0..bursts {
+            self.rt.barrier();
+            if me == 0 {
+                // Let rank 1 leave the barrier first, so it does not drain the burst there.
+                spin_for(Duration::from_micros(10));
+                for _ in 0..BURST {
+                    self.rt.request_short(1, self.sink, &[]).expect("sink");
+                }
+            } else {
+                let expected = base + (i + 1) * BURST as u64;
+                spin_for(Duration::from_micros(60));
+                let untouched = self.sinks.load(Ordering::Relaxed) == expected - BURST as u64;
+                let t0 = Instant::now();
+                while self.sinks.load(Ordering::Relaxed) < expected {
+                    self.rt.poll();
+                }
+                // Keep only samples where the whole burst was waiting and none handled early.
+                if untouched {
+                    o_recv.push(t0.elapsed().as_nanos() as f64 / BURST as f64);
+                }
+            }
+            self.rt.barrier();
+        }
+        // Rank 1 hands its o_recv median to rank 0.
+        if me == 1 {
+            let med = super::median(&mut o_recv);
+            self.rt
+                .request_short(0, self.report, &[med.to_bits()])
+                .expect("report");
+        } else {
+            self.rt
+                .wait_until(|| self.reported.load(Ordering::Relaxed) != u64::MAX);
+            let bits = self.reported.swap(u64::MAX, Ordering::Relaxed);
+            r.insert("o_recv_ns".into(), json!(f64::from_bits(bits)));
+            r.insert("o_send_ns".into(), json!(super::median(&mut o_send)));
+        }
+        self.rt.barrier();
+        serde_json::Value::Object(r)
+    }
+}
+
+/// Runs one rank; rank 0 writes the medians of every figure to `out`.
+pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String> {
+    let bench = Bench::new(scale);
+    if bench.rt.size() != 2 {
+        return Err(format!(
+            "the am benchmark needs 2 ranks, got {}",
+            bench.rt.size()
+        ));
+    }
+    let mut phase = 0;
+    let mut reps_out = Vec::new();
+    for _ in 0..reps {
+        reps_out.push(bench.one_rep(&mut phase));
+    }
+    if bench.rt.rank() == 0 {
+        let doc = json!({ "reps": reps_out });
+        std::fs::write(
+            out,
+            serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
+        )
+        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    Ok(())
+}

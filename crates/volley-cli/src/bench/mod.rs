@@ -1,0 +1,249 @@
+//! `volley bench`: benchmarks as commands. Each prints a table, writes JSON with `--json`, and
+//! reports every figure beside the machine floor measured in the same run.
+
+mod am;
+mod floor;
+
+use clap::Subcommand;
+use serde_json::{json, Map, Value};
+use std::io::Write;
+use std::process::ExitCode;
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Active Message latency, bandwidth and LogP overheads between two local ranks.
+    Am {
+        /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
+        /// standard error).
+        #[arg(long, value_name = "FILE|-")]
+        json: Option<String>,
+        /// Repetitions; every figure is the median over them.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        reps: u64,
+        /// Scale every iteration count (0.01 for a quick smoke run).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
+}
+
+/// Median of the samples (0 when empty).
+pub fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Runs a benchmark command.
+pub fn main(cmd: BenchCommand) -> ExitCode {
+    match cmd {
+        BenchCommand::Am { json, reps, scale } => {
+            if !(scale > 0.0 && scale <= 100.0) {
+                eprintln!("volley bench: --scale must be in (0, 100]");
+                return ExitCode::from(2);
+            }
+            match bench_am(reps as usize, scale) {
+                Ok(doc) => emit(&doc, json.as_deref(), print_am_table),
+                Err(e) => {
+                    eprintln!("volley bench am: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// Entry point of one benchmark rank (`volley __bench-rank`).
+pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) -> ExitCode {
+    let result = match which {
+        "am" => am::run(out, scale, reps),
+        other => Err(format!("unknown benchmark {other:?}")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("volley bench rank: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Launches `ranks` copies of this executable as benchmark ranks and returns rank 0's output.
+fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?;
+    let out = std::env::temp_dir().join(format!(
+        "volley-bench-{}-{:x}.json",
+        std::process::id(),
+        volley::bootstrap::random_u64()
+    ));
+    let opts = crate::launch::LaunchOptions {
+        ranks,
+        label: false,
+        bind: true,
+        grace: std::time::Duration::from_secs(2),
+        program: exe.into_os_string(),
+        args: vec![
+            "__bench-rank".into(),
+            which.into(),
+            out.clone().into_os_string(),
+            scale.to_string().into(),
+            reps.to_string().into(),
+        ],
+    };
+    let code = crate::launch::launch(&opts).map_err(|e| e.to_string())?;
+    let text = std::fs::read(&out);
+    let _ = std::fs::remove_file(&out);
+    if code != 0 {
+        return Err(format!("benchmark ranks failed (exit code {code})"));
+    }
+    let text = text.map_err(|e| format!("reading rank 0's results: {e}"))?;
+    serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
+}
+
+/// Median across repetitions of every scalar, and of every `{size, rtt_ns}` list element-wise.
+fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
+    let mut out = Map::new();
+    let Some(first) = reps.first().and_then(Value::as_object) else {
+        return out;
+    };
+    for (key, v) in first {
+        if v.is_number() {
+            let mut xs: Vec<f64> = reps.iter().filter_map(|r| r[key].as_f64()).collect();
+            out.insert(key.clone(), json!(median(&mut xs)));
+        } else if let Some(list) = v.as_array() {
+            let merged: Vec<Value> = (0..list.len())
+                .map(|i| {
+                    let mut xs: Vec<f64> = reps
+                        .iter()
+                        .filter_map(|r| r[key][i]["rtt_ns"].as_f64())
+                        .collect();
+                    json!({"size": list[i]["size"], "rtt_ns": median(&mut xs)})
+                })
+                .collect();
+            out.insert(key.clone(), json!(merged));
+        }
+    }
+    out
+}
+
+fn bench_am(reps: usize, scale: f64) -> Result<Value, String> {
+    // The floor first: it forks, which must happen before any thread exists.
+    let floor = floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3));
+    let raw = run_ranks("am", 2, scale, reps)?;
+    let runs = raw["reps"].as_array().cloned().unwrap_or_default();
+    let mut doc = median_of_reps(&runs);
+    let get =
+        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    let rtt = get(&doc, "am_short_rtt_ns");
+    let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
+    doc.insert("cacheline_rtt_ns".into(), json!(floor));
+    doc.insert("L_ns".into(), json!(rtt / 2.0 - os - or));
+    doc.insert(
+        "ratios".into(),
+        json!({
+            "am_short_rtt_over_floor": rtt / floor,
+            "am_flood_over_floor": get(&doc, "am_flood_ns_per_msg") / floor,
+        }),
+    );
+    doc.insert("reps".into(), json!(reps));
+    doc.insert("scale".into(), json!(scale));
+    doc.insert(
+        "cpus".into(),
+        json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
+    );
+    doc.insert("runs".into(), json!(runs));
+    Ok(Value::Object(doc))
+}
+
+fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> ExitCode {
+    match json {
+        Some("-") => {
+            table(doc, &mut std::io::stderr());
+            println!("{}", serde_json::to_string_pretty(doc).expect("json"));
+        }
+        Some(path) => {
+            table(doc, &mut std::io::stdout());
+            if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(doc).expect("json")) {
+                eprintln!("volley bench: writing {path}: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+        None => table(doc, &mut std::io::stdout()),
+    }
+    ExitCode::SUCCESS
+}
+
+fn print_am_table(doc: &Value, w: &mut dyn Write) {
+    let floor = doc["cacheline_rtt_ns"].as_f64().unwrap_or(f64::NAN);
+    let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
+        let _ = writeln!(
+            w,
+            "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
+            v / floor
+        );
+    };
+    let _ = writeln!(
+        w,
+        "volley bench am: 2 ranks on one host, shared memory, pinned; median of {} repetitions",
+        doc["reps"]
+    );
+    row(w, "cacheline_rtt_ns (floor)", floor, "");
+    row(
+        w,
+        "am_short_rtt_ns",
+        doc["am_short_rtt_ns"].as_f64().unwrap_or(f64::NAN),
+        "target <= 1.30 x floor",
+    );
+    row(
+        w,
+        "am_flood_ns_per_msg",
+        doc["am_flood_ns_per_msg"].as_f64().unwrap_or(f64::NAN),
+        "target <= 0.15 x floor",
+    );
+    row(
+        w,
+        "am_flood_2way_ns_per_msg",
+        doc["am_flood_2way_ns_per_msg"].as_f64().unwrap_or(f64::NAN),
+        "both directions at once, per message",
+    );
+    row(
+        w,
+        "o_send_ns",
+        doc["o_send_ns"].as_f64().unwrap_or(f64::NAN),
+        "LogP send overhead",
+    );
+    row(
+        w,
+        "o_recv_ns",
+        doc["o_recv_ns"].as_f64().unwrap_or(f64::NAN),
+        "LogP receive overhead",
+    );
+    row(
+        w,
+        "L_ns",
+        doc["L_ns"].as_f64().unwrap_or(f64::NAN),
+        "RTT/2 - o_send - o_recv (may be negative)",
+    );
+    for (key, label) in [("am_medium_rtt_ns", "medium"), ("am_long_rtt_ns", "long")] {
+        for e in doc[key].as_array().into_iter().flatten() {
+            let size = e["size"].as_u64().unwrap_or(0);
+            let name = format!("{label} rtt {}", human(size));
+            row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
+        }
+    }
+}
+
+fn human(bytes: u64) -> String {
+    match bytes {
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
