@@ -15,7 +15,7 @@ use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use volley::bootstrap::rendezvous::RendezvousServer;
@@ -129,17 +129,20 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
     let sock = dir.0.join("rendezvous.sock");
     let server =
         RendezvousServer::bind(&sock, opts.ranks).map_err(|e| LaunchError::Setup(e.to_string()))?;
+    // Hellos received so far. All ranks have joined once it reaches `ranks`, which happens
+    // before any rank is released from the rendezvous, so no rank can exit "early" after it.
     let arrived = Arc::new(AtomicUsize::new(0));
-    let complete = Arc::new(AtomicBool::new(false));
     {
-        let (arrived, complete) = (arrived.clone(), complete.clone());
+        let arrived = arrived.clone();
         std::thread::spawn(move || {
             let result = server.serve_with(|n| arrived.store(n, Ordering::Release));
             if let Ok(conns) = result {
-                complete.store(true, Ordering::Release);
-                // Hold the connections open for the life of the job.
-                std::thread::park();
-                drop(conns);
+                // Hold the connections open for the life of the job (the thread ends with
+                // the process).
+                let _conns = conns;
+                loop {
+                    std::thread::park();
+                }
             }
         });
     }
@@ -199,7 +202,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
         children.push(child);
     }
     let pgid = pgid.expect("at least one rank");
-    let code = supervise(opts, &mut children, pgid, &arrived, &complete);
+    let code = supervise(opts, &mut children, pgid, &arrived);
     for p in pumps {
         let _ = p.join();
     }
@@ -212,8 +215,9 @@ fn supervise(
     children: &mut [Child],
     pgid: Pid,
     arrived: &AtomicUsize,
-    complete: &AtomicBool,
 ) -> i32 {
+    let ranks = children.len();
+    let all_joined = || arrived.load(Ordering::Acquire) >= ranks;
     let mut done = vec![false; children.len()];
     let mut exited_before_join = None;
     loop {
@@ -251,13 +255,13 @@ fn supervise(
                 stop_all(pgid, children, opts.grace);
                 return exit_code(status);
             }
-            if !complete.load(Ordering::Acquire) && exited_before_join.is_none() {
+            if !all_joined() && exited_before_join.is_none() {
                 exited_before_join = Some((rank, child.id()));
             }
         }
         // A rank that left before the rendezvous finished can never be waited for.
         if let Some((rank, pid)) = exited_before_join {
-            if arrived.load(Ordering::Acquire) > 0 && !complete.load(Ordering::Acquire) {
+            if arrived.load(Ordering::Acquire) > 0 && !all_joined() {
                 eprintln!(
                     "volley run: rank {rank} (pid {pid}) exited before joining the job while \
                      other ranks wait for it; stopping the job"

@@ -33,8 +33,9 @@ impl Backoff {
     #[inline(always)]
     pub(crate) fn snooze(&mut self) {
         if self.empty < self.limit {
+            // No `pause` here: on current AMD and Intel cores it costs 40-150 cycles, which
+            // would add directly to the time until the next poll sees an arriving message.
             self.empty += 1;
-            std::hint::spin_loop();
         } else {
             std::thread::yield_now();
         }

@@ -8,8 +8,8 @@ use super::backoff::Backoff;
 use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
 use super::stats::{bump, StatCells};
 use crate::error::{Error, Result};
-use crate::transport::shm::frame::{FrameHeader, FrameKind};
-use crate::transport::shm::ring::{Consumer, Producer, MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
+use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::{Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use crate::MAX_ARGS;
@@ -35,7 +35,12 @@ pub(crate) struct Engine {
     pub(crate) me: usize,
     pub(crate) size: usize,
     key: u64,
-    /// Regions by rank; `regions[me]` is this rank's own.
+    /// Views of the rings this rank sends into, `[dest][channel]`.
+    tx_rings: Vec<[RingRef<'static>; 2]>,
+    /// Views of this rank's incoming rings, `[src][channel]`.
+    rx_rings: Vec<[RingRef<'static>; 2]>,
+    /// Regions by rank; `regions[me]` is this rank's own. Declared after the ring views that
+    /// point into them.
     regions: Vec<Region>,
     pool_bufs: usize,
     tx: Vec<[Cell<Producer>; 2]>,
@@ -79,7 +84,22 @@ impl Engine {
     ) -> Self {
         let layout = *regions[me].layout();
         let size = regions.len();
+        let view = |r: RingRef<'_>| -> RingRef<'static> {
+            // SAFETY: a RingRef points into a region's mapping, whose address never changes
+            // while the Region is alive (moving the Region value does not move the mapping).
+            // The regions live in this Engine next to the views and are unmapped only when the
+            // Engine is dropped, after which no view is used.
+            unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
+        };
+        let tx_rings = (0..size)
+            .map(|d| [Channel::Request, Channel::Reply].map(|ch| view(regions[d].ring(me, ch))))
+            .collect();
+        let rx_rings = (0..size)
+            .map(|s| [Channel::Request, Channel::Reply].map(|ch| view(regions[me].ring(s, ch))))
+            .collect();
         Self {
+            tx_rings,
+            rx_rings,
             me,
             size,
             key,
@@ -318,7 +338,7 @@ impl Engine {
         let bytes = (1 + nextra + args.len()) * 8 + inline.len();
         let nslots = bytes.div_ceil(SLOT_BYTES) as u64;
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
-        let ring = self.regions[dest].ring(self.me, ch);
+        let ring = self.tx_rings[dest][ch as usize];
         let cell = &self.tx[dest][ch as usize];
         let mut backoff = Backoff::new(self.polite);
         let mut blocked = false;
@@ -395,7 +415,7 @@ impl Engine {
     /// Delivers up to DRAIN_BUDGET frames from one ring.
     #[inline]
     fn drain(&self, src: usize, ch: Channel) -> usize {
-        let ring = self.own().ring(src, ch);
+        let ring = self.rx_rings[src][ch as usize];
         let cell = &self.rx[src][ch as usize];
         let mut handled = 0;
         while handled < DRAIN_BUDGET {
@@ -403,8 +423,11 @@ impl Engine {
             let Some(word) = consumer.peek(ring) else {
                 break;
             };
-            let nslots = match FrameHeader::decode(word, self.key) {
-                Ok(h) if h.kind == FrameKind::Skip => h.nslots as u64,
+            // Start fetching the following slots now, so a stream of frames arrives with
+            // several cache misses in flight instead of one at a time.
+            ring.prefetch(consumer.head() + 2);
+            let nslots = match HeaderWord::check(word, self.key) {
+                Ok(h) if h.kind() == FrameKind::Skip => h.nslots(),
                 Ok(h) => {
                     let frame = ring.frame_ptr(consumer.head()).cast::<u64>().cast_const();
                     if self.deliver(src, ch, h, frame).is_err() {
@@ -412,7 +435,7 @@ impl Engine {
                     } else {
                         handled += 1;
                     }
-                    h.nslots as u64
+                    h.nslots()
                 }
                 Err(_) => {
                     // The length field cannot be trusted; a frame claiming more than the
@@ -439,17 +462,13 @@ impl Engine {
 
     /// Validates and runs one frame. `Err(())` means it was dropped.
     #[inline]
-    fn deliver(
-        &self,
-        src: usize,
-        ch: Channel,
-        h: FrameHeader,
-        frame: *const u64,
-    ) -> Result<(), ()> {
-        let nargs = h.nargs as usize;
-        let nextra = extra_words(h.kind);
+    fn deliver(&self, src: usize, ch: Channel, h: HeaderWord, frame: *const u64) -> Result<(), ()> {
+        let nargs = h.nargs();
+        let kind = h.kind();
+        let frame_bytes = h.nslots() as usize * SLOT_BYTES;
+        let nextra = extra_words(kind);
         let words = 1 + nextra + nargs;
-        if words * 8 > h.nslots as usize * SLOT_BYTES {
+        if words * 8 > frame_bytes {
             return Err(());
         }
         // SAFETY: the frame's nslots slots are published to us and stay untouched by the sender
@@ -462,12 +481,12 @@ impl Engine {
             )
         };
         let mut pooled = None;
-        let (class, payload, offset): (MessageClass, &[u8], usize) = match h.kind {
+        let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
             FrameKind::Short => (MessageClass::Short, &[], 0),
-            FrameKind::System => return self.deliver_system(h.handler, args),
+            FrameKind::System => return self.deliver_system(h.handler(), args),
             FrameKind::MediumInline => {
                 let len = w1 as usize;
-                if words * 8 + len > h.nslots as usize * SLOT_BYTES {
+                if words * 8 + len > frame_bytes {
                     return Err(());
                 }
                 // SAFETY: checked above that the payload lies inside the frame's slots.
@@ -516,7 +535,7 @@ impl Engine {
             class,
             offset,
         };
-        let result = self.run_handler(ch, h.handler, &msg);
+        let result = self.run_handler(ch, h.handler(), &msg);
         if let Some(idx) = pooled {
             self.regions[src]
                 .pool_flags()
@@ -594,7 +613,7 @@ impl Engine {
             for ch in [Channel::Request, Channel::Reply] {
                 let cell = &self.rx[src][ch as usize];
                 let mut c = cell.get();
-                c.flush(self.own().ring(src, ch));
+                c.flush(self.rx_rings[src][ch as usize]);
                 cell.set(c);
             }
         }

@@ -279,11 +279,11 @@ impl Runtime {
         self.engine.polite
     }
 
-    fn guard(&self, what: &str) {
-        assert!(
-            !self.engine.in_handler(),
-            "volley: {what} called from inside a handler; handlers may only reply"
-        );
+    #[inline(always)]
+    fn guard(&self, what: &'static str) {
+        if self.engine.in_handler() {
+            called_from_handler(what);
+        }
     }
 
     /// Sends a short request: `handler` runs at `dest` with `args` (at most 16).
@@ -431,6 +431,12 @@ impl Runtime {
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
+}
+
+#[cold]
+#[inline(never)]
+fn called_from_handler(what: &str) -> ! {
+    panic!("volley: {what} called from inside a handler; handlers may only reply")
 }
 
 impl Drop for Runtime {

@@ -32,6 +32,7 @@ pub enum FrameKind {
 }
 
 impl FrameKind {
+    #[inline(always)]
     fn from_bits(bits: u64) -> Option<Self> {
         Some(match bits {
             1 => Self::Short,
@@ -102,28 +103,75 @@ impl FrameHeader {
     /// trustworthy length; a `BadField` error does (see [`FrameHeader::claimed_slots`]).
     #[inline(always)]
     pub fn decode(word: u64, key: u64) -> Result<Self, HeaderError> {
-        let body = word & ((1 << 56) - 1);
-        if check_byte(body, key) != word >> 56 {
-            return Err(HeaderError::BadCheck);
-        }
-        let nargs = ((word >> 32) & 0x1f) as u8;
-        let nslots = ((word >> 40) & 0xff) as u8;
-        let kind = FrameKind::from_bits((word >> 37) & 0x7).ok_or(HeaderError::BadField)?;
-        if nargs as usize > crate::MAX_ARGS || nslots == 0 || (word >> 48) & 0xff != 0 {
-            return Err(HeaderError::BadField);
-        }
-        Ok(Self {
-            handler: (word >> 16) as u16,
-            nargs,
-            kind,
-            nslots,
-        })
+        HeaderWord::check(word, key).map(|w| w.to_header())
     }
 
     /// The slot count a raw header claims, whatever else is wrong with it.
     #[inline(always)]
     pub fn claimed_slots(word: u64) -> u64 {
         (word >> 40) & 0xff
+    }
+}
+
+/// A checked header word, decoded lazily: the hot receive path reads fields straight from the
+/// register instead of materializing a packed struct (which compiled to a store-forwarding
+/// stall on the stack).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeaderWord(u64);
+
+impl HeaderWord {
+    /// Validates the check byte and the fields of a header whose sequence already matched.
+    #[inline(always)]
+    pub fn check(word: u64, key: u64) -> Result<Self, HeaderError> {
+        let body = word & ((1 << 56) - 1);
+        if check_byte(body, key) != word >> 56 {
+            return Err(HeaderError::BadCheck);
+        }
+        let kind = (word >> 37) & 0x7;
+        let nargs = (word >> 32) & 0x1f;
+        let nslots = (word >> 40) & 0xff;
+        if !(1..=6).contains(&kind)
+            || nargs as usize > crate::MAX_ARGS
+            || nslots == 0
+            || (word >> 48) & 0xff != 0
+        {
+            return Err(HeaderError::BadField);
+        }
+        Ok(Self(word))
+    }
+
+    /// Handler index or system operation.
+    #[inline(always)]
+    pub fn handler(self) -> u16 {
+        (self.0 >> 16) as u16
+    }
+
+    /// Number of u64 arguments.
+    #[inline(always)]
+    pub fn nargs(self) -> usize {
+        ((self.0 >> 32) & 0x1f) as usize
+    }
+
+    /// What the frame carries.
+    #[inline(always)]
+    pub fn kind(self) -> FrameKind {
+        FrameKind::from_bits((self.0 >> 37) & 0x7).unwrap_or(FrameKind::Skip)
+    }
+
+    /// Slots occupied.
+    #[inline(always)]
+    pub fn nslots(self) -> u64 {
+        (self.0 >> 40) & 0xff
+    }
+
+    /// The decoded struct.
+    pub fn to_header(self) -> FrameHeader {
+        FrameHeader {
+            handler: self.handler(),
+            nargs: self.nargs() as u8,
+            kind: self.kind(),
+            nslots: self.nslots() as u8,
+        }
     }
 }
 

@@ -109,6 +109,19 @@ impl<'a> RingRef<'a> {
         (self.slot(pos) as *const Slot).cast_mut().cast()
     }
 
+    /// Hints the CPU to start loading the slot at `pos` (no effect on correctness).
+    #[inline(always)]
+    pub fn prefetch(&self, pos: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        // SAFETY: prefetch never faults and the address is inside the ring.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>((self.slot(pos) as *const Slot).cast());
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = pos;
+    }
+
     /// Makes the frame at `pos` visible to the consumer.
     #[inline(always)]
     pub fn publish(&self, pos: u64, header: u64) {
