@@ -12,13 +12,14 @@ mod signals;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use volley::bootstrap::rendezvous::RendezvousServer;
+use volley::bootstrap::rendezvous::{self, RendezvousServer};
 use volley::bootstrap::{
     ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK, ENV_RENDEZVOUS, ENV_SIZE,
 };
@@ -132,17 +133,15 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
     // Hellos received so far. All ranks have joined once it reaches `ranks`, which happens
     // before any rank is released from the rendezvous, so no rank can exit "early" after it.
     let arrived = Arc::new(AtomicUsize::new(0));
+    // The ranks' connections once the rendezvous is done: kept open for the life of the job
+    // and used to tell ranks when another rank exits.
+    let conns: Arc<Mutex<Vec<OwnedFd>>> = Arc::default();
     {
-        let arrived = arrived.clone();
+        let (arrived, conns) = (arrived.clone(), conns.clone());
         std::thread::spawn(move || {
             let result = server.serve_with(|n| arrived.store(n, Ordering::Release));
-            if let Ok(conns) = result {
-                // Hold the connections open for the life of the job (the thread ends with
-                // the process).
-                let _conns = conns;
-                loop {
-                    std::thread::park();
-                }
+            if let Ok(c) = result {
+                *conns.lock().unwrap_or_else(|e| e.into_inner()) = c;
             }
         });
     }
@@ -202,7 +201,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
         children.push(child);
     }
     let pgid = pgid.expect("at least one rank");
-    let code = supervise(opts, &mut children, pgid, &arrived);
+    let code = supervise(opts, &mut children, pgid, &arrived, &conns);
     for p in pumps {
         let _ = p.join();
     }
@@ -215,6 +214,7 @@ fn supervise(
     children: &mut [Child],
     pgid: Pid,
     arrived: &AtomicUsize,
+    conns: &Mutex<Vec<OwnedFd>>,
 ) -> i32 {
     let ranks = children.len();
     let all_joined = || arrived.load(Ordering::Acquire) >= ranks;
@@ -258,6 +258,10 @@ fn supervise(
             if !all_joined() && exited_before_join.is_none() {
                 exited_before_join = Some((rank, child.id()));
             }
+            // Ranks still waiting on this one learn it is gone (they fail loudly if it left
+            // without finalizing, instead of waiting forever).
+            let conns = conns.lock().unwrap_or_else(|e| e.into_inner());
+            rendezvous::notify_exit(&conns, rank);
         }
         // A rank that left before the rendezvous finished can never be waited for.
         if let Some((rank, pid)) = exited_before_join {

@@ -9,12 +9,15 @@
 const SPIN_POLLS: u32 = 1 << 14;
 /// Empty polls before a polite rank starts yielding.
 const POLITE_SPIN_POLLS: u32 = 8;
+/// Yields between two checks of the job's health (peers that exited without finalizing).
+const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 
 /// Wait state of one waiting loop.
 #[derive(Debug)]
 pub(crate) struct Backoff {
     empty: u32,
     limit: u32,
+    yields: u32,
 }
 
 impl Backoff {
@@ -26,18 +29,23 @@ impl Backoff {
             } else {
                 SPIN_POLLS
             },
+            yields: 0,
         }
     }
 
-    /// Called after a poll that found nothing.
+    /// Called after a poll that found nothing. Returns true when the wait has been long enough
+    /// (about every 2048 yields) that the caller should check the job's health.
     #[inline(always)]
-    pub(crate) fn snooze(&mut self) {
+    pub(crate) fn snooze(&mut self) -> bool {
         if self.empty < self.limit {
             // No `pause` here: on current AMD and Intel cores it costs 40-150 cycles, which
             // would add directly to the time until the next poll sees an arriving message.
             self.empty += 1;
+            false
         } else {
             std::thread::yield_now();
+            self.yields = self.yields.wrapping_add(1);
+            self.yields & (YIELDS_PER_HEALTH_CHECK - 1) == 0
         }
     }
 

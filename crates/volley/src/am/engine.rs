@@ -7,6 +7,7 @@
 use super::backoff::Backoff;
 use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
 use super::stats::{bump, StatCells};
+use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
@@ -14,6 +15,7 @@ use crate::transport::shm::{Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use crate::MAX_ARGS;
 use std::cell::Cell;
+use std::os::fd::OwnedFd;
 
 /// Frames one ring may deliver in one poll before the poll moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
@@ -54,6 +56,10 @@ pub(crate) struct Engine {
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
+    /// Which peers have sent their Finalize (only those may exit while we still run).
+    finalized_from: Vec<Cell<bool>>,
+    /// The rendezvous connection, on which the launcher reports ranks that exited.
+    launcher: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -81,6 +87,7 @@ impl Engine {
         requests: Vec<(String, Box<RequestFn>)>,
         replies: Vec<(String, Box<ReplyFn>)>,
         polite: bool,
+        launcher: Option<OwnedFd>,
     ) -> Self {
         let layout = *regions[me].layout();
         let size = regions.len();
@@ -120,6 +127,43 @@ impl Engine {
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
             finalized_peers: Cell::new(0),
+            finalized_from: (0..size).map(|_| Cell::new(false)).collect(),
+            launcher,
+        }
+    }
+
+    /// Fails loudly if a peer has exited without finalizing: nothing it owed us can arrive, so
+    /// waiting on would hang. Called from long waits only.
+    #[cold]
+    fn check_health(&self) {
+        let Some(conn) = &self.launcher else {
+            return;
+        };
+        let fatal = |why: String| -> ! {
+            let line = format!("volley: rank {}: {why}; ending this rank\n", self.me);
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            std::process::exit(70);
+        };
+        match rendezvous::poll_notices(conn) {
+            Ok(notices) => {
+                for Notice::Exited { rank } in notices {
+                    if rank < self.size && rank != self.me && !self.finalized_from[rank].get() {
+                        fatal(format!(
+                            "rank {rank} exited without finalizing (dropping its Runtime) while \
+                             this rank still runs"
+                        ));
+                    }
+                }
+            }
+            Err(e) => fatal(format!("lost the launcher ({e})")),
+        }
+    }
+
+    /// One step of an idle wait.
+    #[inline(always)]
+    fn idle(&self, backoff: &mut Backoff) {
+        if backoff.snooze() {
+            self.check_health();
         }
     }
 
@@ -311,7 +355,7 @@ impl Engine {
     /// replies only.
     fn wait_step(&self, ch: Channel, backoff: &mut Backoff) {
         if self.poll(ch == Channel::Request) == 0 {
-            backoff.snooze();
+            self.idle(backoff);
         } else {
             backoff.reset();
         }
@@ -483,7 +527,7 @@ impl Engine {
         let mut pooled = None;
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
             FrameKind::Short => (MessageClass::Short, &[], 0),
-            FrameKind::System => return self.deliver_system(h.handler(), args),
+            FrameKind::System => return self.deliver_system(src, h.handler(), args),
             FrameKind::MediumInline => {
                 let len = w1 as usize;
                 if words * 8 + len > frame_bytes {
@@ -569,7 +613,7 @@ impl Engine {
         found.ok_or(())
     }
 
-    fn deliver_system(&self, op: u16, args: &[u64]) -> Result<(), ()> {
+    fn deliver_system(&self, src: usize, op: u16, args: &[u64]) -> Result<(), ()> {
         match op {
             x if x == SystemOp::Barrier as u16 => {
                 let (epoch, round) = (args.first().ok_or(())?, *args.get(1).ok_or(())? as usize);
@@ -580,7 +624,9 @@ impl Engine {
                 Ok(())
             }
             x if x == SystemOp::Finalize as u16 => {
-                self.finalized_peers.set(self.finalized_peers.get() + 1);
+                if !self.finalized_from[src].replace(true) {
+                    self.finalized_peers.set(self.finalized_peers.get() + 1);
+                }
                 Ok(())
             }
             _ => Err(()),
@@ -593,7 +639,7 @@ impl Engine {
         let mut backoff = Backoff::new(self.polite);
         while !cond() {
             if self.poll(true) == 0 {
-                backoff.snooze();
+                self.idle(&mut backoff);
             } else {
                 backoff.reset();
             }

@@ -10,7 +10,7 @@ use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 /// Registers handlers and settings, then joins the job with [`RuntimeBuilder::build`].
 ///
@@ -173,12 +173,12 @@ impl RuntimeBuilder {
             self.requests,
             self.replies,
             polite,
+            conn,
         );
         Ok(Runtime {
             engine,
             job,
             barrier_epoch: Cell::new(0),
-            _launcher: conn,
             finalized: Cell::new(false),
         })
     }
@@ -239,7 +239,6 @@ pub struct Runtime {
     engine: Engine,
     job: JobInfo,
     barrier_epoch: Cell<u64>,
-    _launcher: Option<OwnedFd>,
     finalized: Cell<bool>,
 }
 

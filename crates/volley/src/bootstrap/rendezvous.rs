@@ -142,6 +142,47 @@ pub fn exchange(
     Ok((peers, sock))
 }
 
+/// What the launcher tells ranks after the rendezvous.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+pub enum Notice {
+    /// A rank's process has ended with status 0.
+    Exited {
+        /// The rank.
+        rank: usize,
+    },
+}
+
+/// Launcher side: tells every connected rank that `rank` has exited. Ranks that are gone are
+/// skipped.
+pub fn notify_exit(conns: &[OwnedFd], rank: usize) {
+    let bytes = serde_json::to_vec(&Notice::Exited { rank }).expect("notice serializes");
+    for c in conns {
+        let _ = send_msg(c.as_raw_fd(), &bytes, None);
+    }
+}
+
+/// Rank side: the notices that have arrived, without blocking. `Err` means the launcher is gone.
+pub fn poll_notices(conn: &OwnedFd) -> Result<Vec<Notice>, BootstrapError> {
+    let mut out = Vec::new();
+    loop {
+        let mut buf = [0u8; 256];
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        match recvmsg::<()>(conn.as_raw_fd(), &mut iov, None, MsgFlags::MSG_DONTWAIT) {
+            Ok(msg) if msg.bytes == 0 => {
+                return Err(rdv_err("launcher", "the launcher closed its connection"))
+            }
+            Ok(msg) => {
+                let n = msg.bytes;
+                if let Ok(notice) = serde_json::from_slice::<Notice>(&buf[..n]) {
+                    out.push(notice);
+                }
+            }
+            Err(nix::Error::EAGAIN) => return Ok(out),
+            Err(e) => return Err(rdv_err("launcher", format!("receive notice: {e}"))),
+        }
+    }
+}
+
 /// The launcher side of the rendezvous.
 #[derive(Debug)]
 pub struct RendezvousServer {

@@ -1,0 +1,104 @@
+//! The `volley` command's own subcommands: `info` and a quick `bench am` run. (The launcher is
+//! tested with real rank programs in the `volley-tests` package.)
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VOLLEY: &str = env!("CARGO_BIN_EXE_volley");
+
+/// Runs `volley ARGS`, killing it after `limit`.
+fn run(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
+    let child = Command::new(VOLLEY)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("volley starts");
+    let pid = child.id() as i32;
+    let start = Instant::now();
+    let watchdog = std::thread::spawn(move || {
+        while start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: signal 0 only checks that the process exists.
+            if unsafe { libc::kill(pid, 0) } != 0 {
+                return;
+            }
+        }
+        // SAFETY: terminating our own child, which overran its deadline.
+        unsafe { libc::kill(pid, libc::SIGINT) };
+    });
+    let out = child.wait_with_output().expect("volley runs");
+    let _ = watchdog.join();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn info_reports_limits_and_footprint() {
+    let (code, out, _) = run(&["info"], Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+    assert!(out.contains("max medium payload     65536 bytes"), "{out}");
+    assert!(out.contains(" 64 local ranks: rings"), "{out}");
+}
+
+#[test]
+fn bench_am_reports_every_figure_as_json() {
+    let (code, out, err) = run(
+        &[
+            "bench", "am", "--reps", "1", "--scale", "0.01", "--json", "-",
+        ],
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    for key in [
+        "cacheline_rtt_ns",
+        "am_short_rtt_ns",
+        "am_flood_ns_per_msg",
+        "am_flood_2way_ns_per_msg",
+        "o_send_ns",
+        "o_recv_ns",
+    ] {
+        let v = doc[key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
+    }
+    assert!(doc["L_ns"].as_f64().is_some_and(f64::is_finite), "{doc}");
+    let sizes = |key: &str| -> Vec<u64> {
+        doc[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key} is not an array: {doc}"))
+            .iter()
+            .map(|e| {
+                let ns = e["rtt_ns"].as_f64().unwrap_or(f64::NAN);
+                assert!(ns.is_finite() && ns > 0.0, "{key}: {e}");
+                e["size"].as_u64().unwrap()
+            })
+            .collect()
+    };
+    assert_eq!(sizes("am_medium_rtt_ns"), [0, 8, 64, 512, 4096, 65536]);
+    assert_eq!(sizes("am_long_rtt_ns"), [8, 4096, 65536, 1 << 20]);
+    // The table went to stderr, with every figure beside the floor.
+    assert!(err.contains("x floor"), "{err}");
+}
+
+#[test]
+fn bench_rejects_bad_arguments() {
+    for args in [
+        &["bench", "am", "--scale", "0"][..],
+        &["bench", "am", "--reps", "0"],
+        &["bench", "nope"],
+        &["bench", "am", "--json"],
+    ] {
+        let (code, _, err) = run(args, Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            1,
+            "{args:?}: one line expected: {err}"
+        );
+    }
+}

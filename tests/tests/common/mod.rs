@@ -1,0 +1,592 @@
+//! Running rank programs through the real `volley` launcher, with a deadline and cleanup checks.
+//!
+//! Every launcher run made through [`Job`]:
+//! - holds a process-wide lock, so the multi-process tests of one test binary run one at a time
+//!   (cargo runs test binaries one after another, so no two jobs ever share the machine);
+//! - gets `TMPDIR` set to a fresh empty directory, which must be empty again when the launcher
+//!   has exited (the rendezvous directory is removed);
+//! - must not leave new `/dev/shm` entries whose name contains "volley";
+//! - must not leave any process running that inherited that `TMPDIR` (the ranks, and anything
+//!   they started): survivors are killed and the test fails;
+//! - runs in its own process group and is killed (with everything in the group and every
+//!   survivor) when it misses its deadline, which fails the test with the output so far.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Default deadline of a launcher run.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The `volley` launcher: `$VOLLEY_LAUNCHER` if set, else `volley` beside this test's profile
+/// directory (`target/<profile>/deps/<test>-<hash>` → `target/<profile>/volley`).
+///
+/// `cargo test --workspace` builds it: `volley-cli` has integration tests of its own, so cargo
+/// builds its binary before running any test.
+pub fn launcher() -> PathBuf {
+    static LAUNCHER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    LAUNCHER
+        .get_or_init(find_launcher)
+        .clone()
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn find_launcher() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("VOLLEY_LAUNCHER") {
+        return Ok(p.into());
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("the test executable should live in target/<profile>/deps")?;
+    let p = profile_dir.join("volley");
+    if !p.is_file() {
+        return Err(format!(
+            "the launcher {} does not exist: build it in the same profile first \
+             (`cargo build --release -p volley-cli`), or point VOLLEY_LAUNCHER at it",
+            p.display()
+        ));
+    }
+    Ok(p)
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Serializes multi-process work within this test binary (a failed test does not poison it).
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A fresh, empty temporary directory, removed on drop.
+#[derive(Debug)]
+pub struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    /// Creates `$TMPDIR/volley-tests-<pid>-<n>-<tag>`.
+    pub fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "volley-tests-{}-{}-{tag}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+        Self { path }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What is in it (recursively, relative paths).
+    pub fn entries(&self) -> Vec<String> {
+        fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+            let Ok(rd) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in rd.flatten() {
+                let p = e.path();
+                out.push(p.strip_prefix(base).unwrap_or(&p).display().to_string());
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    walk(&p, base, out);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.path, &self.path, &mut out);
+        out.sort();
+        out
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Names in `/dev/shm` that contain "volley".
+pub fn shm_volley_entries() -> BTreeSet<OsString> {
+    std::fs::read_dir("/dev/shm")
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.to_string_lossy().contains("volley"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Live (non-zombie) processes whose environment contains `needle` (`NAME=value`), excluding
+/// this process.
+pub fn processes_with_env(needle: &[u8]) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut found = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return found;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        // A zombie's environment reads as empty, so it never matches.
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if env.split(|&b| b == 0).any(|var| var == needle) {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+                .unwrap_or_default();
+            found.push((pid, cmd.trim().to_string()));
+        }
+    }
+    found
+}
+
+/// Whether `pid` is gone (no such process, or a zombie).
+pub fn process_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        // Field 3 (after the parenthesized command) is the state.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state == "Z" || state == "X"),
+    }
+}
+
+/// How a launcher run ended.
+pub struct Outcome {
+    /// The launcher's exit status.
+    pub status: ExitStatus,
+    /// Everything it (and the ranks) wrote to stdout.
+    pub stdout: String,
+    /// Everything it (and the ranks) wrote to stderr.
+    pub stderr: String,
+    /// From spawn to exit.
+    pub elapsed: Duration,
+    /// The command line, for messages.
+    pub command: String,
+}
+
+impl Outcome {
+    /// The exit code, or `None` if the launcher was killed by a signal.
+    pub fn code(&self) -> Option<i32> {
+        self.status.code()
+    }
+
+    /// Panics with the whole outcome unless the launcher exited 0.
+    pub fn assert_success(&self) -> &Self {
+        assert!(self.status.success(), "job failed:\n{self}");
+        self
+    }
+
+    /// Panics unless the launcher exited with `code`.
+    pub fn assert_code(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "expected exit code {code}:\n{self}"
+        );
+        self
+    }
+
+    /// Panics unless stderr contains every one of `needles`.
+    pub fn assert_stderr_has(&self, needles: &[&str]) -> &Self {
+        for n in needles {
+            assert!(self.stderr.contains(n), "stderr lacks {n:?}:\n{self}");
+        }
+        self
+    }
+
+    /// Panics unless stdout contains every one of `needles`.
+    pub fn assert_stdout_has(&self, needles: &[&str]) -> &Self {
+        for n in needles {
+            assert!(self.stdout.contains(n), "stdout lacks {n:?}:\n{self}");
+        }
+        self
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "command: {}", self.command)?;
+        writeln!(
+            f,
+            "status: {:?} (code {:?}, signal {:?}) after {:.2?}",
+            self.status,
+            self.status.code(),
+            self.status.signal(),
+            self.elapsed
+        )?;
+        writeln!(f, "--- stdout ---\n{}", tail(&self.stdout, 60))?;
+        write!(f, "--- stderr ---\n{}", tail(&self.stderr, 60))
+    }
+}
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    let skip = lines.len().saturating_sub(n);
+    let mut out = String::new();
+    if skip > 0 {
+        out.push_str(&format!("[... {skip} lines omitted ...]\n"));
+    }
+    for l in &lines[skip..] {
+        out.push_str(l);
+        out.push('\n');
+    }
+    out
+}
+
+/// A launcher command line to run.
+pub struct Job {
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    timeout: Duration,
+    unlocked: bool,
+}
+
+impl Job {
+    /// `volley run -n N PROGRAM ARGS...`.
+    pub fn run(ranks: usize, program: &str, args: &[&str]) -> Self {
+        let mut v: Vec<OsString> = vec!["run".into(), "-n".into(), ranks.to_string().into()];
+        v.push(program.into());
+        v.extend(args.iter().map(OsString::from));
+        Self::raw(v)
+    }
+
+    /// `volley ARGS...` exactly as given.
+    pub fn raw<I, S>(args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        Self {
+            args: args.into_iter().map(|a| a.as_ref().to_owned()).collect(),
+            env: Vec::new(),
+            timeout: DEFAULT_TIMEOUT,
+            unlocked: false,
+        }
+    }
+
+    /// Sets an environment variable of the launcher (the ranks inherit it).
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    /// Sets the deadline.
+    pub fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    /// Does not take the serializing lock (the caller holds it, to run several jobs at once).
+    pub fn unlocked(mut self) -> Self {
+        self.unlocked = true;
+        self
+    }
+
+    /// Starts the launcher.
+    pub fn spawn(self) -> Running {
+        let guard = (!self.unlocked).then(serial);
+        let scratch = Scratch::new("tmpdir");
+        let shm_before = shm_volley_entries();
+        let launcher = launcher();
+        let command = std::iter::once(launcher.display().to_string())
+            .chain(self.args.iter().map(|a| a.to_string_lossy().into_owned()))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut cmd = Command::new(&launcher);
+        cmd.args(&self.args)
+            .env("TMPDIR", scratch.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        // The tests may themselves run under a launcher: do not leak its job into ours.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("VOLLEY_") && k != "VOLLEY_LAUNCHER" {
+                cmd.env_remove(&k);
+            }
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let start = Instant::now();
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command}: {e}"));
+        let (tx, stdout_rx) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        let stdout_thread = std::thread::spawn(move || {
+            let mut r = BufReader::new(out);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match r.read_until(b'\n', &mut line) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {
+                        let s = String::from_utf8_lossy(&line);
+                        let _ = tx.send(s.trim_end_matches('\n').to_string());
+                    }
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr_thread = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = err.read_to_end(&mut buf);
+            String::from_utf8_lossy(&buf).into_owned()
+        });
+        Running {
+            child,
+            start,
+            deadline: start + self.timeout,
+            timeout: self.timeout,
+            scratch,
+            shm_before,
+            stdout_rx,
+            stdout_lines: Vec::new(),
+            stdout_thread: Some(stdout_thread),
+            stderr_thread: Some(stderr_thread),
+            command,
+            _guard: guard,
+        }
+    }
+
+    /// Runs the launcher to completion (see the module documentation for what is checked).
+    pub fn output(self) -> Outcome {
+        self.spawn().finish()
+    }
+}
+
+/// A launcher that is running.
+pub struct Running {
+    child: Child,
+    start: Instant,
+    deadline: Instant,
+    timeout: Duration,
+    scratch: Scratch,
+    shm_before: BTreeSet<OsString>,
+    stdout_rx: Receiver<String>,
+    stdout_lines: Vec<String>,
+    stdout_thread: Option<JoinHandle<()>>,
+    stderr_thread: Option<JoinHandle<String>>,
+    command: String,
+    _guard: Option<MutexGuard<'static, ()>>,
+}
+
+impl Running {
+    /// The launcher's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits until `n` stdout lines satisfying `pred` have been printed (in total, since the
+    /// start) and returns them; fails the test (after cleaning up) on timeout or early exit.
+    pub fn wait_for_lines(
+        &mut self,
+        n: usize,
+        timeout: Duration,
+        pred: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let until = Instant::now() + timeout;
+        loop {
+            let matching: Vec<String> = self
+                .stdout_lines
+                .iter()
+                .filter(|l| pred(l))
+                .cloned()
+                .collect();
+            if matching.len() >= n {
+                return matching;
+            }
+            let now = Instant::now();
+            if now >= until {
+                self.abort(&format!(
+                    "only {} of {n} expected stdout lines after {timeout:?}",
+                    matching.len()
+                ));
+            }
+            match self.stdout_rx.recv_timeout(until - now) {
+                Ok(l) => self.stdout_lines.push(l),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    self.abort(&format!(
+                        "stdout closed after {} of {n} expected lines",
+                        matching.len()
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Sends `sig` to the launcher.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: plain system call.
+        let r = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(r, 0, "kill({}, {sig}) failed", self.child.id());
+    }
+
+    /// Sends `sig` to the launcher's process group, as a terminal's Ctrl-C would.
+    pub fn signal_group(&self, sig: i32) {
+        // SAFETY: plain system call; the launcher leads its own process group.
+        let r = unsafe { libc::kill(-(self.child.id() as i32), sig) };
+        assert_eq!(r, 0, "kill(-{}, {sig}) failed", self.child.id());
+    }
+
+    /// Kills the launcher's group and every process that inherited our TMPDIR.
+    fn kill_everything(&mut self) -> Vec<(u32, String)> {
+        // SAFETY: plain system calls.
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let survivors = processes_with_env(&self.tmpdir_var());
+        for (pid, _) in &survivors {
+            // SAFETY: plain system call.
+            unsafe {
+                libc::kill(*pid as i32, libc::SIGKILL);
+            }
+        }
+        survivors
+    }
+
+    fn tmpdir_var(&self) -> Vec<u8> {
+        let mut v = b"TMPDIR=".to_vec();
+        v.extend_from_slice(self.scratch.path().as_os_str().as_encoded_bytes());
+        v
+    }
+
+    fn collect_output(&mut self) -> (String, String) {
+        if let Some(t) = self.stdout_thread.take() {
+            let _ = t.join();
+        }
+        while let Ok(l) = self.stdout_rx.try_recv() {
+            self.stdout_lines.push(l);
+        }
+        let stderr = self
+            .stderr_thread
+            .take()
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default();
+        let mut stdout = self.stdout_lines.join("\n");
+        if !stdout.is_empty() {
+            stdout.push('\n');
+        }
+        (stdout, stderr)
+    }
+
+    /// Kills everything and fails the test with `why` and the output so far.
+    fn abort(&mut self, why: &str) -> ! {
+        let survivors = self.kill_everything();
+        let (stdout, stderr) = self.collect_output();
+        panic!(
+            "{why}\ncommand: {}\nafter {:.2?}; killed the job (and surviving processes \
+             {survivors:?})\n--- stdout ---\n{}--- stderr ---\n{}",
+            self.command,
+            self.start.elapsed(),
+            tail(&stdout, 60),
+            tail(&stderr, 60)
+        );
+    }
+
+    /// Waits for the launcher to exit (killing everything and failing at the deadline), then
+    /// checks that no process, temporary file or /dev/shm entry is left behind.
+    pub fn finish(mut self) -> Outcome {
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break s,
+                Ok(None) => {}
+                Err(e) => self.abort(&format!("waiting for the launcher: {e}")),
+            }
+            if Instant::now() >= self.deadline {
+                let timeout = self.timeout;
+                self.abort(&format!("the launcher did not exit within {timeout:?}"));
+            }
+            // Keep the stdout channel drained into our buffer.
+            while let Ok(l) = self.stdout_rx.try_recv() {
+                self.stdout_lines.push(l);
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let elapsed = self.start.elapsed();
+        // Ranks must be gone once the launcher has exited; allow a moment for the kernel to
+        // finish tearing down processes that were SIGKILLed just before it exited.
+        let needle = self.tmpdir_var();
+        let mut survivors = processes_with_env(&needle);
+        let grace = Instant::now() + Duration::from_secs(2);
+        while !survivors.is_empty() && Instant::now() < grace {
+            std::thread::sleep(Duration::from_millis(20));
+            survivors = processes_with_env(&needle);
+        }
+        if !survivors.is_empty() {
+            self.kill_everything();
+            let (stdout, stderr) = self.collect_output();
+            panic!(
+                "processes of the job outlived the launcher (now killed): {survivors:?}\n\
+                 command: {}\nstatus {status:?}\n--- stdout ---\n{}--- stderr ---\n{}",
+                self.command,
+                tail(&stdout, 60),
+                tail(&stderr, 60)
+            );
+        }
+        let (stdout, stderr) = self.collect_output();
+        let outcome = Outcome {
+            status,
+            stdout,
+            stderr,
+            elapsed,
+            command: self.command.clone(),
+        };
+        let left = self.scratch.entries();
+        assert!(
+            left.is_empty(),
+            "the launcher left files in its TMPDIR {}: {left:?}\n{outcome}",
+            self.scratch.path().display()
+        );
+        let new_shm: Vec<_> = shm_volley_entries()
+            .difference(&self.shm_before)
+            .cloned()
+            .collect();
+        assert!(
+            new_shm.is_empty(),
+            "new /dev/shm entries appeared: {new_shm:?}\n{outcome}"
+        );
+        eprintln!(
+            "[{:.2?}] {} -> {:?}",
+            outcome.elapsed, outcome.command, outcome.status
+        );
+        outcome
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // Only reached without `finish` when a test panicked mid-run: leave nothing behind.
+        if self.stderr_thread.is_some() {
+            self.kill_everything();
+        }
+    }
+}

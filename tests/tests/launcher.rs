@@ -1,0 +1,299 @@
+//! `volley run` itself: output, exit codes, failure handling, signals, bad command lines and
+//! cleanup. (Every run also checks that the launcher's TMPDIR is empty afterwards, that no
+//! /dev/shm entry appeared and that no process of the job survived: see `common`.)
+
+mod common;
+
+use common::{process_gone, Job};
+use std::time::{Duration, Instant};
+
+const HELLO: &str = env!("CARGO_BIN_EXE_hello");
+const CRASH: &str = env!("CARGO_BIN_EXE_crash");
+
+fn sorted_lines(s: &str) -> Vec<String> {
+    let mut v: Vec<String> = s.lines().map(str::to_string).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_rank_runs_once_with_its_identity() {
+    let out = Job::run(4, HELLO, &[]).output();
+    out.assert_success();
+    let want: Vec<String> = (0..4).map(|r| format!("rank {r} of 4")).collect();
+    assert_eq!(sorted_lines(&out.stdout), want, "\n{out}");
+}
+
+#[test]
+fn one_rank_job() {
+    let out = Job::run(1, HELLO, &[]).output();
+    out.assert_success();
+    assert_eq!(out.stdout, "rank 0 of 1\n", "\n{out}");
+}
+
+#[test]
+fn label_prefixes_every_line_with_its_rank() {
+    let out = Job::raw(["run", "-n", "3", "--label", HELLO]).output();
+    out.assert_success();
+    let want: Vec<String> = (0..3).map(|r| format!("[{r}] rank {r} of 3")).collect();
+    assert_eq!(sorted_lines(&out.stdout), want, "\n{out}");
+}
+
+#[test]
+fn label_keeps_lines_whole_and_in_order_per_rank() {
+    let (ranks, lines) = (4, 2000);
+    let out = Job::raw(["run", "-n", "4", "--label", HELLO, "lines", "2000"]).output();
+    out.assert_success();
+    for (stream, text, word) in [
+        ("stdout", &out.stdout, "line"),
+        ("stderr", &out.stderr, "err"),
+    ] {
+        let mut next = vec![0usize; ranks];
+        for l in text.lines() {
+            // stderr may also carry the launcher's own lines; stdout only ranks' lines.
+            if stream == "stderr" && !l.starts_with('[') {
+                continue;
+            }
+            let (label, rest) = l
+                .split_once("] ")
+                .unwrap_or_else(|| panic!("unlabelled {stream} line {l:?}"));
+            let r: usize = label
+                .strip_prefix('[')
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("bad label in {stream} line {l:?}"));
+            if rest.starts_with("rank ") && rest.contains(" of ") {
+                assert_eq!(rest, format!("rank {r} of {ranks}"), "{stream}: {l:?}");
+                continue;
+            }
+            assert_eq!(
+                rest,
+                format!("rank {r} {word} {}", next[r]),
+                "{stream}: line out of order, mixed up or under the wrong label"
+            );
+            next[r] += 1;
+        }
+        assert_eq!(next, vec![lines; ranks], "{stream}: lines per rank");
+    }
+}
+
+#[test]
+fn bind_runs_more_ranks_than_cores() {
+    let out = Job::raw(["run", "-n", "5", "--bind", HELLO]).output();
+    out.assert_success();
+    let want: Vec<String> = (0..5).map(|r| format!("rank {r} of 5")).collect();
+    assert_eq!(sorted_lines(&out.stdout), want, "\n{out}");
+}
+
+#[test]
+fn double_dash_separates_program_arguments() {
+    let out = Job::raw(["run", "-n", "3", "--", HELLO, "fail-on-rank", "7"]).output();
+    out.assert_success();
+    assert_eq!(out.stdout.lines().count(), 3, "\n{out}");
+}
+
+#[test]
+fn failing_rank_status_is_propagated_and_named() {
+    // Rank 2 exits 1 without finalizing; the others wait for it in finalize until stopped.
+    let out = Job::run(4, HELLO, &["fail-on-rank", "2"]).output();
+    out.assert_code(1)
+        .assert_stderr_has(&["volley run: rank 2 (pid ", "exited with status 1"]);
+}
+
+#[test]
+fn rank_killed_by_sigkill_ends_the_job() {
+    let out = Job::run(3, CRASH, &["kill"]).output();
+    out.assert_code(128 + libc::SIGKILL)
+        .assert_stderr_has(&["rank 1 (pid ", "SIGKILL"]);
+    let line = out
+        .stderr
+        .lines()
+        .find(|l| l.contains("rank 1 (pid "))
+        .unwrap();
+    assert!(
+        line.contains("killed by signal SIGKILL"),
+        "the line naming rank 1 should say how it died: {line:?}\n{out}"
+    );
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "took {:?} to end the job",
+        out.elapsed
+    );
+}
+
+#[test]
+fn rank_leaving_without_finalizing_ends_the_job() {
+    // Rank 1 exits 0 without dropping its Runtime while the others wait forever: the launcher
+    // tells them it left, and they fail loudly instead of hanging.
+    let out = Job::run(3, CRASH, &["leave"]).output();
+    assert_ne!(out.code(), Some(0), "the job must fail\n{out}");
+    out.assert_stderr_has(&["rank 1 exited without finalizing"]);
+    assert!(
+        out.elapsed < Duration::from_secs(30),
+        "took {:?} to end the job",
+        out.elapsed
+    );
+}
+
+#[test]
+fn rank_exit_status_7_is_propagated() {
+    let out = Job::run(3, CRASH, &["exit7"]).output();
+    out.assert_code(7)
+        .assert_stderr_has(&["rank 1 (pid ", "exited with status 7"]);
+}
+
+#[test]
+fn short_grace_still_stops_everything() {
+    let out = Job::raw(["run", "-n", "4", "--grace", "0", CRASH, "exit7"]).output();
+    out.assert_code(7);
+}
+
+/// Starts `crash hang` on `n` ranks and waits until every rank is polling; returns their pids.
+fn start_hanging_job(n: usize) -> (common::Running, Vec<u32>) {
+    let mut job = Job::run(n, CRASH, &["hang"]).spawn();
+    let ready = job.wait_for_lines(n, Duration::from_secs(30), |l| {
+        l.starts_with("crash: rank ") && l.ends_with(" ready")
+    });
+    let pids = ready
+        .iter()
+        .map(|l| {
+            let after = l.split(" pid ").nth(1).expect("pid in ready line");
+            after
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u32>()
+                .unwrap()
+        })
+        .collect();
+    (job, pids)
+}
+
+fn check_interrupted(job: common::Running, pids: &[u32], sent: Instant) {
+    let out = job.finish();
+    let took = sent.elapsed();
+    // Either an exit code (conventionally 128 + signal) or death by the signal re-raised.
+    assert!(!out.status.success(), "interrupted job exited 0:\n{out}");
+    assert!(
+        took < Duration::from_secs(15),
+        "the launcher took {took:?} to exit after the signal:\n{out}"
+    );
+    for pid in pids {
+        assert!(process_gone(*pid), "rank pid {pid} survived:\n{out}");
+    }
+}
+
+#[test]
+fn ctrl_c_to_the_launcher_stops_hanging_ranks() {
+    let (job, pids) = start_hanging_job(4);
+    assert_eq!(pids.len(), 4);
+    let sent = Instant::now();
+    job.signal(libc::SIGINT);
+    check_interrupted(job, &pids, sent);
+}
+
+#[test]
+fn ctrl_c_to_the_foreground_group_stops_hanging_ranks() {
+    // What a terminal does: SIGINT to the foreground process group (here the launcher's).
+    let (job, pids) = start_hanging_job(3);
+    let sent = Instant::now();
+    job.signal_group(libc::SIGINT);
+    check_interrupted(job, &pids, sent);
+}
+
+#[test]
+fn sigterm_to_the_launcher_stops_hanging_ranks() {
+    let (job, pids) = start_hanging_job(2);
+    let sent = Instant::now();
+    job.signal(libc::SIGTERM);
+    check_interrupted(job, &pids, sent);
+}
+
+/// Runs a bad command line: exit code 2, one line on stderr, nothing started.
+fn bad_command_line(args: &[&str], mention: &str) {
+    let out = Job::raw(args).timeout(Duration::from_secs(10)).output();
+    out.assert_code(2);
+    assert!(out.stdout.is_empty(), "something ran:\n{out}");
+    let lines: Vec<&str> = out
+        .stderr
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected a one-line error on stderr for {args:?}, got {} lines:\n{out}",
+        lines.len()
+    );
+    assert!(
+        lines[0].to_lowercase().contains(&mention.to_lowercase()),
+        "the error for {args:?} should mention {mention:?}: {:?}",
+        lines[0]
+    );
+}
+
+#[test]
+fn zero_ranks_is_refused() {
+    bad_command_line(&["run", "-n", "0", HELLO], "rank");
+}
+
+#[test]
+fn missing_program_is_refused() {
+    bad_command_line(&["run", "-n", "2"], "program");
+}
+
+#[test]
+fn program_not_found_is_refused() {
+    bad_command_line(
+        &["run", "-n", "2", "/nonexistent/volley-no-such-program"],
+        "volley-no-such-program",
+    );
+    bad_command_line(
+        &["run", "-n", "2", "volley-no-such-program-on-path"],
+        "not found",
+    );
+}
+
+#[test]
+fn unknown_option_is_refused() {
+    bad_command_line(
+        &["run", "--no-such-option", "-n", "2", HELLO],
+        "--no-such-option",
+    );
+}
+
+#[test]
+fn unknown_subcommand_is_refused() {
+    bad_command_line(&["frobnicate"], "frobnicate");
+}
+
+#[test]
+fn malformed_rank_count_is_refused() {
+    bad_command_line(&["run", "-n", "two", HELLO], "two");
+}
+
+#[test]
+fn invalid_setting_reaches_the_ranks_and_fails_the_job() {
+    // VOLLEY_* settings are inherited by every rank: an invalid ring size makes build() fail.
+    let out = Job::run(2, HELLO, &[])
+        .env("VOLLEY_RING_SLOTS", "7")
+        .output();
+    assert_ne!(out.code(), Some(0), "\n{out}");
+    out.assert_stderr_has(&["VOLLEY_RING_SLOTS"]);
+}
+
+#[test]
+fn two_jobs_at_once_stay_apart() {
+    // Two launchers at the same time, each with its own TMPDIR, job id and key: both succeed.
+    let _serial = common::serial();
+    let flood = env!("CARGO_BIN_EXE_flood");
+    let a = Job::run(2, flood, &["5000"]).unlocked().spawn();
+    let b = Job::run(3, flood, &["5000"]).unlocked().spawn();
+    let out_a = a.finish();
+    let out_b = b.finish();
+    out_a
+        .assert_success()
+        .assert_stdout_has(&["flood: 2 ranks x 2 destinations x 5000 short requests"]);
+    out_b
+        .assert_success()
+        .assert_stdout_has(&["flood: 3 ranks x 3 destinations x 5000 short requests"]);
+}

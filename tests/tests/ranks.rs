@@ -1,0 +1,213 @@
+//! The rank programs, run on several ranks through the real launcher. Each program checks its
+//! own results (and exits non-zero when a check fails); these tests check exit codes and output.
+
+mod common;
+
+use common::Job;
+use std::time::Duration;
+
+const PINGPONG: &str = env!("CARGO_BIN_EXE_pingpong");
+const FLOOD: &str = env!("CARGO_BIN_EXE_flood");
+const FETCH_ADD: &str = env!("CARGO_BIN_EXE_fetch_add_check");
+const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
+const STATS: &str = env!("CARGO_BIN_EXE_stats");
+const MISMATCH: &str = env!("CARGO_BIN_EXE_mismatch");
+const BARRIER: &str = env!("CARGO_BIN_EXE_barrier");
+
+/// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
+/// them the 8-rank ones took up to a minute.
+const HEAVY: Duration = Duration::from_secs(180);
+
+#[test]
+fn pingpong_a_million_round_trips_on_2_ranks() {
+    Job::run(2, PINGPONG, &["1000000"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["pingpong: 1000000 round trips (window 1) between ranks 0 and 1"]);
+}
+
+#[test]
+fn pingpong_pipelined_replies_stay_in_order_with_an_idle_rank() {
+    Job::run(3, PINGPONG, &["200000", "32"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["pingpong: 200000 round trips (window 32) between ranks 0 and 1"]);
+}
+
+#[test]
+fn pingpong_with_more_ranks_than_cores() {
+    // 8 ranks on (typically) fewer cores: the 6 idle ranks wait in the barrier and must yield.
+    Job::run(8, PINGPONG, &["20000"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["pingpong: 20000 round trips (window 1) between ranks 0 and 1"]);
+}
+
+#[test]
+fn flood_on_8_ranks_with_the_smallest_ring() {
+    Job::run(8, FLOOD, &["20000"])
+        .env("VOLLEY_RING_SLOTS", "8")
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["flood: 8 ranks x 8 destinations x 20000 short requests"]);
+}
+
+#[test]
+fn medium_flood_on_8_ranks_with_one_medium_buffer() {
+    // Medium requests and replies, inline and through the (single) medium buffer per channel.
+    Job::run(8, FLOOD, &["1000", "medium"])
+        .env("VOLLEY_RING_SLOTS", "8")
+        .env("VOLLEY_MEDIUM_BUFFERS", "1")
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["flood: 8 ranks x 8 destinations x 1000 medium requests"]);
+}
+
+#[test]
+fn flood_on_3_ranks_with_default_rings() {
+    Job::run(3, FLOOD, &["20000"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["flood: 3 ranks x 3 destinations x 20000 short requests"]);
+}
+
+#[test]
+fn fetch_add_on_4_ranks() {
+    Job::run(4, FETCH_ADD, &["1000"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["counter = 4000, returned values are exactly 0..4000"]);
+}
+
+#[test]
+fn fetch_add_on_8_ranks() {
+    Job::run(8, FETCH_ADD, &["1000"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["counter = 8000, returned values are exactly 0..8000"]);
+}
+
+#[test]
+fn fetch_add_on_8_ranks_with_a_window_and_the_smallest_ring() {
+    // More values than fit one medium message per rank (8192 u64 per 64 KiB), so the report
+    // is chunked.
+    Job::run(8, FETCH_ADD, &["10000", "4"])
+        .env("VOLLEY_RING_SLOTS", "8")
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["counter = 80000, returned values are exactly 0..80000"]);
+}
+
+#[test]
+fn payload_integrity_on_2_ranks() {
+    Job::run(2, PAYLOAD, &[])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["payload: 8195 medium sizes (max 65536) and 8193 long sizes"]);
+}
+
+#[test]
+fn payload_integrity_with_an_idle_rank_and_small_rings() {
+    Job::run(3, PAYLOAD, &[])
+        .env("VOLLEY_RING_SLOTS", "8")
+        .env("VOLLEY_MEDIUM_BUFFERS", "1")
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["verified in both directions"]);
+}
+
+#[test]
+fn barrier_holds_every_rank_on_5_ranks() {
+    Job::run(5, BARRIER, &["1000"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["barrier: 1000 barriers of 5 ranks ok"]);
+}
+
+#[test]
+fn barrier_holds_every_rank_on_8_ranks() {
+    Job::run(8, BARRIER, &["1000"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["barrier: 1000 barriers of 8 ranks ok"]);
+}
+
+#[test]
+fn settings_mismatch_fails_the_job() {
+    let out = Job::run(3, MISMATCH, &["config"]).output();
+    out.assert_code(3)
+        .assert_stderr_has(&["runtime settings differ"]);
+    for rank in 0..3 {
+        out.assert_stderr_has(&[&format!(
+            "mismatch: rank {rank}: build failed as expected: runtime settings differ"
+        )]);
+    }
+}
+
+#[test]
+fn stats_counters_match_a_known_exchange() {
+    // --label, so that each stats line is also attributed to its rank by the launcher (and
+    // lines of ranks finishing together cannot interleave, however the runtime writes them).
+    let out = Job::raw(["run", "-n", "4", "--label", STATS, "100", "50", "20"])
+        .env("VOLLEY_STATS", "1")
+        .output();
+    out.assert_success();
+    for rank in 0..4 {
+        out.assert_stdout_has(&[&format!("stats: rank {rank} ok")]);
+        // The runtime's own report at exit (VOLLEY_STATS): every rank sent and handled 4x the
+        // per-destination counts, on both channels; the system messages are 2 barrier rounds
+        // plus 3 finalize notices.
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("[{rank}] volley stats rank {rank}:")))
+            .unwrap_or_else(|| panic!("no VOLLEY_STATS line for rank {rank}:\n{out}"));
+        for want in [
+            "sent req s/m/l 400/200/80 rep s/m/l 400/200/80 |",
+            "handled req s/m/l 400/200/80 rep s/m/l 400/200/80 |",
+            "| dropped 0 |",
+            "| system 5",
+        ] {
+            assert!(
+                line.contains(want),
+                "rank {rank}'s stats line lacks {want:?}: {line}"
+            );
+        }
+    }
+}
+
+#[test]
+fn stats_are_not_printed_without_volley_stats() {
+    let out = Job::run(2, STATS, &["10", "10", "10"]).output();
+    out.assert_success();
+    assert!(
+        !out.stderr.contains("volley stats"),
+        "stats printed although VOLLEY_STATS is unset:\n{out}"
+    );
+}
+
+#[test]
+fn handler_table_mismatch_fails_the_job() {
+    let out = Job::run(4, MISMATCH, &[]).output();
+    out.assert_code(3)
+        .assert_stderr_has(&["handler tables differ", "only-on-rank-1"]);
+    for rank in 0..4 {
+        out.assert_stderr_has(&[&format!(
+            "mismatch: rank {rank}: build failed as expected: handler tables differ"
+        )]);
+    }
+    assert!(
+        !out.stderr.contains("build succeeded"),
+        "some rank built a runtime despite the mismatch:\n{out}"
+    );
+    assert!(
+        !out.stderr.contains("unexpected error"),
+        "some rank failed with another error:\n{out}"
+    );
+}
