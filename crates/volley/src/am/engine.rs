@@ -39,14 +39,14 @@ pub(crate) struct Engine {
     key: u64,
     /// Views of the rings this rank sends into, `[dest][channel]`.
     tx_rings: Vec<[RingRef<'static>; 2]>,
-    /// Views of this rank's incoming rings, `[src][channel]`.
-    rx_rings: Vec<[RingRef<'static>; 2]>,
+    /// This rank's incoming rings with their consumer state, `[channel][src]`: the poll loop
+    /// walks one channel's rings in order.
+    rx: [Vec<RxRing>; 2],
     /// Regions by rank; `regions[me]` is this rank's own. Declared after the ring views that
     /// point into them.
     regions: Vec<Region>,
     pool_bufs: usize,
     tx: Vec<[Cell<Producer>; 2]>,
-    rx: Vec<[Cell<Consumer>; 2]>,
     pool_next: [Cell<usize>; 2],
     pub(crate) requests: Vec<(String, Box<RequestFn>)>,
     pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
@@ -68,6 +68,20 @@ impl std::fmt::Debug for Engine {
             .field("me", &self.me)
             .field("size", &self.size)
             .finish_non_exhaustive()
+    }
+}
+
+/// One incoming ring and this rank's consumer state for it.
+struct RxRing {
+    ring: RingRef<'static>,
+    consumer: Cell<Consumer>,
+}
+
+impl RxRing {
+    /// Whether a frame is waiting at the head.
+    #[inline(always)]
+    fn ready(&self) -> bool {
+        self.consumer.get().peek(self.ring).is_some()
     }
 }
 
@@ -101,21 +115,23 @@ impl Engine {
         let tx_rings = (0..size)
             .map(|d| [Channel::Request, Channel::Reply].map(|ch| view(regions[d].ring(me, ch))))
             .collect();
-        let rx_rings = (0..size)
-            .map(|s| [Channel::Request, Channel::Reply].map(|ch| view(regions[me].ring(s, ch))))
-            .collect();
+        let rx = [Channel::Request, Channel::Reply].map(|ch| {
+            (0..size)
+                .map(|s| RxRing {
+                    ring: view(regions[me].ring(s, ch)),
+                    consumer: Cell::new(Consumer::new(layout.ring_slots)),
+                })
+                .collect()
+        });
         Self {
             tx_rings,
-            rx_rings,
+            rx,
             me,
             size,
             key,
             pool_bufs: layout.pool_bufs,
             tx: (0..size)
                 .map(|_| std::array::from_fn(|_| Cell::new(Producer::new(layout.ring_slots))))
-                .collect(),
-            rx: (0..size)
-                .map(|_| std::array::from_fn(|_| Cell::new(Consumer::new(layout.ring_slots))))
                 .collect(),
             regions,
             pool_next: Default::default(),
@@ -432,22 +448,22 @@ impl Engine {
         self.poll_start
             .set(if start + 1 >= self.size { 0 } else { start + 1 });
         let mut handled = 0;
-        for i in 0..self.size {
-            let src = if start + i >= self.size {
-                start + i - self.size
-            } else {
-                start + i
-            };
-            handled += self.drain(src, Channel::Reply);
-        }
-        if requests {
+        // The readiness check is inlined and cheap; the delivery path is called only for a
+        // ring that has a frame, so an empty poll is a handful of loads.
+        for (ch, wanted) in [(Channel::Reply, true), (Channel::Request, requests)] {
+            if !wanted {
+                continue;
+            }
+            let rings = &self.rx[ch as usize];
             for i in 0..self.size {
                 let src = if start + i >= self.size {
                     start + i - self.size
                 } else {
                     start + i
                 };
-                handled += self.drain(src, Channel::Request);
+                if rings[src].ready() {
+                    handled += self.drain(src, ch);
+                }
             }
         }
         if handled == 0 {
@@ -457,10 +473,11 @@ impl Engine {
     }
 
     /// Delivers up to DRAIN_BUDGET frames from one ring.
-    #[inline]
+    #[inline(never)]
     fn drain(&self, src: usize, ch: Channel) -> usize {
-        let ring = self.rx_rings[src][ch as usize];
-        let cell = &self.rx[src][ch as usize];
+        let rx = &self.rx[ch as usize][src];
+        let ring = rx.ring;
+        let cell = &rx.consumer;
         let mut handled = 0;
         while handled < DRAIN_BUDGET {
             let mut consumer = cell.get();
@@ -657,10 +674,10 @@ impl Engine {
     pub(crate) fn flush_credit(&self) {
         for src in 0..self.size {
             for ch in [Channel::Request, Channel::Reply] {
-                let cell = &self.rx[src][ch as usize];
-                let mut c = cell.get();
-                c.flush(self.rx_rings[src][ch as usize]);
-                cell.set(c);
+                let rx = &self.rx[ch as usize][src];
+                let mut c = rx.consumer.get();
+                c.flush(rx.ring);
+                rx.consumer.set(c);
             }
         }
     }
