@@ -121,6 +121,19 @@ fn rank_killed_by_sigkill_ends_the_job() {
 }
 
 #[test]
+fn background_children_of_ranks_do_not_outlive_the_job() {
+    // Each rank starts a long sleep in the background and exits 0 at once. The job must end
+    // promptly, and the harness fails the test if any process of the job survives it.
+    let out = Job::run(2, "/bin/sh", &["-c", "sleep 300 & echo started"]).output();
+    out.assert_success().assert_stdout_has(&["started"]);
+    assert!(
+        out.elapsed < Duration::from_secs(20),
+        "took {:?}: the launcher waited for the background sleep",
+        out.elapsed
+    );
+}
+
+#[test]
 fn rank_leaving_without_finalizing_ends_the_job() {
     // Rank 1 exits 0 without dropping its Runtime while the others wait forever: the launcher
     // tells them it left, and they fail loudly instead of hanging.

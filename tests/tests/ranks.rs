@@ -162,7 +162,7 @@ fn stats_counters_match_a_known_exchange() {
         out.assert_stdout_has(&[&format!("stats: rank {rank} ok")]);
         // The runtime's own report at exit (VOLLEY_STATS): every rank sent and handled 4x the
         // per-destination counts, on both channels; the system messages are 2 barrier rounds
-        // plus 3 finalize notices.
+        // plus 3 Finalize and 3 FinalizeAck notices (finalize is two-phase).
         let line = out
             .stderr
             .lines()
@@ -172,7 +172,7 @@ fn stats_counters_match_a_known_exchange() {
             "sent req s/m/l 400/200/80 rep s/m/l 400/200/80 |",
             "handled req s/m/l 400/200/80 rep s/m/l 400/200/80 |",
             "| dropped 0 |",
-            "| system 5",
+            "| system 8",
         ] {
             assert!(
                 line.contains(want),

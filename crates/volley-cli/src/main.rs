@@ -1,5 +1,6 @@
 //! The `volley` command: `run` launches a job, `bench` measures, `info` describes the build.
 
+mod affinity;
 mod bench;
 mod info;
 mod launch;

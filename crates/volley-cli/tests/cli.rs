@@ -61,12 +61,21 @@ fn bench_am_reports_every_figure_as_json() {
         "am_flood_ns_per_msg",
         "am_flood_2way_ns_per_msg",
         "o_send_ns",
-        "o_recv_ns",
     ] {
         let v = doc[key].as_f64().unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
     }
-    assert!(doc["L_ns"].as_f64().is_some_and(f64::is_finite), "{doc}");
+    // o_recv keeps only samples in which the whole burst was already waiting; on a loaded
+    // machine every sample may be discarded, and then it (and L) is null, never zero.
+    for key in ["o_recv_ns", "L_ns"] {
+        let v = &doc[key];
+        assert!(
+            v.is_null()
+                || v.as_f64()
+                    .is_some_and(|x| x.is_finite() && (key == "L_ns" || x > 0.0)),
+            "{key} = {v} in {doc}"
+        );
+    }
     let sizes = |key: &str| -> Vec<u64> {
         doc[key]
             .as_array()

@@ -93,6 +93,19 @@ pub enum Error {
         /// Why it was refused.
         why: &'static str,
     },
+    /// The runtime has been finalized; it sends nothing more.
+    #[error("the runtime is finalized; no more messages can be sent")]
+    Finalized,
+    /// More handlers were registered than indices exist.
+    #[error("{registered} {kind} handlers registered; at most {max} are possible")]
+    TooManyHandlers {
+        /// "request" or "reply".
+        kind: &'static str,
+        /// How many were registered.
+        registered: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// Two handlers were registered under one name.
     #[error("handler name {0:?} is registered twice")]
     DuplicateHandler(String),

@@ -10,34 +10,18 @@ struct Line {
     _pad: [u64; 7],
 }
 
-fn pin(cpu: usize) {
-    // SAFETY: a zeroed cpu_set_t is a valid empty set; the call only reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+/// Round-trip time of one cache line between two processes on the first two CPUs this process
+/// may use, in ns (median of `reps` runs). Must be called before the process starts any thread
+/// (it forks).
+pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
+    let cpus = crate::affinity::allowed_cpus();
+    if cpus.len() < 2 {
+        return Err(format!(
+            "the floor needs two CPUs to bounce a cache line between, this process may use {}",
+            cpus.len()
+        ));
     }
-}
-
-fn unpin() {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // SAFETY: as in `pin`.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        for c in 0..cpus
-            .max(libc::CPU_SETSIZE as usize)
-            .min(libc::CPU_SETSIZE as usize)
-        {
-            libc::CPU_SET(c, &mut set);
-        }
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
-}
-
-/// Round-trip time of one cache line between two processes, in ns (median of `reps` runs).
-/// Must be called before the process starts any thread (it forks).
-pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> f64 {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let saved = crate::affinity::current();
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         // SAFETY: a fresh anonymous shared mapping of one page, unmapped below; fork shares it.
@@ -62,7 +46,7 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> f64 {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
-            pin(1 % cpus);
+            crate::affinity::pin(cpus[1]);
             for i in 1..=iters {
                 while lines[0].v.load(Ordering::Acquire) != i {
                     std::hint::spin_loop();
@@ -72,8 +56,8 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> f64 {
             // SAFETY: leave the child without running the parent's atexit handlers.
             unsafe { libc::_exit(0) };
         }
-        pin(0);
-        let warm = iters / 10;
+        crate::affinity::pin(cpus[0]);
+        let warm = (iters / 10).max(1);
         let mut t0 = Instant::now();
         for i in 1..=iters {
             if i == warm {
@@ -84,7 +68,8 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> f64 {
                 std::hint::spin_loop();
             }
         }
-        let ns = t0.elapsed().as_nanos() as f64 / (iters - warm) as f64;
+        // Round trips warm..=iters were timed.
+        let ns = t0.elapsed().as_nanos() as f64 / (iters - warm + 1) as f64;
         // SAFETY: reaping our own child; unmapping our own mapping after it exited.
         unsafe {
             libc::waitpid(pid, std::ptr::null_mut(), 0);
@@ -92,6 +77,6 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> f64 {
         }
         samples.push(ns);
     }
-    unpin();
-    super::median(&mut samples)
+    crate::affinity::restore(&saved);
+    Ok(super::median(&mut samples))
 }

@@ -27,10 +27,10 @@ pub enum BenchCommand {
     },
 }
 
-/// Median of the samples (0 when empty).
+/// Median of the samples (NaN when there are none; written as JSON null).
 pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
-        return 0.0;
+        return f64::NAN;
     }
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -135,7 +135,7 @@ fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
 
 fn bench_am(reps: usize, scale: f64) -> Result<Value, String> {
     // The floor first: it forks, which must happen before any thread exists.
-    let floor = floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3));
+    let floor = floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3))?;
     let raw = run_ranks("am", 2, scale, reps)?;
     let runs = raw["reps"].as_array().cloned().unwrap_or_default();
     let mut doc = median_of_reps(&runs);

@@ -84,6 +84,17 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, LaunchError> {
         .ok_or_else(|| LaunchError::ProgramNotFound(program.clone()))
 }
 
+/// What the launcher and its rendezvous thread share.
+#[derive(Default)]
+struct JobLink {
+    /// The ranks' connections, once every rank has joined.
+    conns: Vec<OwnedFd>,
+    /// Ranks that have exited with status 0.
+    exited: Vec<usize>,
+    /// Why the rendezvous failed, if it did.
+    error: Option<String>,
+}
+
 /// Removes the job's temporary directory however the launcher leaves.
 struct TempDir(PathBuf);
 
@@ -133,20 +144,36 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
     // Hellos received so far. All ranks have joined once it reaches `ranks`, which happens
     // before any rank is released from the rendezvous, so no rank can exit "early" after it.
     let arrived = Arc::new(AtomicUsize::new(0));
-    // The ranks' connections once the rendezvous is done: kept open for the life of the job
-    // and used to tell ranks when another rank exits.
-    let conns: Arc<Mutex<Vec<OwnedFd>>> = Arc::default();
+    let shared: Arc<Mutex<JobLink>> = Arc::default();
     {
-        let (arrived, conns) = (arrived.clone(), conns.clone());
+        let (arrived, shared, sock, dir) =
+            (arrived.clone(), shared.clone(), sock.clone(), dir.0.clone());
         std::thread::spawn(move || {
             let result = server.serve_with(|n| arrived.store(n, Ordering::Release));
-            if let Ok(c) = result {
-                *conns.lock().unwrap_or_else(|e| e.into_inner()) = c;
+            let mut link = shared.lock().unwrap_or_else(|e| e.into_inner());
+            match result {
+                Ok(conns) => {
+                    // Every rank is connected: the socket is no longer needed, so nothing is
+                    // left in the file system even if the launcher is killed outright.
+                    let _ = std::fs::remove_file(&sock);
+                    let _ = std::fs::remove_dir(&dir);
+                    // Ranks that exited before the connections were handed over.
+                    for &rank in &link.exited {
+                        rendezvous::notify_exit(&conns, rank);
+                    }
+                    link.conns = conns;
+                }
+                Err(e) => link.error = Some(e.to_string()),
             }
         });
     }
     signals::install();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = crate::affinity::allowed_cpus();
+    let launcher_pid = std::process::id() as libc::pid_t;
+    // A rank reading a terminal from a background process group would stop (SIGTTIN) and
+    // hang the job, so a terminal is forwarded to rank 0 through a pipe.
+    // SAFETY: isatty only inspects descriptor 0.
+    let stdin_is_tty = unsafe { libc::isatty(0) } == 1;
     let mut children: Vec<Child> = Vec::with_capacity(opts.ranks);
     let mut pgid: Option<Pid> = None;
     let mut pumps = Vec::new();
@@ -163,22 +190,28 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
             .process_group(pgid.map_or(0, |p| p.as_raw()));
         if rank > 0 {
             cmd.stdin(Stdio::null());
+        } else if stdin_is_tty {
+            cmd.stdin(Stdio::piped());
         }
         if opts.label {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        let bind_cpu = opts.bind.then_some(rank % cpus);
+        let bind_cpu = (opts.bind && !cpus.is_empty()).then(|| cpus[rank % cpus.len()]);
         // SAFETY: the closure runs in the child between fork and exec and only makes
-        // async-signal-safe system calls (prctl, sched_setaffinity, getppid, kill).
+        // async-signal-safe system calls (prctl, getppid, sched_setaffinity).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
+                // The launcher may have died before prctl took effect.
+                if libc::getppid() != launcher_pid {
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+                }
                 if let Some(cpu) = bind_cpu {
-                    let mut set: libc::cpu_set_t = std::mem::zeroed();
-                    libc::CPU_SET(cpu, &mut set);
-                    libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+                    if !crate::affinity::pin(cpu) {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -195,16 +228,30 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
         if pgid.is_none() {
             pgid = Some(Pid::from_raw(child.id() as i32));
         }
+        if let Some(mut to_rank) = child.stdin.take() {
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_rank);
+            });
+        }
         if opts.label {
             pumps.extend(output::label(rank, &mut child));
         }
         children.push(child);
     }
     let pgid = pgid.expect("at least one rank");
-    let code = supervise(opts, &mut children, pgid, &arrived, &conns);
-    for p in pumps {
-        let _ = p.join();
-    }
+    let code = supervise(opts, &mut children, pgid, &arrived, &shared);
+    // Whatever the ranks left running in their group (background children) goes too.
+    let _ = killpg(pgid, Signal::SIGKILL);
+    // Output copies end when the pipes close; a descendant that escaped the group could hold
+    // them open, so wait a bounded time.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for p in pumps {
+            let _ = p.join();
+        }
+        let _ = done_tx.send(());
+    });
+    let _ = done_rx.recv_timeout(Duration::from_secs(2));
     drop(dir);
     Ok(code)
 }
@@ -214,7 +261,7 @@ fn supervise(
     children: &mut [Child],
     pgid: Pid,
     arrived: &AtomicUsize,
-    conns: &Mutex<Vec<OwnedFd>>,
+    shared: &Mutex<JobLink>,
 ) -> i32 {
     let ranks = children.len();
     let all_joined = || arrived.load(Ordering::Acquire) >= ranks;
@@ -229,6 +276,16 @@ fn supervise(
             );
             stop_all(pgid, children, opts.grace);
             return 128 + sig;
+        }
+        let rendezvous_error = shared
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .error
+            .take();
+        if let Some(e) = rendezvous_error {
+            eprintln!("volley run: rendezvous failed: {e}; stopping the job");
+            stop_all(pgid, children, opts.grace);
+            return 1;
         }
         let mut progressed = false;
         for (rank, child) in children.iter_mut().enumerate() {
@@ -259,9 +316,11 @@ fn supervise(
                 exited_before_join = Some((rank, child.id()));
             }
             // Ranks still waiting on this one learn it is gone (they fail loudly if it left
-            // without finalizing, instead of waiting forever).
-            let conns = conns.lock().unwrap_or_else(|e| e.into_inner());
-            rendezvous::notify_exit(&conns, rank);
+            // without finalizing, instead of waiting forever). If the connections are not
+            // handed over yet, the rendezvous thread replays the notice.
+            let mut link = shared.lock().unwrap_or_else(|e| e.into_inner());
+            link.exited.push(rank);
+            rendezvous::notify_exit(&link.conns, rank);
         }
         // A rank that left before the rendezvous finished can never be waited for.
         if let Some((rank, pid)) = exited_before_join {

@@ -28,8 +28,11 @@ pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 pub(crate) enum SystemOp {
     /// args: [epoch, round]
     Barrier = 1,
-    /// The sender has finished; nothing more will come from it on the request channel.
+    /// Phase 1 of leaving: the sender will send no more requests.
     Finalize = 2,
+    /// Phase 2: the sender has received every rank's Finalize (so it has handled every
+    /// request sent to it and injected every reply). A rank exits only after all of these.
+    FinalizeAck = 3,
 }
 
 /// Per-rank engine state.
@@ -56,7 +59,11 @@ pub(crate) struct Engine {
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
-    /// Which peers have sent their Finalize (only those may exit while we still run).
+    /// Peers whose FinalizeAck arrived.
+    pub(crate) finalize_acks: Cell<usize>,
+    /// Which peers have sent their Finalize: a rank can only exit after we sent it our
+    /// FinalizeAck, which we do after all Finalizes, so an exit of a rank not in this set is
+    /// an exit without finalizing.
     finalized_from: Vec<Cell<bool>>,
     /// The rendezvous connection, on which the launcher reports ranks that exited.
     launcher: Option<OwnedFd>,
@@ -143,6 +150,7 @@ impl Engine {
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
             finalized_peers: Cell::new(0),
+            finalize_acks: Cell::new(0),
             finalized_from: (0..size).map(|_| Cell::new(false)).collect(),
             launcher,
         }
@@ -173,6 +181,20 @@ impl Engine {
             }
             Err(e) => fatal(format!("lost the launcher ({e})")),
         }
+    }
+
+    /// A frame whose length cannot be right: the ring is out of step and nothing after this
+    /// frame can be trusted, so the rank stops loudly rather than read garbage.
+    #[cold]
+    #[inline(never)]
+    fn corrupt_ring(&self, src: usize, ch: Channel, word: u64) -> ! {
+        let line = format!(
+            "volley: rank {}: corrupt frame header {word:#018x} on the {ch:?} ring from rank \
+             {src}; ending this rank\n",
+            self.me
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        std::process::exit(70);
     }
 
     /// One step of an idle wait.
@@ -487,27 +509,34 @@ impl Engine {
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.
             ring.prefetch(consumer.head() + 2);
+            let head = consumer.head();
+            // The length decides what we read and what we zero: it must be a legal frame
+            // length that does not run past the end of the ring, whatever else is wrong.
+            let claimed = FrameHeader::claimed_slots(word);
+            if !ring.fits(head, claimed) {
+                self.corrupt_ring(src, ch, word);
+            }
             let nslots = match HeaderWord::check(word, self.key) {
-                Ok(h) if h.kind() == FrameKind::Skip => h.nslots(),
+                Ok(h) if h.kind() == FrameKind::Skip => {
+                    if claimed != ring.slots_to_end(head) {
+                        self.corrupt_ring(src, ch, word);
+                    }
+                    claimed
+                }
                 Ok(h) => {
-                    let frame = ring.frame_ptr(consumer.head()).cast::<u64>().cast_const();
+                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                     if self.deliver(src, ch, h, frame).is_err() {
                         bump(&self.stats.dropped);
                     } else {
                         handled += 1;
                     }
-                    h.nslots()
+                    claimed
                 }
                 Err(_) => {
-                    // The length field cannot be trusted; a frame claiming more than the
-                    // maximum is treated as one slot.
+                    // A bad check byte: corrupt, or not from this job. Drop it; its length was
+                    // checked above, so the ring stays in step if only other bits are damaged.
                     bump(&self.stats.dropped);
-                    let n = FrameHeader::claimed_slots(word);
-                    if (1..=MAX_FRAME_SLOTS).contains(&n) {
-                        n
-                    } else {
-                        1
-                    }
+                    claimed
                 }
             };
             // Handlers may not touch this ring's consumer (nested polls only read reply rings
@@ -544,10 +573,14 @@ impl Engine {
         let mut pooled = None;
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
             FrameKind::Short => (MessageClass::Short, &[], 0),
-            FrameKind::System => return self.deliver_system(src, h.handler(), args),
+            FrameKind::System if ch == Channel::Request => {
+                return self.deliver_system(src, h.handler(), args)
+            }
+            FrameKind::System => return Err(()),
             FrameKind::MediumInline => {
                 let len = w1 as usize;
-                if words * 8 + len > frame_bytes {
+                // `words * 8 <= frame_bytes` was checked above; no overflow here.
+                if len > frame_bytes - words * 8 {
                     return Err(());
                 }
                 // SAFETY: checked above that the payload lies inside the frame's slots.
@@ -644,6 +677,10 @@ impl Engine {
                 if !self.finalized_from[src].replace(true) {
                     self.finalized_peers.set(self.finalized_peers.get() + 1);
                 }
+                Ok(())
+            }
+            x if x == SystemOp::FinalizeAck as u16 => {
+                self.finalize_acks.set(self.finalize_acks.get() + 1);
                 Ok(())
             }
             _ => Err(()),

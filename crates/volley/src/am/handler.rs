@@ -78,6 +78,10 @@ impl<'a> Message<'a> {
 
     /// The payload: empty for short messages, the medium buffer, or the bytes of the receiver's
     /// segment that a long message wrote.
+    ///
+    /// For a long message these bytes are segment memory that any rank may write at any time
+    /// (a later long message to the same offset, for example): the program must not target a
+    /// range while a handler may still be reading it, as with any remote write.
     pub fn payload(&self) -> &'a [u8] {
         self.payload
     }

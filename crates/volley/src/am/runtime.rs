@@ -8,6 +8,9 @@ use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
 use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
 use crate::transport::Channel;
+
+/// Most handlers of each kind (request, reply): indices are 16 bits.
+pub const MAX_HANDLERS: usize = 1 << 16;
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::os::fd::AsRawFd;
@@ -110,6 +113,18 @@ impl RuntimeBuilder {
         if let Some(name) = self.duplicate {
             return Err(Error::DuplicateHandler(name));
         }
+        for (kind, n) in [
+            ("request", self.requests.len()),
+            ("reply", self.replies.len()),
+        ] {
+            if n > MAX_HANDLERS {
+                return Err(Error::TooManyHandlers {
+                    kind,
+                    registered: n,
+                    max: MAX_HANDLERS,
+                });
+            }
+        }
         let job = JobInfo::from_env()?;
         if job.local_size != job.size {
             return Err(BootstrapError::Rendezvous {
@@ -205,13 +220,21 @@ fn check_agreement(
             theirs: table(theirs),
         });
     }
-    if mine.layout != theirs.layout {
-        return Err(Error::ConfigMismatch {
-            me,
-            rank,
-            mine: format!("{:?}", mine.layout),
-            theirs: format!("{:?}", theirs.layout),
-        });
+    let (a, b) = (&mine.layout, &theirs.layout);
+    for (name, x, y) in [
+        ("VOLLEY_RING_SLOTS", a.ring_slots, b.ring_slots),
+        ("VOLLEY_MEDIUM_BUFFERS", a.pool_bufs, b.pool_bufs),
+        ("VOLLEY_SEGMENT_BYTES", a.segment_len, b.segment_len),
+        ("ranks on this host", a.ranks, b.ranks),
+    ] {
+        if x != y {
+            return Err(Error::ConfigMismatch {
+                me,
+                rank,
+                mine: format!("{name}={x}"),
+                theirs: format!("{name}={y}"),
+            });
+        }
     }
     Ok(())
 }
@@ -232,8 +255,9 @@ fn check_agreement(
 /// buffers can be reused at once. `barrier` does not wait for messages in flight: wait for
 /// replies (or count arrivals) before relying on remote effects.
 ///
-/// The runtime is `Send` but not `Sync`: one thread drives it, and handlers cannot reach it,
-/// which is how "no requests from inside a handler" is enforced.
+/// The runtime is neither `Send` nor `Sync`: the thread that built it drives it, and handlers
+/// (which must be `Send + Sync`) cannot capture it, which is how "no requests from inside a
+/// handler" is enforced.
 #[derive(Debug)]
 pub struct Runtime {
     engine: Engine,
@@ -285,10 +309,19 @@ impl Runtime {
         }
     }
 
+    #[inline(always)]
+    fn send_guard(&self, what: &'static str) -> Result<()> {
+        self.guard(what);
+        if self.finalized.get() {
+            return Err(Error::Finalized);
+        }
+        Ok(())
+    }
+
     /// Sends a short request: `handler` runs at `dest` with `args` (at most 16).
     #[inline]
     pub fn request_short(&self, dest: usize, handler: RequestHandler, args: &[u64]) -> Result<()> {
-        self.guard("request_short");
+        self.send_guard("request_short")?;
         self.engine
             .send_short(dest, Channel::Request, handler.0, args)
     }
@@ -301,7 +334,7 @@ impl Runtime {
         args: &[u64],
         payload: &[u8],
     ) -> Result<()> {
-        self.guard("request_medium");
+        self.send_guard("request_medium")?;
         self.engine
             .send_medium(dest, Channel::Request, handler.0, args, payload)
     }
@@ -316,7 +349,7 @@ impl Runtime {
         payload: &[u8],
         offset: usize,
     ) -> Result<()> {
-        self.guard("request_long");
+        self.send_guard("request_long")?;
         self.engine
             .send_long(dest, Channel::Request, handler.0, args, payload, offset)
     }
@@ -405,19 +438,31 @@ impl Runtime {
         Ok(())
     }
 
-    /// Leaves the job: tells every other rank this one is done and waits until all have said
-    /// the same, so no rank exits while another may still send it a request. Called by `Drop`
+    /// Leaves the job (collective): waits until every rank has finalized and every request
+    /// sent to this rank has been handled and replied to, so no rank exits while another may
+    /// still send to it. Afterwards sends fail with [`Error::Finalized`]. Called by `Drop`
     /// (except while panicking, when the launcher ends the job instead).
     pub fn finalize(&self) {
+        self.guard("finalize");
         if self.finalized.replace(true) {
             return;
         }
-        for peer in (0..self.size()).filter(|&p| p != self.rank()) {
+        // Two phases. Finalize says "no more requests from me"; a rank that has every other
+        // rank's Finalize has handled every request sent to it (rings are FIFO) and injected
+        // every reply, and says so with FinalizeAck. Exiting only after every FinalizeAck means
+        // no rank leaves while another may still need to reply to it.
+        let others = self.size() - 1;
+        let peers = || (0..self.size()).filter(|&p| p != self.rank());
+        for peer in peers() {
             self.engine.send_system(peer, SystemOp::Finalize, &[]);
         }
-        let others = self.size() - 1;
         self.engine
             .wait_until(|| self.engine.finalized_peers.get() >= others);
+        for peer in peers() {
+            self.engine.send_system(peer, SystemOp::FinalizeAck, &[]);
+        }
+        self.engine
+            .wait_until(|| self.engine.finalize_acks.get() >= others);
         self.engine.flush_credit();
         if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
             // One write, so lines of different ranks never interleave.

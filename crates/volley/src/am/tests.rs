@@ -213,3 +213,17 @@ fn bad_ring_size_is_a_clear_error() {
     let err = b.build().unwrap_err();
     assert!(err.to_string().contains("power of two"), "{err}");
 }
+
+#[test]
+fn sends_after_finalize_are_refused() {
+    let mut b = Runtime::builder();
+    let h = b.request_handler("h", |_, _| {});
+    let rt = b.build().unwrap();
+    rt.finalize();
+    assert!(matches!(rt.request_short(0, h, &[]), Err(Error::Finalized)));
+    assert!(matches!(
+        rt.request_medium(0, h, &[], b"x"),
+        Err(Error::Finalized)
+    ));
+    rt.finalize(); // idempotent
+}

@@ -157,7 +157,10 @@ pub enum Notice {
 pub fn notify_exit(conns: &[OwnedFd], rank: usize) {
     let bytes = serde_json::to_vec(&Notice::Exited { rank }).expect("notice serializes");
     for c in conns {
-        let _ = send_msg(c.as_raw_fd(), &bytes, None);
+        // Never block the launcher on a rank that does not read its notices.
+        let iov = [IoSlice::new(&bytes)];
+        let flags = MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT;
+        let _ = sendmsg::<()>(c.as_raw_fd(), &iov, &[], flags, None);
     }
 }
 

@@ -23,7 +23,9 @@ use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 pub const SLOT_BYTES: usize = 64;
 /// The most slots one frame may occupy (header + 16 arguments + inline payload).
 pub const MAX_FRAME_SLOTS: u64 = 4;
-/// Smallest allowed ring: two maximal frames, so a skip plus a frame always fit in 3/4 of it.
+/// Smallest allowed ring. A sender needs at most 7 slots at once (a skip of up to 3 plus a frame
+/// of 4), and the receiver may hold back up to `batch - 1 = size/4 - 1` slots of credit, so
+/// `size/4 - 1 + 7 <= size` must hold: true from 8 slots up.
 pub const MIN_RING_SLOTS: usize = 8;
 /// Largest allowed ring, so a 16-bit sequence never aliases across one lap.
 pub const MAX_RING_SLOTS: usize = 1 << 14;
@@ -106,7 +108,22 @@ impl<'a> RingRef<'a> {
     #[cfg(not(loom))]
     #[inline(always)]
     pub fn frame_ptr(&self, pos: u64) -> *mut u8 {
-        (self.slot(pos) as *const Slot).cast_mut().cast()
+        // Derived from the whole slice, so the pointer may cover the frame's following slots.
+        let idx = (pos as usize) & (self.slots.len() - 1);
+        self.slots.as_ptr().wrapping_add(idx).cast_mut().cast()
+    }
+
+    /// Slots from `pos` to the end of the ring.
+    #[inline(always)]
+    pub fn slots_to_end(&self, pos: u64) -> u64 {
+        self.len() - (pos & (self.len() - 1))
+    }
+
+    /// Whether a frame of `nslots` starting at `pos` lies within the ring without wrapping.
+    #[inline(always)]
+    pub fn fits(&self, pos: u64, nslots: u64) -> bool {
+        let idx = pos & (self.len() - 1);
+        (1..=MAX_FRAME_SLOTS).contains(&nslots) && idx + nslots <= self.len()
     }
 
     /// Hints the CPU to start loading the slot at `pos` (no effect on correctness).
@@ -310,6 +327,19 @@ mod tests {
             }
         }
         assert_eq!(next_send, 5000);
+    }
+
+    #[test]
+    fn frame_lengths_are_checked_against_the_ring_end() {
+        let (ctl, slots) = ring_mem(8);
+        let ring = RingRef::new(&ctl, &slots);
+        assert!(ring.fits(0, 4));
+        assert!(ring.fits(4, 4));
+        assert!(!ring.fits(5, 4), "would run past the end");
+        assert!(!ring.fits(0, 0));
+        assert!(!ring.fits(0, MAX_FRAME_SLOTS + 1));
+        assert_eq!(ring.slots_to_end(13), 3);
+        assert_eq!(ring.slots_to_end(8), 8);
     }
 
     #[test]
