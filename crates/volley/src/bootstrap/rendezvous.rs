@@ -274,7 +274,7 @@ impl RendezvousServer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Seek, Write};
+    use std::io::Write;
 
     #[test]
     fn three_ranks_exchange_hellos_and_descriptors() {
@@ -298,10 +298,12 @@ mod tests {
                     peers
                         .into_iter()
                         .map(|p| {
-                            let mut f = std::fs::File::from(p.fd);
-                            f.rewind().unwrap();
-                            let mut s = String::new();
-                            f.read_to_string(&mut s).unwrap();
+                            // Positional read: every rank holds the same open files, whose
+                            // offsets are shared, so seeking and reading would race.
+                            let f = std::fs::File::from(p.fd);
+                            let mut buf = [0u8; 16];
+                            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+                            let s = String::from_utf8(buf[..n].to_vec()).unwrap();
                             (p.hello.blob["r"].as_u64().unwrap(), s)
                         })
                         .collect::<Vec<_>>()
