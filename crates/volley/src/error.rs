@@ -93,6 +93,29 @@ pub enum Error {
         /// Why it was refused.
         why: &'static str,
     },
+    /// A one-sided access was refused by the target's checks; the target's memory is
+    /// unchanged.
+    #[error("rank {rank} refused the access: {reason}")]
+    Refused {
+        /// The target rank.
+        rank: usize,
+        /// Why.
+        reason: crate::rma::Refusal,
+    },
+    /// No room left in the segment area (or no free segment id) for a new segment.
+    #[error("no room for a {len}-byte segment in the {area}-byte segment area (VOLLEY_SEGMENT_BYTES) or all segment ids in use")]
+    SegmentSpace {
+        /// Requested length.
+        len: usize,
+        /// Size of the whole area.
+        area: usize,
+    },
+    /// Too many non-blocking one-sided operations are in flight.
+    #[error("more than {max} one-sided operations in flight; wait for some first")]
+    TooManyOutstanding {
+        /// The limit.
+        max: usize,
+    },
     /// The runtime has been finalized; it sends nothing more.
     #[error("the runtime is finalized; no more messages can be sent")]
     Finalized,

@@ -9,6 +9,8 @@
 //! - [`transport`]: moving frames between two ranks ([`transport::shm`] rings today).
 //! - [`am`]: handler table, request/reply channels and credits, short/medium/long messages,
 //!   statistics. [`Runtime`] is the entry point.
+//! - [`rma`]: one-sided put, get and atomics on protected segments, directly on mapped memory
+//!   or through handlers at the target.
 //!
 //! Start a job with `volley run -n 4 ./my_program`; a program started bare is a job of one rank
 //! whose messages to itself still go through the rings.
@@ -19,6 +21,8 @@ pub mod am;
 pub mod bootstrap;
 #[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
+pub mod rma;
 pub(crate) mod sync;
 pub mod transport;
 

@@ -209,6 +209,12 @@ impl Engine {
         &self.regions[self.me]
     }
 
+    /// The region of `rank` when this rank can address it directly (every rank today: all
+    /// ranks share one host).
+    pub(crate) fn region_of(&self, rank: usize) -> Option<&Region> {
+        self.regions.get(rank)
+    }
+
     pub(crate) fn in_handler(&self) -> bool {
         self.depth.get() > 0
     }

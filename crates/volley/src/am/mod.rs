@@ -49,5 +49,7 @@ pub use config::{parse_size, DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT
 pub use handler::{
     Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
 };
-pub use runtime::{Runtime, RuntimeBuilder};
+pub(crate) use runtime::DirectMemory;
+
+pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
 pub use stats::Stats;

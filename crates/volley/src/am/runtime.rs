@@ -475,12 +475,36 @@ impl Runtime {
     pub(crate) fn engine(&self) -> &Engine {
         &self.engine
     }
+
+    /// Direct access to `rank`'s memory, for layers above (one-sided operations): the base
+    /// and length of its segment area and its upper-layer table bytes, or `None` when the
+    /// transport to `rank` cannot map it.
+    pub(crate) fn direct_memory(&self, rank: usize) -> Option<DirectMemory> {
+        self.engine.region_of(rank).map(|r| DirectMemory {
+            segment: r.segment_ptr(),
+            segment_len: r.segment_len(),
+            table: r.upper_ptr(),
+        })
+    }
+
+    /// The job key (for keys every rank derives alike).
+    pub(crate) fn job_key(&self) -> u64 {
+        self.job.job_key
+    }
 }
 
 #[cold]
 #[inline(never)]
 fn called_from_handler(what: &str) -> ! {
     panic!("volley: {what} called from inside a handler; handlers may only reply")
+}
+
+/// A peer's memory as mapped into this process (see `Runtime::direct_memory`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectMemory {
+    pub(crate) segment: *mut u8,
+    pub(crate) segment_len: usize,
+    pub(crate) table: *mut u8,
 }
 
 impl Drop for Runtime {

@@ -19,4 +19,4 @@ mod region;
 pub mod ring;
 
 #[cfg(not(loom))]
-pub use region::{Layout, PoolFlags, Region, MEDIUM_MAX};
+pub use region::{Layout, PoolFlags, Region, MEDIUM_MAX, UPPER_BYTES};

@@ -14,6 +14,10 @@ use std::ptr::NonNull;
 pub const MEDIUM_MAX: usize = 64 * 1024;
 const MAGIC: u64 = u64::from_le_bytes(*b"VOLLEYR1");
 const HEADER_BYTES: usize = 4096;
+/// Where, in the header page, the bytes reserved for upper layers start (64-byte aligned).
+const UPPER_OFFSET: usize = 1024;
+/// Bytes of the header page reserved for upper layers (the one-sided layer's segment table).
+pub const UPPER_BYTES: usize = HEADER_BYTES - UPPER_OFFSET;
 const PAGE: usize = 4096;
 
 fn align_up(x: usize, a: usize) -> usize {
@@ -280,6 +284,14 @@ impl Region {
             self.layout.pool_offset() + (ch as usize * self.layout.pool_bufs + idx) * MEDIUM_MAX;
         // SAFETY: inside the mapping by construction of the layout.
         unsafe { self.base.as_ptr().add(off) }
+    }
+
+    /// The header-page bytes reserved for upper layers ([`UPPER_BYTES`] long, 64-byte aligned,
+    /// zeroed at creation), mapped by every local rank like the rest of the region.
+    #[inline(always)]
+    pub fn upper_ptr(&self) -> *mut u8 {
+        // SAFETY: UPPER_OFFSET + UPPER_BYTES == HEADER_BYTES, inside the mapping.
+        unsafe { self.base.as_ptr().add(UPPER_OFFSET) }
     }
 
     /// Address of the segment's first byte.

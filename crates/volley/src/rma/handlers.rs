@@ -1,0 +1,286 @@
+//! The AM path: handlers that check and apply one-sided operations at the target, and the
+//! completion slots through which their replies reach the initiator.
+
+use super::atomic::{self, AtomicOp};
+use super::segment::{Perms, Refusal, Table};
+use crate::am::{DirectMemory, ReplyHandler, RequestHandler, RuntimeBuilder};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Completion slots: operations in flight at once (slot 0 collects implicit operations).
+pub(crate) const SLOTS: usize = 4096;
+/// The slot of implicit (`*_nbi`) operations.
+pub(crate) const IMPLICIT_SLOT: u32 = 0;
+
+/// This rank's own memory, as handlers need it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct LocalMem {
+    pub(crate) segment: *mut u8,
+    pub(crate) segment_len: usize,
+    pub(crate) table: *mut u8,
+}
+
+// SAFETY: the pointers address this rank's shared region, mapped for the runtime's life, and
+// are only dereferenced by the rank's own thread (handlers run on it) through atomics or
+// bounds-checked copies.
+unsafe impl Send for LocalMem {}
+// SAFETY: as above.
+unsafe impl Sync for LocalMem {}
+
+/// Completion state of one operation.
+#[derive(Debug, Default)]
+struct Slot {
+    /// Replies still expected.
+    remaining: AtomicU64,
+    /// 0, or the first refusal code.
+    status: AtomicU64,
+    /// An atomic's old value.
+    value: AtomicU64,
+    /// Where a get's data goes, and how many bytes may be written there.
+    dest: AtomicU64,
+    dest_len: AtomicU64,
+    /// Details of the first refusal: rank, offset, length, segment length.
+    err: [AtomicU64; 4],
+}
+
+/// State shared between the `Rma` handle and its handlers.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    local: OnceLock<LocalMem>,
+    slots: Box<[Slot]>,
+}
+
+/// The handler ids of the one-sided layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handlers {
+    pub(crate) put: RequestHandler,
+    pub(crate) get: RequestHandler,
+    pub(crate) atomic: RequestHandler,
+}
+
+impl Shared {
+    pub(crate) fn new() -> Self {
+        Self {
+            local: OnceLock::new(),
+            slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+        }
+    }
+
+    pub(crate) fn attach(&self, mem: DirectMemory) {
+        let _ = self.local.set(LocalMem {
+            segment: mem.segment,
+            segment_len: mem.segment_len,
+            table: mem.table,
+        });
+    }
+
+    pub(crate) fn local(&self) -> &LocalMem {
+        self.local.get().expect("Rma attached")
+    }
+
+    fn slot(&self, i: u64) -> Option<&Slot> {
+        self.slots.get(i as usize)
+    }
+
+    /// Prepares a slot: `remaining` replies, a destination for data.
+    pub(crate) fn arm(&self, slot: u32, remaining: u64, dest: u64, dest_len: u64) {
+        let s = &self.slots[slot as usize];
+        s.status.store(0, Ordering::Relaxed);
+        s.value.store(0, Ordering::Relaxed);
+        s.dest.store(dest, Ordering::Relaxed);
+        s.dest_len.store(dest_len, Ordering::Relaxed);
+        s.remaining.store(remaining, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_remaining(&self, slot: u32, n: u64) {
+        self.slots[slot as usize]
+            .remaining
+            .fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn add_remaining_neg(&self, slot: u32, n: u64) {
+        self.slots[slot as usize]
+            .remaining
+            .fetch_sub(n, Ordering::Relaxed);
+    }
+
+    pub(crate) fn remaining(&self, slot: u32) -> u64 {
+        self.slots[slot as usize].remaining.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn value(&self, slot: u32) -> &AtomicU64 {
+        &self.slots[slot as usize].value
+    }
+
+    /// The first refusal recorded in a slot: (code, rank, offset, len, segment_len).
+    pub(crate) fn error(&self, slot: u32) -> Option<(u64, usize, u64, u64, u64)> {
+        let s = &self.slots[slot as usize];
+        let code = s.status.load(Ordering::Relaxed);
+        (code != 0).then(|| {
+            let e = s.err.each_ref().map(|x| x.load(Ordering::Relaxed));
+            (code, e[0] as usize, e[1], e[2], e[3])
+        })
+    }
+
+    /// Takes (and clears) the implicit slot's first refusal.
+    pub(crate) fn take_implicit_error(&self) -> Option<(u64, usize, u64, u64, u64)> {
+        let e = self.error(IMPLICIT_SLOT);
+        self.slots[IMPLICIT_SLOT as usize]
+            .status
+            .store(0, Ordering::Relaxed);
+        e
+    }
+
+    /// Records one reply: its status, value and refusal details.
+    fn complete(&self, slot: &Slot, src: usize, status: u64, value: u64, detail: [u64; 3]) {
+        if status != 0
+            && slot
+                .status
+                .compare_exchange(0, status, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            let vals = [src as u64, detail[0], detail[1], detail[2]];
+            for (f, v) in slot.err.iter().zip(vals) {
+                f.store(v, Ordering::Relaxed);
+            }
+        }
+        slot.value.store(value, Ordering::Relaxed);
+        // Release: pairs with the acquire in `remaining`, so the waiter sees data and status.
+        slot.remaining.fetch_sub(1, Ordering::Release);
+    }
+
+    /// Checks an access at this rank; `Err` carries (code, segment_len).
+    fn check(
+        &self,
+        id: u64,
+        key: u64,
+        off: u64,
+        len: u64,
+        need: Perms,
+    ) -> Result<*mut u8, (u64, u64)> {
+        let Some(mem) = self.local.get() else {
+            return Err((Refusal::NoSuchSegment.code(), 0));
+        };
+        // SAFETY: our own region's table bytes live as long as the runtime.
+        let table = unsafe { Table::at(mem.table) };
+        let refuse = |r: Refusal| {
+            table.count_refusal();
+            let seg_len = match r {
+                Refusal::OutOfBounds { segment_len, .. } => segment_len,
+                _ => 0,
+            };
+            (r.code(), seg_len)
+        };
+        let id = u16::try_from(id).map_err(|_| refuse(Refusal::NoSuchSegment))?;
+        let g = table.check(id, key, off, len, need).map_err(refuse)?;
+        if g.area_offset + len as usize > mem.segment_len {
+            return Err(refuse(Refusal::NoSuchSegment));
+        }
+        // SAFETY: inside our own segment area (checked above).
+        Ok(unsafe { mem.segment.add(g.area_offset) })
+    }
+}
+
+/// Registers the handlers of the AM path.
+pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers {
+    let s = shared.clone();
+    let ack: ReplyHandler = b.reply_handler("volley.rma.ack", move |m| {
+        if let Some(slot) = s.slot(m.arg(0)) {
+            s.complete(
+                slot,
+                m.src(),
+                m.arg(1),
+                m.arg(2),
+                [m.arg(3), m.arg(4), m.arg(5)],
+            );
+        }
+    });
+    let s = shared.clone();
+    let data: ReplyHandler = b.reply_handler("volley.rma.data", move |m| {
+        let Some(slot) = s.slot(m.arg(0)) else { return };
+        let (status, start, p) = (m.arg(1), m.arg(2), m.payload());
+        if status == 0 {
+            let dest = slot.dest.load(Ordering::Relaxed);
+            let dest_len = slot.dest_len.load(Ordering::Relaxed);
+            // The destination was registered by this rank for this slot; a reply that does not
+            // fit it is ignored rather than written anywhere else.
+            if start
+                .checked_add(p.len() as u64)
+                .is_some_and(|end| end <= dest_len)
+                && dest != 0
+            {
+                // SAFETY: dest..dest+dest_len is the buffer this rank lent to the pending get
+                // (borrowed by its Event until completion); the fragment fits inside it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        p.as_ptr(),
+                        (dest as *mut u8).add(start as usize),
+                        p.len(),
+                    )
+                };
+            }
+        }
+        s.complete(slot, m.src(), status, 0, [m.arg(3), m.arg(4), m.arg(5)]);
+    });
+    let s = shared.clone();
+    let put = b.request_handler("volley.rma.put", move |m, tok| {
+        let (id, key, off, slot) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
+        let p = m.payload();
+        let len = p.len() as u64;
+        let (status, seg_len) = match s.check(id, key, off, len, Perms::WRITE) {
+            Ok(dst) => {
+                // SAFETY: checked to lie inside our segment.
+                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len()) };
+                (0, 0)
+            }
+            Err(e) => e,
+        };
+        let _ = tok.reply_short(ack, &[slot, status, 0, off, len, seg_len]);
+    });
+    let s = shared.clone();
+    let get = b.request_handler("volley.rma.get", move |m, tok| {
+        let (id, key, off, n, slot, start) =
+            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let n = n.min(crate::transport::shm::MEDIUM_MAX as u64);
+        let args = |status, seg_len| [slot, status, start, off, n, seg_len];
+        let _ = match s.check(id, key, off, n, Perms::READ) {
+            Ok(src) => {
+                // SAFETY: checked to lie inside our segment; valid while this handler runs.
+                let bytes = unsafe { std::slice::from_raw_parts(src, n as usize) };
+                tok.reply_medium(data, &args(0, 0), bytes)
+            }
+            Err((status, seg_len)) => tok.reply_medium(data, &args(status, seg_len), &[]),
+        };
+    });
+    let s = shared.clone();
+    let atomic = b.request_handler("volley.rma.atomic", move |m, tok| {
+        let (id, key, off, op, a, c, slot) = (
+            m.arg(0),
+            m.arg(1),
+            m.arg(2),
+            m.arg(3),
+            m.arg(4),
+            m.arg(5),
+            m.arg(6),
+        );
+        let result = s.check(id, key, off, 8, Perms::ATOMIC).and_then(|p| {
+            let op = AtomicOp::from_code(op).ok_or((Refusal::NoAtomics.code(), 0))?;
+            if (p as usize) % 8 != 0 {
+                if let Some(mem) = s.local.get() {
+                    // SAFETY: our own table, alive for the runtime's life.
+                    unsafe { Table::at(mem.table) }.count_refusal();
+                }
+                return Err((Refusal::Misaligned.code(), 0));
+            }
+            // SAFETY: 8-aligned, inside our segment, accessed only atomically in this job.
+            let word = unsafe { AtomicU64::from_ptr(p.cast()) };
+            Ok(atomic::apply(word, op, a, c))
+        });
+        let reply = match result {
+            Ok(old) => [slot, 0, old, off, 8, 0],
+            Err((status, seg_len)) => [slot, status, 0, off, 8, seg_len],
+        };
+        let _ = tok.reply_short(ack, &reply);
+    });
+    Handlers { put, get, atomic }
+}

@@ -1,0 +1,661 @@
+//! One-sided memory operations: put, get and atomics on protected segments (seed 002's MBCF,
+//! seed 004's global memory access).
+//!
+//! A rank allocates [segments](segment) out of its shared segment area, each with a key and
+//! read / write / atomic permissions. Any rank holding a [`SegmentRef`] can then write, read or
+//! atomically update that memory without the owner's program taking part. Every access is
+//! checked against the segment table at the target: the segment must be live, the key must
+//! match, the range must fit and the permission must be granted. A refused access changes
+//! nothing, is counted at the target ([`Rma::refused`]) and returns
+//! [`Error::Refused`](crate::Error::Refused) naming the [`Refusal`].
+//!
+//! Two paths, one per job ([`RmaPath`], `VOLLEY_RMA=direct|am`):
+//! - **direct** (default between ranks of one host): the initiator checks the target's table in
+//!   the mapped region and then uses `memcpy` and CPU atomics on the target's memory; no
+//!   message, no target involvement;
+//! - **am**: requests to handlers at the target, which check and apply them (puts and gets in
+//!   64 KiB fragments, atomics one after another) and reply with the status, the data or the old
+//!   value. This is the path for transports that cannot map the target; forcing it on shared
+//!   memory tests it today.
+//!
+//! ```no_run
+//! use volley::rma::{Perms, Rma};
+//! let mut b = volley::Runtime::builder();
+//! let rma = Rma::register(&mut b);
+//! let rt = b.build().unwrap();
+//! let rma = rma.attach(&rt);
+//! let seg = rma.alloc_symmetric(1 << 20, Perms::ALL).unwrap(); // collective
+//! let right = (rt.rank() + 1) % rt.size();
+//! rma.put(seg.on(right), 0, b"hello").unwrap();
+//! let old = rma.fetch_add(seg.on(0), 64, 1).unwrap();
+//! # let _ = old;
+//! ```
+
+mod atomic;
+mod handlers;
+pub mod segment;
+
+pub use atomic::AtomicOp;
+pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
+
+use crate::am::{Runtime, RuntimeBuilder};
+use crate::error::{Error, Result};
+use handlers::{Handlers, Shared};
+use segment::{AreaAllocator, Table};
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// How one-sided operations reach the target's memory (the same on every rank of a job).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RmaPath {
+    /// Loads, stores, `memcpy` and CPU atomics on the mapped target memory.
+    Direct,
+    /// Requests to handlers at the target.
+    ActiveMessages,
+}
+
+impl RmaPath {
+    /// `VOLLEY_RMA=direct|am`, default direct.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("VOLLEY_RMA").as_deref() {
+            Err(_) | Ok("direct") | Ok("") => Ok(RmaPath::Direct),
+            Ok("am") => Ok(RmaPath::ActiveMessages),
+            Ok(other) => Err(Error::InvalidConfig {
+                name: "VOLLEY_RMA",
+                value: other.to_string(),
+                why: "expected direct or am",
+            }),
+        }
+    }
+}
+
+/// The one-sided layer's handlers, registered in a builder; [`RmaSetup::attach`] it to the
+/// runtime once built.
+#[derive(Debug)]
+pub struct RmaSetup {
+    shared: Arc<Shared>,
+    handlers: Handlers,
+    path: Result<RmaPath>,
+}
+
+/// A segment this rank owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LocalSegment {
+    handle: SegmentRef,
+    area_offset: usize,
+}
+
+impl LocalSegment {
+    /// The handle other ranks use to reach it.
+    pub fn handle(&self) -> SegmentRef {
+        self.handle
+    }
+}
+
+/// One-sided operations of one runtime.
+#[derive(Debug)]
+pub struct Rma<'rt> {
+    rt: &'rt Runtime,
+    shared: Arc<Shared>,
+    handlers: Handlers,
+    path: RmaPath,
+    alloc: RefCell<AreaAllocator>,
+    free_slots: RefCell<Vec<u32>>,
+    symmetric_seq: Cell<u64>,
+    /// Table entries owned by this rank and their areas, for local access.
+    owned: RefCell<Vec<(u16, usize, usize)>>,
+}
+
+/// A non-blocking operation in flight. `wait` returns its result; dropping it waits too (so a
+/// buffer it writes stays borrowed until the data is in).
+#[derive(Debug)]
+#[must_use = "an Event must be waited for (dropping it waits)"]
+pub struct Event<'a> {
+    rma: &'a Rma<'a>,
+    state: EventState,
+    _buffer: PhantomData<&'a mut [u8]>,
+}
+
+#[derive(Debug)]
+enum EventState {
+    Done(Option<Error>),
+    Pending {
+        slot: u32,
+        target: SegmentRef,
+        offset: u64,
+        len: u64,
+    },
+    Taken,
+}
+
+impl RmaSetup {
+    /// Binds the setup to the built runtime. Call it right after `build()`, before polling.
+    pub fn attach(self, rt: &Runtime) -> Rma<'_> {
+        let path = self.path.unwrap_or(RmaPath::Direct);
+        let mem = rt
+            .direct_memory(rt.rank())
+            .expect("a rank can always address its own region");
+        self.shared.attach(mem);
+        Rma {
+            rt,
+            shared: self.shared,
+            handlers: self.handlers,
+            path,
+            alloc: RefCell::new(AreaAllocator::new(mem.segment_len)),
+            free_slots: RefCell::new((1..handlers::SLOTS as u32).rev().collect()),
+            symmetric_seq: Cell::new(0),
+            owned: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl Rma<'_> {
+    /// Registers the one-sided layer's handlers in `b` (every rank must do this, in the same
+    /// place of its registrations). The path comes from `VOLLEY_RMA`.
+    pub fn register(b: &mut RuntimeBuilder) -> RmaSetup {
+        let path = RmaPath::from_env();
+        Self::register_with(b, path)
+    }
+
+    /// Like [`Rma::register`] with an explicit path.
+    pub fn register_with(b: &mut RuntimeBuilder, path: Result<RmaPath>) -> RmaSetup {
+        let shared = Arc::new(Shared::new());
+        // The path is part of the handler table, so ranks that disagree fail at init with a
+        // handler-table mismatch naming it.
+        let marker = match path {
+            Ok(RmaPath::ActiveMessages) => "volley.rma.path=am",
+            _ => "volley.rma.path=direct",
+        };
+        b.request_handler(marker, |_, _| {});
+        let handlers = handlers::register(b, &shared);
+        RmaSetup {
+            shared,
+            handlers,
+            path,
+        }
+    }
+}
+
+impl<'rt> Rma<'rt> {
+    /// The path this job uses.
+    pub fn path(&self) -> RmaPath {
+        self.path
+    }
+
+    /// Remote accesses refused against this rank's segments so far.
+    pub fn refused(&self) -> u64 {
+        self.own_table().refused.load(Ordering::Relaxed)
+    }
+
+    fn own_table(&self) -> &Table {
+        let mem = self.shared.local();
+        // SAFETY: the table bytes of our own region live as long as the runtime.
+        unsafe { Table::at(mem.table) }
+    }
+
+    fn publish(&self, len: usize, perms: Perms, key: u64) -> Result<(u16, usize)> {
+        let (id, area_offset) =
+            self.alloc
+                .borrow_mut()
+                .alloc(len)
+                .ok_or_else(|| Error::SegmentSpace {
+                    len,
+                    area: self.shared.local().segment_len,
+                })?;
+        self.own_table().publish(id, key, area_offset, len, perms);
+        self.owned.borrow_mut().push((id, area_offset, len));
+        Ok((id, area_offset))
+    }
+
+    /// Allocates a segment on this rank only; send [`LocalSegment::handle`] to others.
+    pub fn alloc(&self, len: usize, perms: Perms) -> Result<LocalSegment> {
+        let key = crate::bootstrap::random_u64();
+        let (id, area_offset) = self.publish(len, perms, key)?;
+        Ok(LocalSegment {
+            handle: SegmentRef {
+                rank: self.rt.rank(),
+                id,
+                key,
+                len: len as u64,
+            },
+            area_offset,
+        })
+    }
+
+    /// Allocates a segment on every rank (collective: every rank must make the same
+    /// allocation and free calls in the same order). The same id, key and length are valid at
+    /// every rank; returns after every rank has published its segment.
+    pub fn alloc_symmetric(&self, len: usize, perms: Perms) -> Result<SymmetricSegment> {
+        let seq = self.symmetric_seq.get();
+        self.symmetric_seq.set(seq + 1);
+        let key = mix(self.rt.job_key() ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let (id, _) = self.publish(len, perms, key)?;
+        self.rt.barrier();
+        Ok(SymmetricSegment {
+            id,
+            key,
+            len: len as u64,
+        })
+    }
+
+    fn retire(&self, id: u16) -> bool {
+        let mut owned = self.owned.borrow_mut();
+        let Some(i) = owned.iter().position(|&(x, _, _)| x == id) else {
+            return false;
+        };
+        owned.swap_remove(i);
+        self.own_table().retire(id);
+        self.alloc.borrow_mut().free(id)
+    }
+
+    /// Frees a segment of this rank; later accesses to it are refused.
+    pub fn free(&self, seg: LocalSegment) -> bool {
+        self.retire(seg.handle.id)
+    }
+
+    /// Frees a symmetric segment (collective: waits for every rank first, so no rank still
+    /// uses it).
+    pub fn free_symmetric(&self, seg: SymmetricSegment) -> bool {
+        self.rt.barrier();
+        self.retire(seg.id)
+    }
+
+    fn owned_range(&self, id: u16, offset: usize, len: usize) -> Result<usize> {
+        let owned = self.owned.borrow();
+        let &(_, area, seg_len) =
+            owned
+                .iter()
+                .find(|&&(x, _, _)| x == id)
+                .ok_or(Error::Refused {
+                    rank: self.rt.rank(),
+                    reason: Refusal::NoSuchSegment,
+                })?;
+        if offset.checked_add(len).is_none_or(|e| e > seg_len) {
+            return Err(Error::Refused {
+                rank: self.rt.rank(),
+                reason: Refusal::OutOfBounds {
+                    offset: offset as u64,
+                    len: len as u64,
+                    segment_len: seg_len as u64,
+                },
+            });
+        }
+        Ok(area + offset)
+    }
+
+    /// Copies bytes out of this rank's own segment `id` (a [`SegmentRef`] with our rank).
+    pub fn read_local(&self, seg: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let at = self.owned_range(seg.id, offset, buf.len())?;
+        fence(Ordering::Acquire);
+        // SAFETY: range checked inside our own segment area, mapped for the runtime's life.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.shared.local().segment.add(at),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies bytes into this rank's own segment.
+    pub fn write_local(&self, seg: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        let at = self.owned_range(seg.id, offset, data.len())?;
+        // SAFETY: as in `read_local`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.shared.local().segment.add(at),
+                data.len(),
+            )
+        };
+        fence(Ordering::Release);
+        Ok(())
+    }
+
+    /// Checks an access against `target`'s table in mapped memory; counts a refusal there.
+    fn check_direct(
+        &self,
+        target: SegmentRef,
+        offset: u64,
+        len: u64,
+        need: Perms,
+    ) -> Result<*mut u8> {
+        let mem = self
+            .rt
+            .direct_memory(target.rank)
+            .ok_or(Error::InvalidRank {
+                rank: target.rank,
+                size: self.rt.size(),
+            })?;
+        // SAFETY: the table bytes of a mapped region live as long as the runtime.
+        let table = unsafe { Table::at(mem.table) };
+        match table.check(target.id, target.key, offset, len, need) {
+            Ok(g) if g.area_offset + len as usize <= mem.segment_len => {
+                // SAFETY: inside the target's mapped segment area (checked just above).
+                Ok(unsafe { mem.segment.add(g.area_offset) })
+            }
+            Ok(_) => Err(Error::Refused {
+                rank: target.rank,
+                reason: Refusal::NoSuchSegment,
+            }),
+            Err(reason) => {
+                table.count_refusal();
+                Err(Error::Refused {
+                    rank: target.rank,
+                    reason,
+                })
+            }
+        }
+    }
+
+    fn check_rank(&self, rank: usize) -> Result<()> {
+        if rank >= self.rt.size() {
+            return Err(Error::InvalidRank {
+                rank,
+                size: self.rt.size(),
+            });
+        }
+        Ok(())
+    }
+
+    fn take_slot(&self) -> Result<u32> {
+        let slot = self
+            .free_slots
+            .borrow_mut()
+            .pop()
+            .ok_or(Error::TooManyOutstanding {
+                max: handlers::SLOTS - 1,
+            })?;
+        self.shared.arm(slot, 0, 0, 0);
+        Ok(slot)
+    }
+
+    /// Writes `data` into `target` at `offset`; returns once it is in the target's memory.
+    pub fn put(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        self.put_nb(target, offset, data)?.wait()
+    }
+
+    /// Starts a put; `data` may be reused as soon as this returns.
+    pub fn put_nb(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<Event<'_>> {
+        self.check_rank(target.rank)?;
+        let (off, len) = (offset as u64, data.len() as u64);
+        if self.path == RmaPath::Direct {
+            let dst = self.check_direct(target, off, len, Perms::WRITE)?;
+            // SAFETY: `dst..dst+len` was checked to lie in the target's segment. Concurrent
+            // writers to one range race by the program's choice, as with any remote write.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            // Release: a flag or message published after this makes the data visible.
+            fence(Ordering::Release);
+            return Ok(self.done(None));
+        }
+        let slot = self.take_slot()?;
+        self.send_put(target, off, data, slot)?;
+        Ok(self.pending(slot, target, off, len))
+    }
+
+    /// Starts a put completed by the next [`Rma::sync`].
+    pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_rank(target.rank)?;
+        let (off, len) = (offset as u64, data.len() as u64);
+        if self.path == RmaPath::Direct {
+            let dst = self.check_direct(target, off, len, Perms::WRITE)?;
+            // SAFETY: as in `put_nb`.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            fence(Ordering::Release);
+            return Ok(());
+        }
+        self.send_put(target, off, data, handlers::IMPLICIT_SLOT)
+    }
+
+    fn send_put(&self, target: SegmentRef, off: u64, data: &[u8], slot: u32) -> Result<()> {
+        let frag = self.rt.max_medium();
+        let pieces = data.len().div_ceil(frag).max(1);
+        self.shared.add_remaining(slot, pieces as u64);
+        let mut sent = 0;
+        for i in 0..pieces {
+            let chunk = &data[(i * frag).min(data.len())..((i + 1) * frag).min(data.len())];
+            let args = [
+                target.id as u64,
+                target.key,
+                off + (i * frag) as u64,
+                slot as u64,
+            ];
+            if let Err(e) = self
+                .rt
+                .request_medium(target.rank, self.handlers.put, &args, chunk)
+            {
+                // Pieces not sent will never be acknowledged.
+                self.shared.add_remaining_neg(slot, (pieces - sent) as u64);
+                return Err(e);
+            }
+            sent += 1;
+        }
+        Ok(())
+    }
+
+    /// Reads `buf.len()` bytes of `target` at `offset` into `buf`.
+    pub fn get(&self, target: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.get_nb(target, offset, buf)?.wait()
+    }
+
+    /// Starts a get into `buf`, which stays borrowed until the event completes.
+    pub fn get_nb<'a>(
+        &'a self,
+        target: SegmentRef,
+        offset: usize,
+        buf: &'a mut [u8],
+    ) -> Result<Event<'a>> {
+        self.check_rank(target.rank)?;
+        let (off, len) = (offset as u64, buf.len() as u64);
+        if self.path == RmaPath::Direct {
+            let src = self.check_direct(target, off, len, Perms::READ)?;
+            // Acquire: pairs with the writer's release (fence or flag) before our reads.
+            fence(Ordering::Acquire);
+            // SAFETY: `src..src+len` lies in the target's segment (checked); `buf` is ours.
+            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+            return Ok(self.done(None));
+        }
+        let slot = self.take_slot()?;
+        let frag = self.rt.max_medium();
+        let pieces = buf.len().div_ceil(frag).max(1);
+        self.shared
+            .arm(slot, pieces as u64, buf.as_mut_ptr() as u64, len);
+        for i in 0..pieces {
+            let start = (i * frag).min(buf.len());
+            let n = (buf.len() - start).min(frag);
+            let args = [
+                target.id as u64,
+                target.key,
+                off + start as u64,
+                n as u64,
+                slot as u64,
+                start as u64,
+            ];
+            if let Err(e) = self.rt.request_short(target.rank, self.handlers.get, &args) {
+                self.shared.add_remaining_neg(slot, (pieces - i) as u64);
+                // Wait for the pieces already requested before giving the buffer back.
+                let _ = self.pending(slot, target, off, len).wait();
+                return Err(e);
+            }
+        }
+        Ok(self.pending(slot, target, off, len))
+    }
+
+    /// Applies `op` to the 64-bit word of `target` at `offset` (8-byte aligned) and returns
+    /// the previous value. `operand` is the value to store, add, and with, ...; `compare` is
+    /// used by `CompareSwap` only.
+    pub fn atomic(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        op: AtomicOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64> {
+        self.check_rank(target.rank)?;
+        let off = offset as u64;
+        if self.path == RmaPath::Direct {
+            let p = self.check_direct(target, off, 8, Perms::ATOMIC)?;
+            if (p as usize) % 8 != 0 {
+                // SAFETY: as in check_direct; the table outlives the call.
+                let mem = self.rt.direct_memory(target.rank).expect("checked");
+                unsafe { Table::at(mem.table) }.count_refusal();
+                return Err(Error::Refused {
+                    rank: target.rank,
+                    reason: Refusal::Misaligned,
+                });
+            }
+            // SAFETY: `p` is 8-aligned, inside the target's mapped segment, and every access
+            // to this word in this job goes through atomics (one path per job).
+            let word = unsafe { AtomicU64::from_ptr(p.cast()) };
+            return Ok(atomic::apply(word, op, operand, compare));
+        }
+        let slot = self.take_slot()?;
+        self.shared.add_remaining(slot, 1);
+        let args = [
+            target.id as u64,
+            target.key,
+            off,
+            op as u64,
+            operand,
+            compare,
+            slot as u64,
+        ];
+        if let Err(e) = self
+            .rt
+            .request_short(target.rank, self.handlers.atomic, &args)
+        {
+            self.shared.add_remaining_neg(slot, 1);
+            self.free_slots.borrow_mut().push(slot);
+            return Err(e);
+        }
+        let ev = self.pending(slot, target, off, 8);
+        let value = self.shared.value(slot);
+        ev.wait().map(|()| value.load(Ordering::Relaxed))
+    }
+
+    /// Atomic fetch-and-add; returns the old value.
+    pub fn fetch_add(&self, target: SegmentRef, offset: usize, v: u64) -> Result<u64> {
+        self.atomic(target, offset, AtomicOp::FetchAdd, v, 0)
+    }
+
+    /// Atomic compare-and-swap; returns the old value (equal to `expect` on success).
+    pub fn compare_swap(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        expect: u64,
+        new: u64,
+    ) -> Result<u64> {
+        self.atomic(target, offset, AtomicOp::CompareSwap, new, expect)
+    }
+
+    /// Waits for every implicit operation (`*_nbi`) issued so far and returns the first error
+    /// among them, if any.
+    pub fn sync(&self) -> Result<()> {
+        if self.path == RmaPath::Direct {
+            return Ok(());
+        }
+        let s = &self.shared;
+        self.rt
+            .wait_until(|| s.remaining(handlers::IMPLICIT_SLOT) == 0);
+        match s.take_implicit_error() {
+            None => Ok(()),
+            Some(e) => Err(refusal_error(e)),
+        }
+    }
+
+    fn done(&self, err: Option<Error>) -> Event<'_> {
+        Event {
+            rma: self,
+            state: EventState::Done(err),
+            _buffer: PhantomData,
+        }
+    }
+
+    fn pending(&self, slot: u32, target: SegmentRef, offset: u64, len: u64) -> Event<'_> {
+        Event {
+            rma: self,
+            state: EventState::Pending {
+                slot,
+                target,
+                offset,
+                len,
+            },
+            _buffer: PhantomData,
+        }
+    }
+}
+
+impl Event<'_> {
+    /// Whether the operation has completed (polls once if not).
+    pub fn test(&mut self) -> bool {
+        match self.state {
+            EventState::Pending { slot, .. } => {
+                if self.rma.shared.remaining(slot) == 0 {
+                    return true;
+                }
+                self.rma.rt.poll();
+                self.rma.shared.remaining(slot) == 0
+            }
+            _ => true,
+        }
+    }
+
+    /// Waits for completion and returns the operation's result.
+    pub fn wait(mut self) -> Result<()> {
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        match std::mem::replace(&mut self.state, EventState::Taken) {
+            EventState::Done(None) | EventState::Taken => Ok(()),
+            EventState::Done(Some(e)) => Err(e),
+            EventState::Pending {
+                slot,
+                target,
+                offset,
+                len,
+            } => {
+                let shared = &self.rma.shared;
+                self.rma.rt.wait_until(|| shared.remaining(slot) == 0);
+                let err = shared.error(slot);
+                self.rma.free_slots.borrow_mut().push(slot);
+                let _ = (target, offset, len);
+                match err {
+                    None => Ok(()),
+                    Some(e) => Err(refusal_error(e)),
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
+/// The error for a refusal reported by a target: (code, rank, offset, len, segment_len).
+fn refusal_error((code, rank, offset, len, segment_len): (u64, usize, u64, u64, u64)) -> Error {
+    Error::Refused {
+        rank,
+        reason: Refusal::from_code(code, offset, len, segment_len)
+            .unwrap_or(Refusal::NoSuchSegment),
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+#[cfg(test)]
+mod tests;

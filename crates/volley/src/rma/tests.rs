@@ -1,0 +1,114 @@
+//! Single-rank tests of both paths (the loopback rings carry the AM path).
+
+use super::*;
+
+/// The atomic word, clear of the put data.
+const W: usize = 250_000;
+
+fn setup(path: RmaPath) -> (Runtime, RmaSetup) {
+    let mut b = Runtime::builder();
+    let setup = Rma::register_with(&mut b, Ok(path));
+    (b.build().unwrap(), setup)
+}
+
+#[test]
+fn put_get_atomics_and_refusals_on_both_paths() {
+    for path in [RmaPath::Direct, RmaPath::ActiveMessages] {
+        let (rt, setup) = setup(path);
+        let rma = setup.attach(&rt);
+        let seg = rma.alloc_symmetric(300_000, Perms::ALL).unwrap().on(0);
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        rma.put(seg, 13, &data).unwrap();
+        let mut back = vec![0u8; data.len()];
+        rma.get(seg, 13, &mut back).unwrap();
+        assert!(
+            back == data,
+            "{path:?}: get returned other bytes than put wrote"
+        );
+        assert_eq!(rma.fetch_add(seg, W, 5).unwrap(), 0, "{path:?}");
+        assert_eq!(rma.fetch_add(seg, W, 5).unwrap(), 5);
+        assert_eq!(rma.compare_swap(seg, W, 10, 42).unwrap(), 10);
+        assert_eq!(rma.atomic(seg, W, AtomicOp::Load, 0, 0).unwrap(), 42);
+        // Refusals: the memory must not change, and each is counted.
+        let mut before = vec![0u8; 300_000];
+        rma.read_local(seg, 0, &mut before).unwrap();
+        let refused = |r: Result<()>| match r {
+            Err(Error::Refused { reason, .. }) => reason,
+            other => panic!("{path:?}: expected a refusal, got {other:?}"),
+        };
+        assert_eq!(
+            refused(rma.put(seg.with_key(1), 0, b"x")),
+            Refusal::WrongKey
+        );
+        assert!(matches!(
+            refused(rma.put(seg, 299_999, b"xy")),
+            Refusal::OutOfBounds {
+                offset: 299_999,
+                len: 2,
+                segment_len: 300_000
+            }
+        ));
+        assert!(matches!(
+            refused(rma.put(seg, usize::MAX, b"x")),
+            Refusal::OutOfBounds { .. }
+        ));
+        let ro = rma.alloc(64, Perms::READ).unwrap().handle();
+        assert_eq!(refused(rma.put(ro, 0, b"x")), Refusal::NotWritable);
+        assert!(matches!(
+            rma.fetch_add(ro, 0, 1),
+            Err(Error::Refused {
+                reason: Refusal::NoAtomics,
+                ..
+            })
+        ));
+        assert!(matches!(
+            rma.fetch_add(seg, W + 3, 1),
+            Err(Error::Refused {
+                reason: Refusal::Misaligned,
+                ..
+            })
+        ));
+        let mut after = vec![0u8; 300_000];
+        rma.read_local(seg, 0, &mut after).unwrap();
+        assert!(before == after, "{path:?}: a refused access changed memory");
+        assert_eq!(rma.refused(), 6, "{path:?}: refusals counted at the target");
+        // Implicit puts complete at sync.
+        for i in 0..100u64 {
+            rma.put_nbi(seg, 1000 + 8 * i as usize, &i.to_le_bytes())
+                .unwrap();
+        }
+        rma.put_nbi(seg.with_key(7), 0, b"z").unwrap_or(());
+        let synced = rma.sync();
+        if path == RmaPath::ActiveMessages {
+            assert!(matches!(
+                synced,
+                Err(Error::Refused {
+                    reason: Refusal::WrongKey,
+                    ..
+                })
+            ));
+        }
+        let mut w = [0u8; 8];
+        rma.get(seg, 1000 + 8 * 99, &mut w).unwrap();
+        assert_eq!(u64::from_le_bytes(w), 99);
+        // Non-blocking get with an event.
+        let mut buf = [0u8; 5];
+        let mut ev = rma.get_nb(seg, 13, &mut buf).unwrap();
+        let _ = ev.test();
+        ev.wait().unwrap();
+        assert_eq!(&buf, &data[..5]);
+        let seg_id = seg;
+        assert!(rma.free_symmetric(SymmetricSegment {
+            id: seg_id.id,
+            key: seg_id.key,
+            len: seg_id.len
+        }));
+        assert!(matches!(
+            rma.put(seg, 0, b"x"),
+            Err(Error::Refused {
+                reason: Refusal::NoSuchSegment,
+                ..
+            })
+        ));
+    }
+}
