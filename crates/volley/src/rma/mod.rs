@@ -414,7 +414,6 @@ impl<'rt> Rma<'rt> {
         let frag = self.rt.max_medium();
         let pieces = data.len().div_ceil(frag).max(1);
         self.shared.add_remaining(slot, pieces as u64);
-        let mut sent = 0;
         for i in 0..pieces {
             let chunk = &data[(i * frag).min(data.len())..((i + 1) * frag).min(data.len())];
             let args = [
@@ -428,10 +427,9 @@ impl<'rt> Rma<'rt> {
                 .request_medium(target.rank, self.handlers.put, &args, chunk)
             {
                 // Pieces not sent will never be acknowledged.
-                self.shared.add_remaining_neg(slot, (pieces - sent) as u64);
+                self.shared.add_remaining_neg(slot, (pieces - i) as u64);
                 return Err(e);
             }
-            sent += 1;
         }
         Ok(())
     }
