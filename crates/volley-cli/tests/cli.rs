@@ -95,6 +95,38 @@ fn bench_am_reports_every_figure_as_json() {
 }
 
 #[test]
+fn bench_rma_reports_both_paths_as_json() {
+    let (code, out, err) = run(
+        &["bench", "rma", "--reps", "1", "--scale", "0.01", "--json", "-"],
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let positive = |v: &serde_json::Value, what: &str| {
+        let x = v.as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{what} = {v} in {doc}");
+    };
+    positive(&doc["memcpy_gbps"], "memcpy_gbps");
+    for path in [&doc, &doc["am"]] {
+        for key in ["put_gbps_1MiB", "get_gbps_1MiB", "fadd_ns"] {
+            positive(&path[key], key);
+        }
+        for (key, field, n) in [
+            ("put_latency_ns", "ns", 4),
+            ("get_latency_ns", "ns", 4),
+            ("put_gbps", "gbps", 5),
+            ("get_gbps", "gbps", 5),
+        ] {
+            let list = path[key].as_array().unwrap_or_else(|| panic!("{key}: {doc}"));
+            assert_eq!(list.len(), n, "{key}");
+            for e in list {
+                positive(&e[field], key);
+            }
+        }
+    }
+}
+
+#[test]
 fn bench_rejects_bad_arguments() {
     for args in [
         &["bench", "am", "--scale", "0"][..],

@@ -3,6 +3,7 @@
 
 mod am;
 mod floor;
+mod rma;
 
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
@@ -14,6 +15,19 @@ use std::process::ExitCode;
 pub enum BenchCommand {
     /// Active Message latency, bandwidth and LogP overheads between two local ranks.
     Am {
+        /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
+        /// standard error).
+        #[arg(long, value_name = "FILE|-")]
+        json: Option<String>,
+        /// Repetitions; every figure is the median over them.
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        reps: u64,
+        /// Scale every iteration count (0.01 for a quick smoke run).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+    },
+    /// One-sided put, get and atomics between two local ranks, on the direct and AM paths.
+    Rma {
         /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
         /// standard error).
         #[arg(long, value_name = "FILE|-")]
@@ -57,6 +71,19 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 }
             }
         }
+        BenchCommand::Rma { json, reps, scale } => {
+            if !(scale > 0.0 && scale <= 100.0) {
+                eprintln!("volley bench: --scale must be in (0, 100]");
+                return ExitCode::from(2);
+            }
+            match bench_rma(reps as usize, scale) {
+                Ok(doc) => emit(&doc, json.as_deref(), print_rma_table),
+                Err(e) => {
+                    eprintln!("volley bench rma: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
     }
 }
 
@@ -64,6 +91,8 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
 pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) -> ExitCode {
     let result = match which {
         "am" => am::run(out, scale, reps),
+        "rma-direct" => rma::run(out, volley::rma::RmaPath::Direct, scale, reps),
+        "rma-am" => rma::run(out, volley::rma::RmaPath::ActiveMessages, scale, reps),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
@@ -107,6 +136,74 @@ fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value
     serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
 }
 
+fn bench_rma(reps: usize, scale: f64) -> Result<Value, String> {
+    let memcpy = rma::memcpy_gbps(reps, scale);
+    let direct = run_ranks("rma-direct", 2, scale, reps)?;
+    let am = run_ranks("rma-am", 2, scale, reps)?;
+    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
+    let mut doc = med(&direct);
+    let get =
+        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    doc.insert("memcpy_gbps".into(), json!(memcpy));
+    doc.insert(
+        "ratios".into(),
+        json!({
+            "put_gbps_1MiB_over_memcpy": get(&doc, "put_gbps_1MiB") / memcpy,
+            "get_gbps_1MiB_over_memcpy": get(&doc, "get_gbps_1MiB") / memcpy,
+        }),
+    );
+    doc.insert("am".into(), Value::Object(med(&am)));
+    doc.insert("reps".into(), json!(reps));
+    doc.insert("scale".into(), json!(scale));
+    Ok(Value::Object(doc))
+}
+
+fn print_rma_table(doc: &Value, w: &mut dyn Write) {
+    let memcpy = doc["memcpy_gbps"].as_f64().unwrap_or(f64::NAN);
+    let am = &doc["am"];
+    let _ = writeln!(
+        w,
+        "volley bench rma: 2 ranks on one host, pinned; median of {} repetitions",
+        doc["reps"]
+    );
+    let _ = writeln!(
+        w,
+        "  memcpy_gbps (floor, 1 MiB in one process)  {memcpy:>8.2} GB/s"
+    );
+    for key in ["put_gbps_1MiB", "get_gbps_1MiB"] {
+        let d = doc[key].as_f64().unwrap_or(f64::NAN);
+        let a = am[key].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            w,
+            "  {key:<14} direct {d:>8.2} GB/s ({:.2} x memcpy, target >= 0.90)   am {a:>8.2} GB/s",
+            d / memcpy
+        );
+    }
+    for key in ["fadd_ns", "cas_ns"] {
+        let d = doc[key].as_f64().unwrap_or(f64::NAN);
+        let a = am[key].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
+    }
+    for (key, unit) in [
+        ("put_latency_ns", "ns"),
+        ("get_latency_ns", "ns"),
+        ("put_gbps", "GB/s"),
+        ("get_gbps", "GB/s"),
+    ] {
+        let field = if unit == "ns" { "ns" } else { "gbps" };
+        for (i, e) in doc[key].as_array().into_iter().flatten().enumerate() {
+            let size = e["size"].as_u64().unwrap_or(0);
+            let d = e[field].as_f64().unwrap_or(f64::NAN);
+            let a = am[key][i][field].as_f64().unwrap_or(f64::NAN);
+            let name = format!("{} {}", key.trim_end_matches("_ns"), human(size));
+            let _ = writeln!(
+                w,
+                "  {name:<24} direct {d:>10.2} {unit:<4}   am {a:>10.2} {unit}"
+            );
+        }
+    }
+}
+
 /// Median across repetitions of every scalar, and of every `{size, rtt_ns}` list element-wise.
 fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
     let mut out = Map::new();
@@ -120,11 +217,19 @@ fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
         } else if let Some(list) = v.as_array() {
             let merged: Vec<Value> = (0..list.len())
                 .map(|i| {
-                    let mut xs: Vec<f64> = reps
-                        .iter()
-                        .filter_map(|r| r[key][i]["rtt_ns"].as_f64())
-                        .collect();
-                    json!({"size": list[i]["size"], "rtt_ns": median(&mut xs)})
+                    let mut e = Map::new();
+                    e.insert("size".into(), list[i]["size"].clone());
+                    for (field, _) in list[i].as_object().into_iter().flatten() {
+                        if field == "size" {
+                            continue;
+                        }
+                        let mut xs: Vec<f64> = reps
+                            .iter()
+                            .filter_map(|r| r[key][i][field].as_f64())
+                            .collect();
+                        e.insert(field.clone(), json!(median(&mut xs)));
+                    }
+                    Value::Object(e)
                 })
                 .collect();
             out.insert(key.clone(), json!(merged));
@@ -183,11 +288,19 @@ fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> E
 fn print_am_table(doc: &Value, w: &mut dyn Write) {
     let floor = doc["cacheline_rtt_ns"].as_f64().unwrap_or(f64::NAN);
     let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
-        let _ = writeln!(
-            w,
-            "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
-            v / floor
-        );
+        let _ = if v.is_nan() {
+            writeln!(
+                w,
+                "  {name:<28} {:>10} ns  {:>6} x floor  {note}",
+                "n/a", "n/a"
+            )
+        } else {
+            writeln!(
+                w,
+                "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
+                v / floor
+            )
+        };
     };
     let _ = writeln!(
         w,
