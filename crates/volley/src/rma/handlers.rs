@@ -2,6 +2,7 @@
 //! completion slots through which their replies reach the initiator.
 
 use super::atomic::{self, AtomicOp};
+use super::memops::{self, MemHandlers};
 use super::segment::{Perms, Refusal, Table};
 use crate::am::{DirectMemory, ReplyHandler, RequestHandler, RuntimeBuilder};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,6 +57,10 @@ pub(crate) struct Handlers {
     pub(crate) put: RequestHandler,
     pub(crate) get: RequestHandler,
     pub(crate) atomic: RequestHandler,
+    /// The reply handler that completes a slot with a status and a value.
+    pub(crate) ack: ReplyHandler,
+    /// The memory-based operations' handlers (WRITE_F, FIFO, conditional write).
+    pub(crate) mem: MemHandlers,
 }
 
 impl Shared {
@@ -158,13 +163,37 @@ impl Shared {
         len: u64,
         need: Perms,
     ) -> Result<*mut u8, (u64, u64)> {
+        self.check_with(id, key, off, len, need, true)
+    }
+
+    /// Counts one refusal against this rank.
+    pub(crate) fn count_refusal(&self) {
+        if let Some(mem) = self.local.get() {
+            // SAFETY: our own region's table bytes live as long as the runtime.
+            unsafe { Table::at(mem.table) }.count_refusal();
+        }
+    }
+
+    /// Like `check`, counting a refusal only if `count` (operations split into several
+    /// messages count one refusal, not one per message).
+    pub(crate) fn check_with(
+        &self,
+        id: u64,
+        key: u64,
+        off: u64,
+        len: u64,
+        need: Perms,
+        count: bool,
+    ) -> Result<*mut u8, (u64, u64)> {
         let Some(mem) = self.local.get() else {
             return Err((Refusal::NoSuchSegment.code(), 0));
         };
         // SAFETY: our own region's table bytes live as long as the runtime.
         let table = unsafe { Table::at(mem.table) };
         let refuse = |r: Refusal| {
-            table.count_refusal();
+            if count {
+                table.count_refusal();
+            }
             let seg_len = match r {
                 Refusal::OutOfBounds { segment_len, .. } => segment_len,
                 _ => 0,
@@ -282,5 +311,12 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         };
         let _ = tok.reply_short(ack, &reply);
     });
-    Handlers { put, get, atomic }
+    let mem = memops::register(b, shared, ack);
+    Handlers {
+        put,
+        get,
+        atomic,
+        ack,
+        mem,
+    }
 }

@@ -7,7 +7,7 @@
 //! checked against the segment table at the target: the segment must be live, the key must
 //! match, the range must fit and the permission must be granted. A refused access changes
 //! nothing, is counted at the target ([`Rma::refused`]) and returns
-//! [`Error::Refused`](crate::Error::Refused) naming the [`Refusal`].
+//! [`Error::Refused`] naming the [`Refusal`].
 //!
 //! Two paths, one per job ([`RmaPath`], `VOLLEY_RMA=direct|am`):
 //! - **direct** (default between ranks of one host): the initiator checks the target's table in
@@ -17,6 +17,12 @@
 //!   64 KiB fragments, atomics one after another) and reply with the status, the data or the old
 //!   value. This is the path for transports that cannot map the target; forcing it on shared
 //!   memory tests it today.
+//!
+//! On top of these, [seed 002's memory-based operations](memops): write with flag
+//! ([`Rma::put_with_flag`]), memory-based FIFOs ([`Rma::fifo_create`], [`Rma::fifo_enqueue`],
+//! [`Rma::fifo_enqueue_retry`], [`Rma::fifo_dequeue`]), signals that run a handler at the target
+//! ([`RmaSetup::register_signal`], [`Rma::signal`]) and the conditional z-buffer write
+//! ([`Rma::conditional_write`]).
 //!
 //! ```no_run
 //! use volley::rma::{Perms, Rma};
@@ -33,9 +39,11 @@
 
 mod atomic;
 mod handlers;
+pub mod memops;
 pub mod segment;
 
 pub use atomic::AtomicOp;
+pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
 use crate::am::{Runtime, RuntimeBuilder};
@@ -553,11 +561,14 @@ impl<'rt> Rma<'rt> {
 
     /// Waits for every implicit operation (`*_nbi`) issued so far and returns the first error
     /// among them, if any.
+    ///
+    /// On the direct path puts need no waiting; signals and flagged puts that travel as
+    /// messages (`signal_nbi`) are waited for on both paths.
     pub fn sync(&self) -> Result<()> {
-        if self.path == RmaPath::Direct {
+        let s = &self.shared;
+        if s.remaining(handlers::IMPLICIT_SLOT) == 0 && s.error(handlers::IMPLICIT_SLOT).is_none() {
             return Ok(());
         }
-        let s = &self.shared;
         self.rt
             .wait_until(|| s.remaining(handlers::IMPLICIT_SLOT) == 0);
         match s.take_implicit_error() {

@@ -76,9 +76,16 @@ pub enum Refusal {
     /// The segment does not grant remote atomics.
     #[error("the segment does not allow atomics")]
     NoAtomics,
-    /// An atomic operation on a word that is not 8-byte aligned.
+    /// An atomic operation (or a flag, reference or FIFO word) on a word that is not 8-byte
+    /// aligned.
     #[error("atomic operation on an offset that is not 8-byte aligned")]
     Misaligned,
+    /// No memory-based FIFO with the handle's geometry lives at that offset.
+    #[error("no FIFO with this entry size and capacity at that offset")]
+    NotAFifo,
+    /// A FIFO entry whose length is not the FIFO's entry size.
+    #[error("the entry's length is not the FIFO's entry size")]
+    EntrySize,
 }
 
 impl Refusal {
@@ -92,6 +99,8 @@ impl Refusal {
             Refusal::NotWritable => 5,
             Refusal::NoAtomics => 6,
             Refusal::Misaligned => 7,
+            Refusal::NotAFifo => 8,
+            Refusal::EntrySize => 9,
         }
     }
 
@@ -109,6 +118,8 @@ impl Refusal {
             5 => Refusal::NotWritable,
             6 => Refusal::NoAtomics,
             7 => Refusal::Misaligned,
+            8 => Refusal::NotAFifo,
+            9 => Refusal::EntrySize,
             _ => return None,
         })
     }

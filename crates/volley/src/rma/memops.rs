@@ -1,0 +1,1024 @@
+//! Seed 002's memory-based operations on top of the one-sided layer: write with flag
+//! (MBCF_WRITE_F), memory-based FIFOs (MBCF_FIFO, and FIFOe_RETRY's ordered, lossless mode),
+//! signals that run a handler at the target (MBCF_SIGNAL, DSP_INVOKE with MEMW_OFFSET storage)
+//! and the conditional z-buffer write (MBCF_ZBUFFER).
+//!
+//! Every operation is checked against the target's segment table like a put: a refused
+//! operation changes nothing at the target, is counted there ([`Rma::refused`]) and returns
+//! [`Error::Refused`].
+//!
+//! How each one reaches the target:
+//!
+//! | operation | direct path | AM path |
+//! |---|---|---|
+//! | [`Rma::put_with_flag`] | `memcpy`, then a release store of the flag word | fragments to a handler; the last one stores the flag |
+//! | [`Rma::fifo_enqueue`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
+//! | [`Rma::signal`] | `memcpy`, then a short request to the signal's handler | fragments to the signal's handler; the last one invokes it |
+//! | [`Rma::conditional_write`] | a handler at the target | a handler at the target |
+//!
+//! **Operations split into fragments.** Data larger than one medium message travels as several
+//! requests on the same request ring, which is FIFO per sender, so the final action (flag store,
+//! handler invocation) rides on the last fragment and runs after every byte is in. Every
+//! fragment carries the whole operation's range and checks all of it (and the flag word), so
+//! either every fragment writes or none does; only the first fragment counts a refusal.
+//!
+//! **Conditional writes run at the target on both paths.** Comparing the reference word, then
+//! writing the data and the reference, must be one atomic step; handlers run one at a time, so
+//! doing it in a handler makes it atomic with respect to every other conditional write to that
+//! rank with no lock in shared memory. (It is not atomic with respect to plain puts to the same
+//! bytes, which race by the program's choice, as with any remote write.)
+
+use super::handlers::{Shared, IMPLICIT_SLOT};
+use super::segment::{Perms, Refusal, SegmentRef};
+use super::{Rma, RmaPath, RmaSetup};
+use crate::am::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
+use crate::error::{Error, Result};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// The fragment is the operation's last: run its final action.
+const LAST: u64 = 1;
+/// The data is already in place (direct path): the message carries none.
+const IN_PLACE: u64 = 2;
+/// A FIFO enqueue's reply value: stored.
+const STORED: u64 = 1;
+/// A FIFO enqueue's reply value: full, cancelled.
+const FULL: u64 = 2;
+
+/// The memory-based operations' request handlers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MemHandlers {
+    put_flag: RequestHandler,
+    fifo: RequestHandler,
+    zbuf: RequestHandler,
+}
+
+/// A handler registered with [`RmaSetup::register_signal`]: what [`Rma::signal`] invokes at
+/// the target. Every rank registers the same signals in the same order, so the id means the
+/// same handler everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SignalHandler(RequestHandler);
+
+impl SignalHandler {
+    /// The underlying request handler index.
+    pub fn index(self) -> u16 {
+        self.0.index()
+    }
+}
+
+/// What a signal handler receives: who signalled, and where the data was written in this
+/// rank's segment.
+#[derive(Debug)]
+pub struct Signal<'a> {
+    src: usize,
+    offset: usize,
+    data: &'a [u8],
+}
+
+impl<'a> Signal<'a> {
+    /// The rank that sent the signal.
+    pub fn src(&self) -> usize {
+        self.src
+    }
+
+    /// The offset in the segment at which the data was written.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The number of bytes written.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the signal carried no data.
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// The written bytes, in this rank's segment. Other ranks may write that memory at any
+    /// time (as with a long message's payload): copy out what you keep.
+    pub fn data(&self) -> &'a [u8] {
+        self.data
+    }
+}
+
+/// The outcome of one FIFO enqueue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FifoStatus {
+    /// The entry is in the FIFO.
+    Stored,
+    /// The FIFO was full: the entry was cancelled (nothing was written).
+    Full,
+}
+
+/// A memory-based FIFO in a segment: fixed-size entries, many remote producers, one consumer
+/// (the rank that created it). Plain data: send it to other ranks with
+/// [`FifoRef::to_words`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FifoRef {
+    seg: SegmentRef,
+    offset: u64,
+    entry_size: u32,
+    capacity: u32,
+}
+
+impl FifoRef {
+    /// The rank that owns (and dequeues from) the FIFO.
+    pub fn rank(&self) -> usize {
+        self.seg.rank
+    }
+
+    /// Bytes per entry.
+    pub fn entry_size(&self) -> usize {
+        self.entry_size as usize
+    }
+
+    /// Entries the FIFO holds.
+    pub fn capacity(&self) -> usize {
+        self.capacity as usize
+    }
+
+    /// Bytes of segment the FIFO occupies from its offset on.
+    pub fn footprint(&self) -> usize {
+        fifo_bytes(self.entry_size as u64, self.capacity as u64).unwrap_or(u64::MAX) as usize
+    }
+
+    /// Five words for message arguments.
+    pub fn to_words(&self) -> [u64; 5] {
+        let [a, b, c] = self.seg.to_words();
+        [
+            a,
+            b,
+            c,
+            self.offset,
+            (self.entry_size as u64) << 32 | self.capacity as u64,
+        ]
+    }
+
+    /// The handle back from [`FifoRef::to_words`].
+    pub fn from_words(w: [u64; 5]) -> Self {
+        Self {
+            seg: SegmentRef::from_words([w[0], w[1], w[2]]),
+            offset: w[3],
+            entry_size: (w[4] >> 32) as u32,
+            capacity: w[4] as u32,
+        }
+    }
+
+    /// A copy with another key (to test protection).
+    #[doc(hidden)]
+    pub fn with_key(mut self, key: u64) -> Self {
+        self.seg = self.seg.with_key(key);
+        self
+    }
+
+    /// A copy with another capacity (to test the structure check).
+    #[doc(hidden)]
+    pub fn with_capacity(mut self, capacity: u32) -> Self {
+        self.capacity = capacity;
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The FIFO structure in memory.
+//
+// At the FIFO's offset (8-byte aligned): a header line {magic, entry_size, capacity}, the tail
+// (enqueue counter) on its own line, the head (dequeue counter) on the next, then `capacity`
+// slots of {sequence word, entry bytes rounded up to 8}. This is a bounded MPMC queue with
+// per-slot sequence numbers (D. Vyukov's): slot i starts with sequence i; a producer at
+// position p may use slot p % capacity only when its sequence is p (the consumer has freed it),
+// reserves it by a CAS of the tail from p to p+1, writes the entry and publishes sequence p+1
+// with release. The consumer at position p takes the slot when its sequence is p+1 and frees it
+// by storing p+capacity. A sequence below p means the FIFO is full: the entry is cancelled.
+// ---------------------------------------------------------------------------------------------
+
+const MAGIC: u64 = 0x766f_6c6c_6579_4649;
+const ENTRY_SIZE_AT: usize = 8;
+const CAPACITY_AT: usize = 16;
+const TAIL_AT: usize = 64;
+const HEAD_AT: usize = 128;
+const SLOTS_AT: usize = 192;
+
+fn stride(entry_size: u64) -> u64 {
+    8 + entry_size.div_ceil(8) * 8
+}
+
+/// Bytes of a FIFO with this geometry, or `None` if that overflows.
+fn fifo_bytes(entry_size: u64, capacity: u64) -> Option<u64> {
+    stride(entry_size)
+        .checked_mul(capacity)?
+        .checked_add(SLOTS_AT as u64)
+}
+
+/// The atomic word at `p`.
+///
+/// # Safety
+/// `p` must be 8-byte aligned and point to 8 bytes that stay mapped for `'a` and are only
+/// accessed atomically while shared.
+unsafe fn word<'a>(p: *mut u8) -> &'a AtomicU64 {
+    // SAFETY: guaranteed by the caller.
+    unsafe { AtomicU64::from_ptr(p.cast()) }
+}
+
+/// Writes an empty FIFO's structure at `base`.
+///
+/// # Safety
+/// `base` must be 8-byte aligned and `fifo_bytes(entry_size, capacity)` bytes from it must be
+/// mapped memory that no one else uses as a FIFO meanwhile.
+unsafe fn fifo_init(base: *mut u8, entry_size: u64, capacity: u64) {
+    let st = stride(entry_size) as usize;
+    // SAFETY (whole block): every word below lies inside the FIFO's bytes and is 8-aligned
+    // (the base is, and all offsets and the stride are multiples of 8).
+    unsafe {
+        word(base).store(0, Ordering::Relaxed);
+        for i in 0..capacity as usize {
+            word(base.add(SLOTS_AT + i * st)).store(i as u64, Ordering::Relaxed);
+        }
+        word(base.add(TAIL_AT)).store(0, Ordering::Relaxed);
+        word(base.add(HEAD_AT)).store(0, Ordering::Relaxed);
+        word(base.add(ENTRY_SIZE_AT)).store(entry_size, Ordering::Relaxed);
+        word(base.add(CAPACITY_AT)).store(capacity, Ordering::Relaxed);
+        // Release: a producer that sees the magic sees the initialized slots.
+        word(base).store(MAGIC, Ordering::Release);
+    }
+}
+
+/// Checks that the FIFO at `base` has this geometry.
+///
+/// # Safety
+/// As for [`fifo_enqueue_at`].
+unsafe fn fifo_header_ok(base: *mut u8, entry_size: u64, capacity: u64) -> bool {
+    // SAFETY: the header words lie inside the FIFO's bytes and are 8-aligned.
+    unsafe {
+        word(base).load(Ordering::Acquire) == MAGIC
+            && word(base.add(ENTRY_SIZE_AT)).load(Ordering::Relaxed) == entry_size
+            && word(base.add(CAPACITY_AT)).load(Ordering::Relaxed) == capacity
+    }
+}
+
+/// Enqueues `data` into the FIFO at `base` (any number of concurrent producers, in any
+/// processes).
+///
+/// # Safety
+/// `base` must be 8-byte aligned, and `fifo_bytes(entry_size, capacity)` bytes from it must be
+/// mapped for the call.
+unsafe fn fifo_enqueue_at(
+    base: *mut u8,
+    entry_size: u64,
+    capacity: u64,
+    data: &[u8],
+) -> Result<FifoStatus, Refusal> {
+    // SAFETY: as guaranteed by the caller.
+    if capacity < 2 || !unsafe { fifo_header_ok(base, entry_size, capacity) } {
+        return Err(Refusal::NotAFifo);
+    }
+    if data.len() as u64 != entry_size {
+        return Err(Refusal::EntrySize);
+    }
+    let st = stride(entry_size) as usize;
+    // SAFETY: the tail word lies inside the FIFO's bytes, 8-aligned.
+    let tail = unsafe { word(base.add(TAIL_AT)) };
+    let mut pos = tail.load(Ordering::Relaxed);
+    loop {
+        // SAFETY: slot `pos % capacity` lies inside the FIFO's bytes; its sequence word is
+        // 8-aligned.
+        let slot = unsafe { base.add(SLOTS_AT + (pos % capacity) as usize * st) };
+        // SAFETY: as above.
+        let seq = unsafe { word(slot) }.load(Ordering::Acquire);
+        let diff = seq.wrapping_sub(pos) as i64;
+        if diff == 0 {
+            match tail.compare_exchange_weak(pos, pos + 1, Ordering::Relaxed, Ordering::Relaxed) {
+                Ok(_) => {
+                    // SAFETY: we reserved this slot (no other producer may write it until the
+                    // consumer frees it again); its entry bytes follow the sequence word.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(data.as_ptr(), slot.add(8), data.len());
+                        // Release: the consumer that sees pos+1 sees the entry.
+                        word(slot).store(pos + 1, Ordering::Release);
+                    }
+                    return Ok(FifoStatus::Stored);
+                }
+                Err(p) => pos = p,
+            }
+        } else if diff < 0 {
+            // The slot still holds the entry of the previous lap: full.
+            return Ok(FifoStatus::Full);
+        } else {
+            pos = tail.load(Ordering::Relaxed);
+        }
+    }
+}
+
+/// Takes the oldest entry of the FIFO at `base` into `buf` (at least `entry_size` bytes);
+/// `false` if empty. One consumer at a time.
+///
+/// # Safety
+/// As for [`fifo_enqueue_at`], and no other thread dequeues from this FIFO meanwhile.
+unsafe fn fifo_dequeue_at(
+    base: *mut u8,
+    entry_size: u64,
+    capacity: u64,
+    buf: &mut [u8],
+) -> Result<bool, Refusal> {
+    // SAFETY: as guaranteed by the caller.
+    if capacity < 2 || !unsafe { fifo_header_ok(base, entry_size, capacity) } {
+        return Err(Refusal::NotAFifo);
+    }
+    if (buf.len() as u64) < entry_size {
+        return Err(Refusal::EntrySize);
+    }
+    let st = stride(entry_size) as usize;
+    // SAFETY: the head word lies inside the FIFO's bytes, 8-aligned.
+    let head = unsafe { word(base.add(HEAD_AT)) };
+    let pos = head.load(Ordering::Relaxed);
+    // SAFETY: slot `pos % capacity` lies inside the FIFO's bytes, 8-aligned.
+    let slot = unsafe { base.add(SLOTS_AT + (pos % capacity) as usize * st) };
+    // SAFETY: as above.
+    let seq = unsafe { word(slot) }.load(Ordering::Acquire);
+    if seq != pos + 1 {
+        return Ok(false);
+    }
+    // SAFETY: the slot is published (acquired above) and no producer writes it until we free
+    // it below; its entry bytes follow the sequence word.
+    unsafe {
+        std::ptr::copy_nonoverlapping(slot.add(8), buf.as_mut_ptr(), entry_size as usize);
+        // Release: the producer that reuses the slot sees our reads done.
+        word(slot).store(pos + capacity, Ordering::Release);
+    }
+    head.store(pos + 1, Ordering::Relaxed);
+    Ok(true)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handlers at the target.
+// ---------------------------------------------------------------------------------------------
+
+/// A refusal at the target: code and the details the initiator reports.
+#[derive(Debug, Clone, Copy)]
+struct Fail {
+    code: u64,
+    off: u64,
+    len: u64,
+    seg_len: u64,
+}
+
+/// Checks `len` bytes at `off` of segment `id` at this rank.
+fn check(
+    s: &Shared,
+    id: u64,
+    key: u64,
+    off: u64,
+    len: u64,
+    need: Perms,
+    count: bool,
+) -> Result<*mut u8, Fail> {
+    s.check_with(id, key, off, len, need, count)
+        .map_err(|(code, seg_len)| Fail {
+            code,
+            off,
+            len,
+            seg_len,
+        })
+}
+
+/// Checks an 8-byte aligned word at `off` of segment `id` at this rank.
+fn check_word(
+    s: &Shared,
+    id: u64,
+    key: u64,
+    off: u64,
+    need: Perms,
+    count: bool,
+) -> Result<*mut u8, Fail> {
+    let p = check(s, id, key, off, 8, need, count)?;
+    if (p as usize) % 8 != 0 {
+        if count {
+            s.count_refusal();
+        }
+        return Err(Fail {
+            code: Refusal::Misaligned.code(),
+            off,
+            len: 8,
+            seg_len: 0,
+        });
+    }
+    Ok(p)
+}
+
+fn reply(tok: ReplyToken<'_>, ack: ReplyHandler, slot: u64, r: Result<(u64, u64, u64), Fail>) {
+    let args = match r {
+        Ok((value, off, len)) => [slot, 0, value, off, len, 0],
+        Err(f) => [slot, f.code, 0, f.off, f.len, f.seg_len],
+    };
+    // A reply that cannot be sent means the runtime is going away; nothing to report to.
+    let _ = tok.reply_short(ack, &args);
+}
+
+/// One fragment of a fragmented write: [id, key, off, total, start, slot, flags, x0, x1].
+#[derive(Debug, Clone, Copy)]
+struct Frag {
+    id: u64,
+    key: u64,
+    off: u64,
+    total: u64,
+    start: u64,
+    slot: u64,
+    flags: u64,
+    extra: [u64; 2],
+}
+
+impl Frag {
+    fn parse(m: &Message<'_>) -> Self {
+        Self {
+            id: m.arg(0),
+            key: m.arg(1),
+            off: m.arg(2),
+            total: m.arg(3),
+            start: m.arg(4),
+            slot: m.arg(5),
+            flags: m.arg(6),
+            extra: [m.arg(7), m.arg(8)],
+        }
+    }
+
+    fn args(&self) -> [u64; 9] {
+        [
+            self.id,
+            self.key,
+            self.off,
+            self.total,
+            self.start,
+            self.slot,
+            self.flags,
+            self.extra[0],
+            self.extra[1],
+        ]
+    }
+
+    /// Checks the whole operation (its data range and, through `also`, anything else it
+    /// touches), then writes this fragment's bytes. Returns the base of the data range and
+    /// what `also` returned.
+    fn apply<T>(
+        &self,
+        s: &Shared,
+        payload: &[u8],
+        also: impl FnOnce(bool) -> Result<T, Fail>,
+    ) -> Result<(*mut u8, T), Fail> {
+        let count = self.start == 0;
+        let base = check(
+            s,
+            self.id,
+            self.key,
+            self.off,
+            self.total,
+            Perms::WRITE,
+            count,
+        )?;
+        let extra = also(count)?;
+        if self.flags & IN_PLACE == 0 && !payload.is_empty() {
+            if self
+                .start
+                .checked_add(payload.len() as u64)
+                .is_none_or(|end| end > self.total)
+            {
+                // A malformed fragment: its bytes lie outside the operation it names.
+                s.count_refusal();
+                return Err(Fail {
+                    code: Refusal::OutOfBounds {
+                        offset: 0,
+                        len: 0,
+                        segment_len: 0,
+                    }
+                    .code(),
+                    off: self.off + self.start,
+                    len: payload.len() as u64,
+                    seg_len: 0,
+                });
+            }
+            // SAFETY: base..base+total lies in our segment (checked) and start+len <= total.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    payload.as_ptr(),
+                    base.add(self.start as usize),
+                    payload.len(),
+                )
+            };
+        }
+        Ok((base, extra))
+    }
+}
+
+/// Registers the memory-based operations' handlers (after the one-sided layer's own).
+pub(crate) fn register(
+    b: &mut RuntimeBuilder,
+    shared: &Arc<Shared>,
+    ack: ReplyHandler,
+) -> MemHandlers {
+    let s = shared.clone();
+    let put_flag = b.request_handler("volley.rma.put_flag", move |m, tok| {
+        let f = Frag::parse(m);
+        let [flag_off, flag_val] = f.extra;
+        let r = f
+            .apply(&s, m.payload(), |count| {
+                check_word(&s, f.id, f.key, flag_off, Perms::WRITE, count)
+            })
+            .map(|(_, flag)| {
+                if f.flags & LAST != 0 {
+                    // SAFETY: checked: 8-aligned, inside our segment. Release: whoever
+                    // acquires the flag sees every fragment's data (earlier fragments ran
+                    // before this one: the request ring is FIFO).
+                    unsafe { word(flag) }.store(flag_val, Ordering::Release);
+                }
+                (0, f.off, f.total)
+            });
+        reply(tok, ack, f.slot, r);
+    });
+    let s = shared.clone();
+    let fifo = b.request_handler("volley.rma.fifo", move |m, tok| {
+        let (id, key, off, entry_size, capacity, slot) =
+            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let len = fifo_bytes(entry_size, capacity).unwrap_or(u64::MAX);
+        let r = check(&s, id, key, off, len, Perms::WRITE | Perms::ATOMIC, true).and_then(|p| {
+            let refuse = |r: Refusal| {
+                s.count_refusal();
+                Fail {
+                    code: r.code(),
+                    off,
+                    len,
+                    seg_len: 0,
+                }
+            };
+            if (p as usize) % 8 != 0 {
+                return Err(refuse(Refusal::Misaligned));
+            }
+            // SAFETY: p is 8-aligned and the FIFO's bytes lie in our segment (checked).
+            match unsafe { fifo_enqueue_at(p, entry_size, capacity, m.payload()) } {
+                Ok(FifoStatus::Stored) => Ok((STORED, off, len)),
+                Ok(FifoStatus::Full) => Ok((FULL, off, len)),
+                Err(r) => Err(refuse(r)),
+            }
+        });
+        reply(tok, ack, slot, r);
+    });
+    let s = shared.clone();
+    let zbuf = b.request_handler("volley.rma.zbuffer", move |m, tok| {
+        let (id, key, ref_off, ref_val, data_off, slot) =
+            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let data = m.payload();
+        let r = check_word(&s, id, key, ref_off, Perms::WRITE, true).and_then(|rp| {
+            let dp = check(&s, id, key, data_off, data.len() as u64, Perms::WRITE, true)?;
+            // SAFETY: checked: 8-aligned, inside our segment. Handlers run one at a time, so
+            // the compare, the data write and the reference store are one atomic step with
+            // respect to every other conditional write to this rank.
+            let r = unsafe { word(rp) };
+            if r.load(Ordering::Acquire) > ref_val {
+                // SAFETY: dp..dp+len lies in our segment (checked).
+                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dp, data.len()) };
+                r.store(ref_val, Ordering::Release);
+                Ok((1, data_off, data.len() as u64))
+            } else {
+                Ok((0, data_off, data.len() as u64))
+            }
+        });
+        reply(tok, ack, slot, r);
+    });
+    MemHandlers {
+        put_flag,
+        fifo,
+        zbuf,
+    }
+}
+
+impl RmaSetup {
+    /// Registers a signal handler under `name` (every rank registers the same signals, in the
+    /// same order, before `build`). [`Rma::signal`] writes data into a segment of a target rank
+    /// and then runs `handler` there with the source rank, the offset and the data, on the
+    /// target's thread, one handler at a time like any request handler.
+    pub fn register_signal<F>(
+        &self,
+        b: &mut RuntimeBuilder,
+        name: &str,
+        handler: F,
+    ) -> SignalHandler
+    where
+        F: Fn(&Signal<'_>) + Send + Sync + 'static,
+    {
+        let s = self.shared.clone();
+        let ack = self.handlers.ack;
+        let id = b.request_handler(&format!("volley.rma.signal:{name}"), move |m, tok| {
+            let f = Frag::parse(m);
+            let r = f.apply(&s, m.payload(), |_| Ok(())).map(|(base, ())| {
+                if f.flags & LAST != 0 {
+                    // SAFETY: base..base+total lies in our segment (checked by `apply`); the
+                    // slice lives only while the handler runs.
+                    let data = unsafe { std::slice::from_raw_parts(base, f.total as usize) };
+                    handler(&Signal {
+                        src: m.src(),
+                        offset: f.off as usize,
+                        data,
+                    });
+                }
+                (0, f.off, f.total)
+            });
+            reply(tok, ack, f.slot, r);
+        });
+        SignalHandler(id)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The initiator's side.
+// ---------------------------------------------------------------------------------------------
+
+impl<'rt> Rma<'rt> {
+    /// Counts a refusal in `rank`'s table (for checks made after `check_direct` passed).
+    fn refuse_direct(&self, rank: usize, reason: Refusal) -> Error {
+        if let Some(mem) = self.rt.direct_memory(rank) {
+            // SAFETY: the table bytes of a mapped region live as long as the runtime.
+            unsafe { super::segment::Table::at(mem.table) }.count_refusal();
+        }
+        Error::Refused { rank, reason }
+    }
+
+    /// Checks an 8-aligned word on the direct path.
+    fn check_direct_word(&self, target: SegmentRef, offset: u64, need: Perms) -> Result<*mut u8> {
+        let p = self.check_direct(target, offset, 8, need)?;
+        if (p as usize) % 8 != 0 {
+            return Err(self.refuse_direct(target.rank, Refusal::Misaligned));
+        }
+        Ok(p)
+    }
+
+    /// Sends a fragmented write to `handler` at the target: `data` in pieces of at most one
+    /// medium payload (or, if `in_place`, one message naming `data.len()` bytes already
+    /// written). Each piece is acknowledged on `slot`.
+    fn send_fragments(
+        &self,
+        (target, handler): (SegmentRef, RequestHandler),
+        off: u64,
+        data: &[u8],
+        in_place: bool,
+        slot: u32,
+        extra: [u64; 2],
+    ) -> Result<()> {
+        let frag = self.rt.max_medium();
+        let pieces = if in_place {
+            1
+        } else {
+            data.len().div_ceil(frag).max(1)
+        };
+        self.shared.add_remaining(slot, pieces as u64);
+        for i in 0..pieces {
+            let mut f = Frag {
+                id: target.id as u64,
+                key: target.key,
+                off,
+                total: data.len() as u64,
+                start: (i * frag) as u64,
+                slot: slot as u64,
+                flags: if i + 1 == pieces { LAST } else { 0 },
+                extra,
+            };
+            let sent = if in_place {
+                f.flags |= IN_PLACE;
+                self.rt.request_short(target.rank, handler, &f.args())
+            } else {
+                let chunk = &data[(i * frag).min(data.len())..((i + 1) * frag).min(data.len())];
+                self.rt
+                    .request_medium(target.rank, handler, &f.args(), chunk)
+            };
+            if let Err(e) = sent {
+                // Pieces not sent will never be acknowledged.
+                self.shared.add_remaining_neg(slot, (pieces - i) as u64);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for an operation on `slot` and returns the value of its last reply.
+    fn finish_slot(&self, slot: u32, target: SegmentRef, off: u64, len: u64) -> Result<u64> {
+        let ev = self.pending(slot, target, off, len);
+        let value = self.shared.value(slot);
+        ev.wait().map(|()| value.load(Ordering::Relaxed))
+    }
+
+    /// Releases a slot whose operation could not be sent at all.
+    fn abandon_slot(&self, slot: u32, target: SegmentRef, off: u64, len: u64, e: Error) -> Error {
+        // Wait for any piece already sent before reusing the slot.
+        let _ = self.pending(slot, target, off, len).wait();
+        e
+    }
+
+    /// MBCF_WRITE_F: writes `data` at `offset` of `target`, then stores `flag_value` in the
+    /// 8-byte aligned word at `flag_offset` of the same segment, so that whoever sees the flag
+    /// (with an acquire load) sees all the data. Both ranges need write permission and are
+    /// checked before anything is written. Returns once data and flag are in.
+    ///
+    /// Direct path: `memcpy`, then a release store of the flag. AM path: the data in
+    /// fragments and the flag stored by the handler of the last fragment (the request ring is
+    /// FIFO per sender).
+    pub fn put_with_flag(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        data: &[u8],
+        flag_offset: usize,
+        flag_value: u64,
+    ) -> Result<()> {
+        self.put_with_flag_on(target, offset, data, flag_offset, flag_value, false)
+    }
+
+    /// Like [`Rma::put_with_flag`], completed (and its refusal reported) by the next
+    /// [`Rma::sync`]; `data` may be reused as soon as this returns.
+    pub fn put_with_flag_nbi(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        data: &[u8],
+        flag_offset: usize,
+        flag_value: u64,
+    ) -> Result<()> {
+        self.put_with_flag_on(target, offset, data, flag_offset, flag_value, true)
+    }
+
+    fn put_with_flag_on(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        data: &[u8],
+        flag_offset: usize,
+        flag_value: u64,
+        implicit: bool,
+    ) -> Result<()> {
+        self.check_rank(target.rank)?;
+        let (off, len, foff) = (offset as u64, data.len() as u64, flag_offset as u64);
+        if self.path == RmaPath::Direct {
+            let dst = self.check_direct(target, off, len, Perms::WRITE)?;
+            let flag = self.check_direct_word(target, foff, Perms::WRITE)?;
+            // SAFETY: `dst..dst+len` and the 8-aligned flag word lie in the target's segment
+            // (checked). The release store orders the copy before the flag.
+            unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+                word(flag).store(flag_value, Ordering::Release);
+            }
+            return Ok(());
+        }
+        let h = self.handlers.mem.put_flag;
+        let extra = [foff, flag_value];
+        if implicit {
+            return self.send_fragments((target, h), off, data, false, IMPLICIT_SLOT, extra);
+        }
+        let slot = self.take_slot()?;
+        if let Err(e) = self.send_fragments((target, h), off, data, false, slot, extra) {
+            return Err(self.abandon_slot(slot, target, off, len, e));
+        }
+        self.finish_slot(slot, target, off, len).map(drop)
+    }
+
+    /// Creates an empty memory-based FIFO of `capacity` entries of `entry_size` bytes at
+    /// `offset` (8-byte aligned) of `seg`, a segment of this rank; returns the handle producers
+    /// use. It occupies [`FifoRef::footprint`] bytes. Producers need write and atomic
+    /// permission on the segment. Only this rank dequeues ([`Rma::fifo_dequeue`]).
+    pub fn fifo_create(
+        &self,
+        seg: SegmentRef,
+        offset: usize,
+        entry_size: usize,
+        capacity: usize,
+    ) -> Result<FifoRef> {
+        let me = self.rt.rank();
+        if entry_size == 0 || entry_size > u32::MAX as usize {
+            return Err(Error::InvalidConfig {
+                name: "fifo entry size",
+                value: entry_size.to_string(),
+                why: "expected 1..=u32::MAX bytes",
+            });
+        }
+        if !(2..=u32::MAX as usize).contains(&capacity) {
+            return Err(Error::InvalidConfig {
+                name: "fifo capacity",
+                value: capacity.to_string(),
+                why: "expected 2..=u32::MAX entries",
+            });
+        }
+        if seg.rank != me {
+            return Err(Error::Refused {
+                rank: me,
+                reason: Refusal::NoSuchSegment,
+            });
+        }
+        let bytes = fifo_bytes(entry_size as u64, capacity as u64).unwrap_or(u64::MAX);
+        let at = self.owned_range(seg.id, offset, bytes as usize)?;
+        // SAFETY: `at..at+bytes` lies in our own segment area (checked).
+        let base = unsafe { self.shared.local().segment.add(at) };
+        if (base as usize) % 8 != 0 {
+            return Err(Error::Refused {
+                rank: me,
+                reason: Refusal::Misaligned,
+            });
+        }
+        // SAFETY: 8-aligned, `bytes` bytes of our own mapped segment.
+        unsafe { fifo_init(base, entry_size as u64, capacity as u64) };
+        Ok(FifoRef {
+            seg,
+            offset: offset as u64,
+            entry_size: entry_size as u32,
+            capacity: capacity as u32,
+        })
+    }
+
+    /// MBCF_FIFO: appends one entry (exactly [`FifoRef::entry_size`] bytes) to a FIFO at any
+    /// rank. Returns [`FifoStatus::Full`] when there is no room: the entry is cancelled,
+    /// nothing is written, and the caller decides (drop, retry, or use
+    /// [`Rma::fifo_enqueue_retry`]). Safe with any number of concurrent producers.
+    pub fn fifo_enqueue(&self, fifo: FifoRef, data: &[u8]) -> Result<FifoStatus> {
+        let target = fifo.seg;
+        self.check_rank(target.rank)?;
+        let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
+        let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
+        if self.path == RmaPath::Direct {
+            let p = self.check_direct(target, fifo.offset, bytes, Perms::WRITE | Perms::ATOMIC)?;
+            if (p as usize) % 8 != 0 {
+                return Err(self.refuse_direct(target.rank, Refusal::Misaligned));
+            }
+            // SAFETY: 8-aligned, and the FIFO's bytes lie in the target's mapped segment.
+            return unsafe { fifo_enqueue_at(p, ent, cap, data) }
+                .map_err(|r| self.refuse_direct(target.rank, r));
+        }
+        if data.len() > self.rt.max_medium() {
+            return Err(Error::PayloadTooLarge {
+                len: data.len(),
+                max: self.rt.max_medium(),
+            });
+        }
+        let slot = self.take_slot()?;
+        self.shared.add_remaining(slot, 1);
+        let args = [
+            target.id as u64,
+            target.key,
+            fifo.offset,
+            ent,
+            cap,
+            slot as u64,
+        ];
+        if let Err(e) = self
+            .rt
+            .request_medium(target.rank, self.handlers.mem.fifo, &args, data)
+        {
+            self.shared.add_remaining_neg(slot, 1);
+            return Err(self.abandon_slot(slot, target, fifo.offset, bytes, e));
+        }
+        match self.finish_slot(slot, target, fifo.offset, bytes)? {
+            STORED => Ok(FifoStatus::Stored),
+            _ => Ok(FifoStatus::Full),
+        }
+    }
+
+    /// FIFOe_RETRY: appends one entry, retrying (and polling, so this rank's handlers keep
+    /// running) until it is stored. A sender that uses only this keeps its entries in send
+    /// order with none lost. Waits as long as the FIFO stays full: its owner must dequeue
+    /// meanwhile (another rank, or this rank's handlers; never this thread).
+    pub fn fifo_enqueue_retry(&self, fifo: FifoRef, data: &[u8]) -> Result<()> {
+        let mut tries = 0u32;
+        loop {
+            if self.fifo_enqueue(fifo, data)? == FifoStatus::Stored {
+                return Ok(());
+            }
+            tries = tries.wrapping_add(1);
+            if self.rt.poll() == 0 {
+                if tries % 64 == 0 {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
+
+    /// Takes the oldest entry of a FIFO this rank created into `buf` (at least
+    /// [`FifoRef::entry_size`] bytes); `Ok(false)` if it is empty.
+    pub fn fifo_dequeue(&self, fifo: FifoRef, buf: &mut [u8]) -> Result<bool> {
+        let me = self.rt.rank();
+        let refused = |reason| Error::Refused { rank: me, reason };
+        if fifo.seg.rank != me {
+            return Err(refused(Refusal::NoSuchSegment));
+        }
+        let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
+        let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
+        let at = self.owned_range(fifo.seg.id, fifo.offset as usize, bytes as usize)?;
+        // SAFETY: `at..at+bytes` lies in our own segment area (checked).
+        let base = unsafe { self.shared.local().segment.add(at) };
+        if (base as usize) % 8 != 0 {
+            return Err(refused(Refusal::Misaligned));
+        }
+        // SAFETY: 8-aligned, inside our own segment; `Rma` is not `Sync` and only its owner
+        // dequeues, so there is one consumer.
+        unsafe { fifo_dequeue_at(base, ent, cap, buf) }.map_err(refused)
+    }
+
+    /// MBCF_SIGNAL: writes `data` at `offset` of `target` (write permission), then runs
+    /// `handler` at the target with this rank, the offset and the data. Returns once the
+    /// handler has run.
+    ///
+    /// Direct path: `memcpy`, then a short request to the handler. AM path: the data in
+    /// fragments, the last of which invokes the handler. Either way the request ring is FIFO
+    /// per sender, so the handler runs after all the data is in.
+    pub fn signal(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        data: &[u8],
+        handler: SignalHandler,
+    ) -> Result<()> {
+        self.check_rank(target.rank)?;
+        let (off, len) = (offset as u64, data.len() as u64);
+        let slot = self.take_slot()?;
+        if let Err(e) = self.send_signal(target, off, data, handler, slot) {
+            return Err(self.abandon_slot(slot, target, off, len, e));
+        }
+        self.finish_slot(slot, target, off, len).map(drop)
+    }
+
+    /// Like [`Rma::signal`] without waiting for the handler: completed (and its refusal
+    /// reported) by the next [`Rma::sync`]; `data` may be reused as soon as this returns.
+    pub fn signal_nbi(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        data: &[u8],
+        handler: SignalHandler,
+    ) -> Result<()> {
+        self.check_rank(target.rank)?;
+        self.send_signal(target, offset as u64, data, handler, IMPLICIT_SLOT)
+    }
+
+    fn send_signal(
+        &self,
+        target: SegmentRef,
+        off: u64,
+        data: &[u8],
+        handler: SignalHandler,
+        slot: u32,
+    ) -> Result<()> {
+        let in_place = self.path == RmaPath::Direct;
+        if in_place {
+            let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
+            // SAFETY: `dst..dst+len` lies in the target's segment (checked).
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            // Release: the request published next makes the data visible to the handler.
+            fence(Ordering::Release);
+        }
+        self.send_fragments((target, handler.0), off, data, in_place, slot, [0, 0])
+    }
+
+    /// MBCF_ZBUFFER: if the 64-bit word at `ref_offset` (8-byte aligned) of `target` is
+    /// greater (unsigned) than `ref_value`, writes `data` at `data_offset` and stores
+    /// `ref_value` in the word, atomically; otherwise changes nothing. Returns whether it
+    /// wrote. Both ranges need write permission; `data` is at most one medium message
+    /// ([`crate::Runtime::max_medium`]), the seed's one packet.
+    ///
+    /// Runs in a handler at the target on both paths (see the module notes), so it is atomic
+    /// with respect to every other conditional write to that rank, and a set of conditional
+    /// writes leaves the same image whatever order they arrive in.
+    pub fn conditional_write(
+        &self,
+        target: SegmentRef,
+        ref_offset: usize,
+        ref_value: u64,
+        data_offset: usize,
+        data: &[u8],
+    ) -> Result<bool> {
+        self.check_rank(target.rank)?;
+        if data.len() > self.rt.max_medium() {
+            return Err(Error::PayloadTooLarge {
+                len: data.len(),
+                max: self.rt.max_medium(),
+            });
+        }
+        let (off, len) = (data_offset as u64, data.len() as u64);
+        let slot = self.take_slot()?;
+        self.shared.add_remaining(slot, 1);
+        let args = [
+            target.id as u64,
+            target.key,
+            ref_offset as u64,
+            ref_value,
+            off,
+            slot as u64,
+        ];
+        if let Err(e) = self
+            .rt
+            .request_medium(target.rank, self.handlers.mem.zbuf, &args, data)
+        {
+            self.shared.add_remaining_neg(slot, 1);
+            return Err(self.abandon_slot(slot, target, off, len, e));
+        }
+        self.finish_slot(slot, target, off, len).map(|v| v == 1)
+    }
+}
+
+#[cfg(test)]
+mod tests;
