@@ -202,7 +202,11 @@ impl Shared {
         };
         let id = u16::try_from(id).map_err(|_| refuse(Refusal::NoSuchSegment))?;
         let g = table.check(id, key, off, len, need).map_err(refuse)?;
-        if g.area_offset + len as usize > mem.segment_len {
+        // The entry's offset comes from shared memory: never trust it to stay in range.
+        if g.area_offset
+            .checked_add(len as usize)
+            .is_none_or(|end| end > mem.segment_len)
+        {
             return Err(refuse(Refusal::NoSuchSegment));
         }
         // SAFETY: inside our own segment area (checked above).
@@ -253,10 +257,26 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
     });
     let s = shared.clone();
     let put = b.request_handler("volley.rma.put", move |m, tok| {
+        // args: segment id, key, this fragment's offset, slot, the whole put's offset and
+        // length. Every fragment checks the whole range first, so a put that is refused is
+        // refused in every fragment and writes nothing; only its first fragment counts it.
         let (id, key, off, slot) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
+        let (put_off, put_len) = (m.arg(4), m.arg(5));
         let p = m.payload();
         let len = p.len() as u64;
-        let (status, seg_len) = match s.check(id, key, off, len, Perms::WRITE) {
+        let first = off == put_off;
+        let within = off >= put_off
+            && (off - put_off)
+                .checked_add(len)
+                .is_some_and(|end| end <= put_len);
+        let whole = s.check_with(id, key, put_off, put_len, Perms::WRITE, first);
+        let (status, seg_len) = match whole.and_then(|_| {
+            if within {
+                s.check_with(id, key, off, len, Perms::WRITE, false)
+            } else {
+                Err((Refusal::NoSuchSegment.code(), 0))
+            }
+        }) {
             Ok(dst) => {
                 // SAFETY: checked to lie inside our segment.
                 unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len()) };
@@ -264,7 +284,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
             }
             Err(e) => e,
         };
-        let _ = tok.reply_short(ack, &[slot, status, 0, off, len, seg_len]);
+        let _ = tok.reply_short(ack, &[slot, status, 0, put_off, put_len, seg_len]);
     });
     let s = shared.clone();
     let get = b.request_handler("volley.rma.get", move |m, tok| {

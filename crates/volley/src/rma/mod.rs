@@ -341,7 +341,11 @@ impl<'rt> Rma<'rt> {
         // SAFETY: the table bytes of a mapped region live as long as the runtime.
         let table = unsafe { Table::at(mem.table) };
         match table.check(target.id, target.key, offset, len, need) {
-            Ok(g) if g.area_offset + len as usize <= mem.segment_len => {
+            Ok(g)
+                if g.area_offset
+                    .checked_add(len as usize)
+                    .is_some_and(|end| end <= mem.segment_len) =>
+            {
                 // SAFETY: inside the target's mapped segment area (checked just above).
                 Ok(unsafe { mem.segment.add(g.area_offset) })
             }
@@ -429,6 +433,8 @@ impl<'rt> Rma<'rt> {
                 target.key,
                 off + (i * frag) as u64,
                 slot as u64,
+                off,
+                data.len() as u64,
             ];
             if let Err(e) = self
                 .rt

@@ -296,8 +296,13 @@ impl Table {
                 Refusal::NotReadable
             });
         }
+        let area_offset = e
+            .offset
+            .load(Ordering::Relaxed)
+            .checked_add(offset)
+            .ok_or(Refusal::NoSuchSegment)?;
         Ok(Grant {
-            area_offset: (e.offset.load(Ordering::Relaxed) + offset) as usize,
+            area_offset: area_offset as usize,
         })
     }
 

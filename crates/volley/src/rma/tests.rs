@@ -52,6 +52,17 @@ fn put_get_atomics_and_refusals_on_both_paths() {
             refused(rma.put(seg, usize::MAX, b"x")),
             Refusal::OutOfBounds { .. }
         ));
+        // A large put that overruns the segment: refused as a whole, nothing written even by
+        // the fragments that would fit.
+        let big = vec![0xEEu8; 150_000];
+        assert!(matches!(
+            refused(rma.put(seg, 200_000, &big)),
+            Refusal::OutOfBounds {
+                offset: 200_000,
+                len: 150_000,
+                segment_len: 300_000
+            }
+        ));
         let ro = rma.alloc(64, Perms::READ).unwrap().handle();
         assert_eq!(refused(rma.put(ro, 0, b"x")), Refusal::NotWritable);
         assert!(matches!(
@@ -71,7 +82,11 @@ fn put_get_atomics_and_refusals_on_both_paths() {
         let mut after = vec![0u8; 300_000];
         rma.read_local(seg, 0, &mut after).unwrap();
         assert!(before == after, "{path:?}: a refused access changed memory");
-        assert_eq!(rma.refused(), 6, "{path:?}: refusals counted at the target");
+        assert_eq!(
+            rma.refused(),
+            7,
+            "{path:?}: refusals counted at the target, once each"
+        );
         // Implicit puts complete at sync.
         for i in 0..100u64 {
             rma.put_nbi(seg, 1000 + 8 * i as usize, &i.to_le_bytes())
