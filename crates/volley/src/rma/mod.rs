@@ -565,6 +565,42 @@ impl<'rt> Rma<'rt> {
         self.atomic(target, offset, AtomicOp::CompareSwap, new, expect)
     }
 
+    /// Runs `f` with a scope in which gets and puts are implicit: issue many, and they all
+    /// complete when the scope ends (Split-C's `sync`). The get buffers stay borrowed until
+    /// then, which is what makes implicit gets safe. Returns `f`'s value, or the first error of
+    /// the operations issued in the scope.
+    ///
+    /// ```no_run
+    /// # fn demo(rma: &volley::rma::Rma<'_>, seg: volley::rma::SegmentRef) -> volley::Result<()> {
+    /// let (mut a, mut b) = ([0u8; 8], [0u8; 64]);
+    /// rma.implicit(|s| {
+    ///     s.get(seg, 0, &mut a)?;
+    ///     s.get(seg, 64, &mut b)?;
+    ///     s.put(seg, 128, b"both gets are in flight")
+    /// })?;
+    /// // a and b are filled here.
+    /// # Ok(()) }
+    /// ```
+    pub fn implicit<'s, R>(&'s self, f: impl FnOnce(&ImplicitScope<'s>) -> Result<R>) -> Result<R> {
+        let scope = ImplicitScope {
+            rma: self,
+            events: RefCell::new(Vec::new()),
+        };
+        let value = f(&scope);
+        // Complete everything issued, even if `f` failed, before the buffers are released.
+        let mut first_err = None;
+        for ev in scope.events.into_inner() {
+            if let Err(e) = ev.wait() {
+                first_err.get_or_insert(e);
+            }
+        }
+        let value = value?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(value),
+        }
+    }
+
     /// Waits for every implicit operation (`*_nbi`) issued so far and returns the first error
     /// among them, if any.
     ///
@@ -602,6 +638,29 @@ impl<'rt> Rma<'rt> {
             },
             _buffer: PhantomData,
         }
+    }
+}
+
+/// Operations issued inside [`Rma::implicit`]; all complete when the scope ends.
+#[derive(Debug)]
+pub struct ImplicitScope<'s> {
+    rma: &'s Rma<'s>,
+    events: RefCell<Vec<Event<'s>>>,
+}
+
+impl<'s> ImplicitScope<'s> {
+    /// Starts a get into `buf`, filled when the scope ends.
+    pub fn get(&self, target: SegmentRef, offset: usize, buf: &'s mut [u8]) -> Result<()> {
+        let ev = self.rma.get_nb(target, offset, buf)?;
+        self.events.borrow_mut().push(ev);
+        Ok(())
+    }
+
+    /// Starts a put of `data` (reusable at once), complete when the scope ends.
+    pub fn put(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        let ev = self.rma.put_nb(target, offset, data)?;
+        self.events.borrow_mut().push(ev);
+        Ok(())
     }
 }
 

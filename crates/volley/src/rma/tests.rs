@@ -127,3 +127,48 @@ fn put_get_atomics_and_refusals_on_both_paths() {
         ));
     }
 }
+
+#[test]
+fn implicit_scope_completes_gets_and_puts_at_its_end() {
+    for path in [RmaPath::Direct, RmaPath::ActiveMessages] {
+        let (rt, setup) = setup(path);
+        let rma = setup.attach(&rt);
+        let seg = rma.alloc(200_000, Perms::ALL).unwrap().handle();
+        let src: Vec<u8> = (0..150_000u32).map(|i| (i % 253) as u8).collect();
+        rma.put(seg, 0, &src).unwrap();
+        let mut a = vec![0u8; 100_000];
+        let mut b = [0u8; 7];
+        let n = rma
+            .implicit(|s| {
+                s.get(seg, 3, &mut a)?;
+                s.get(seg, 149_000, &mut b)?;
+                s.put(seg, 160_000, b"tail")?;
+                Ok(3)
+            })
+            .unwrap();
+        assert_eq!(n, 3);
+        assert!(a[..] == src[3..100_003], "{path:?}");
+        assert_eq!(&b[..], &src[149_000..149_007]);
+        let mut t = [0u8; 4];
+        rma.get(seg, 160_000, &mut t).unwrap();
+        assert_eq!(&t, b"tail");
+        // An error inside the scope is returned after everything issued has completed.
+        let mut c = [0u8; 4];
+        let mut d = [0u8; 1];
+        let r = rma.implicit(|s| {
+            s.get(seg, 0, &mut c)?;
+            s.get(seg.with_key(5), 0, &mut d)
+        });
+        assert!(
+            matches!(
+                r,
+                Err(Error::Refused {
+                    reason: Refusal::WrongKey,
+                    ..
+                })
+            ),
+            "{path:?}: {r:?}"
+        );
+        assert_eq!(&c, &src[..4], "{path:?}: the good get still completed");
+    }
+}
