@@ -3,7 +3,9 @@
 //! fails) and by the integration tests in `tests/` that launch them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, Mutex, OnceLock};
+use volley::rma::RmaPath;
+use volley::{RequestHandler, Runtime, RuntimeBuilder};
 
 /// The `i`-th command-line argument (after the program name) parsed as a number, or `default`.
 /// Underscores are allowed (`1_000_000`). Panics with a usage message on garbage.
@@ -131,6 +133,103 @@ pub fn fail(rank: usize, code: i32, msg: &str) -> ! {
     std::process::exit(code)
 }
 
+/// The name of a one-sided path as `VOLLEY_RMA` spells it (`direct` or `am`); the rank programs
+/// print it so that the tests can check the path they asked for is the one that ran.
+pub fn path_name(path: RmaPath) -> &'static str {
+    match path {
+        RmaPath::Direct => "direct",
+        RmaPath::ActiveMessages => "am",
+    }
+}
+
+/// u64 values sent by every rank to one root rank in medium requests (chunked to
+/// `max_medium()`), collected per sender. Register it in the builder like any handler (every
+/// rank, same place), then [`Gather::send`] on every rank and [`Gather::collect`] on the root.
+#[derive(Debug)]
+pub struct Gather {
+    /// Values received so far, indexed by sender.
+    received: Arc<Mutex<Vec<Vec<u64>>>>,
+    handler: RequestHandler,
+}
+
+impl Gather {
+    /// Registers the gather's request handler under `name`.
+    pub fn register(b: &mut RuntimeBuilder, name: &str) -> Self {
+        let received = Arc::new(Mutex::new(Vec::<Vec<u64>>::new()));
+        let r = received.clone();
+        let handler = b.request_handler(name, move |m, _token| {
+            let payload = m.payload();
+            assert_eq!(
+                payload.len() as u64,
+                m.arg(0) * 8,
+                "gather: payload length disagrees with its count"
+            );
+            let mut r = r.lock().unwrap();
+            if r.len() <= m.src() {
+                r.resize(m.src() + 1, Vec::new());
+            }
+            r[m.src()].extend(
+                payload
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+            );
+        });
+        Self { received, handler }
+    }
+
+    /// Sends `values` to `root` (which may be this rank).
+    pub fn send(&self, rt: &Runtime, root: usize, values: &[u64]) {
+        let mut bytes = Vec::with_capacity(rt.max_medium());
+        for chunk in values.chunks(rt.max_medium() / 8) {
+            bytes.clear();
+            for v in chunk {
+                bytes.extend_from_slice(&v.to_le_bytes());
+            }
+            rt.request_medium(root, self.handler, &[chunk.len() as u64], &bytes)
+                .unwrap_or_else(|e| fail(rt.rank(), 1, &format!("gather: request_medium: {e}")));
+        }
+    }
+
+    /// At the root: waits until every rank has sent `per_rank` values and returns them, indexed
+    /// by sender (a rank that sends more than `per_rank` values shows up with more).
+    pub fn collect(&self, rt: &Runtime, per_rank: usize) -> Vec<Vec<u64>> {
+        let size = rt.size();
+        rt.wait_until(|| {
+            let r = self.received.lock().unwrap();
+            r.len() == size && r.iter().all(|v| v.len() >= per_rank)
+        });
+        std::mem::take(&mut *self.received.lock().unwrap())
+    }
+}
+
+/// Checks that `values` (all ranks' together) are exactly `0..n`, each once; on failure, says
+/// which value is missing or repeated and which rank reported it.
+pub fn check_exactly_0_to(values: &[Vec<u64>], n: u64) -> Result<(), String> {
+    let mut seen: Vec<Option<usize>> = vec![None; n as usize];
+    let mut count = 0u64;
+    for (rank, vs) in values.iter().enumerate() {
+        for &v in vs {
+            count += 1;
+            match seen.get_mut(v as usize) {
+                None => return Err(format!("rank {rank} got value {v}, outside 0..{n}")),
+                Some(Some(first)) => {
+                    return Err(format!(
+                        "value {v} was returned twice (to ranks {first} and {rank})"
+                    ))
+                }
+                Some(s) => *s = Some(rank),
+            }
+        }
+    }
+    if count != n {
+        return Err(format!("{count} values reported, expected {n}"));
+    }
+    match seen.iter().position(Option::is_none) {
+        Some(v) => Err(format!("value {v} was never returned")),
+        None => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +247,24 @@ mod tests {
         assert_eq!(check_pattern(1, &a), Some(4000));
         // Shifted by one is detected.
         assert!(check_pattern(2, &b[1..]).is_some());
+    }
+
+    #[test]
+    fn exactly_0_to_n_sees_duplicates_gaps_and_strays() {
+        assert_eq!(check_exactly_0_to(&[vec![2, 0], vec![1, 3]], 4), Ok(()));
+        assert!(check_exactly_0_to(&[vec![0, 1], vec![1, 3]], 4)
+            .unwrap_err()
+            .contains("value 1 was returned twice (to ranks 0 and 1)"));
+        assert!(check_exactly_0_to(&[vec![0, 1], vec![3]], 4)
+            .unwrap_err()
+            .contains("3 values reported"));
+        assert!(check_exactly_0_to(&[vec![0, 1], vec![4, 3]], 4)
+            .unwrap_err()
+            .contains("rank 1 got value 4"));
+        assert_eq!(
+            check_exactly_0_to(&[vec![0, 1, 3], vec![]], 3),
+            Err("rank 0 got value 3, outside 0..3".to_string())
+        );
     }
 
     #[test]

@@ -97,7 +97,9 @@ fn bench_am_reports_every_figure_as_json() {
 #[test]
 fn bench_rma_reports_both_paths_as_json() {
     let (code, out, err) = run(
-        &["bench", "rma", "--reps", "1", "--scale", "0.01", "--json", "-"],
+        &[
+            "bench", "rma", "--reps", "1", "--scale", "0.01", "--json", "-",
+        ],
         Duration::from_secs(240),
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
@@ -117,7 +119,9 @@ fn bench_rma_reports_both_paths_as_json() {
             ("put_gbps", "gbps", 5),
             ("get_gbps", "gbps", 5),
         ] {
-            let list = path[key].as_array().unwrap_or_else(|| panic!("{key}: {doc}"));
+            let list = path[key]
+                .as_array()
+                .unwrap_or_else(|| panic!("{key}: {doc}"));
             assert_eq!(list.len(), n, "{key}");
             for e in list {
                 positive(&e[field], key);

@@ -288,11 +288,28 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
     });
     let s = shared.clone();
     let get = b.request_handler("volley.rma.get", move |m, tok| {
+        // args: segment id, key, this fragment's offset and length, slot, the fragment's start
+        // in the destination buffer, the whole get's offset and length. As for puts, every
+        // fragment checks the whole range first (counted by the first fragment only), so a
+        // refused get is refused in every fragment and reported with the whole access.
         let (id, key, off, n, slot, start) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let (get_off, get_len) = (m.arg(6), m.arg(7));
         let n = n.min(crate::transport::shm::MEDIUM_MAX as u64);
-        let args = |status, seg_len| [slot, status, start, off, n, seg_len];
-        let _ = match s.check(id, key, off, n, Perms::READ) {
+        let args = |status, seg_len| [slot, status, start, get_off, get_len, seg_len];
+        let first = start == 0;
+        let within = off.wrapping_sub(get_off) == start
+            && start.checked_add(n).is_some_and(|end| end <= get_len);
+        let checked = s
+            .check_with(id, key, get_off, get_len, Perms::READ, first)
+            .and_then(|_| {
+                if within {
+                    s.check_with(id, key, off, n, Perms::READ, false)
+                } else {
+                    Err((Refusal::NoSuchSegment.code(), 0))
+                }
+            });
+        let _ = match checked {
             Ok(src) => {
                 // SAFETY: checked to lie inside our segment; valid while this handler runs.
                 let bytes = unsafe { std::slice::from_raw_parts(src, n as usize) };

@@ -431,7 +431,9 @@ impl<'rt> Rma<'rt> {
             let args = [
                 target.id as u64,
                 target.key,
-                off + (i * frag) as u64,
+                // Wrapping: an offset this close to the end is refused by the whole-range check
+                // at the target; the fragment offset is never used then.
+                off.wrapping_add((i * frag) as u64),
                 slot as u64,
                 off,
                 data.len() as u64,
@@ -481,10 +483,12 @@ impl<'rt> Rma<'rt> {
             let args = [
                 target.id as u64,
                 target.key,
-                off + start as u64,
+                off.wrapping_add(start as u64),
                 n as u64,
                 slot as u64,
                 start as u64,
+                off,
+                len,
             ];
             if let Err(e) = self.rt.request_short(target.rank, self.handlers.get, &args) {
                 self.shared.add_remaining_neg(slot, (pieces - i) as u64);

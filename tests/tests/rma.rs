@@ -1,0 +1,172 @@
+//! The one-sided layer across processes: each rank program runs twice, on the direct path
+//! (`VOLLEY_RMA=direct`: loads, stores and CPU atomics on the mapped target memory) and on the
+//! AM path (`VOLLEY_RMA=am`: handlers at the target). The programs check their own results
+//! and print the path they ran on, which these tests match, so a job that silently fell back to
+//! the other path fails.
+
+mod common;
+
+use common::{Job, Outcome};
+use std::time::Duration;
+
+const FETCH_ADD: &str = env!("CARGO_BIN_EXE_rma_fetch_add");
+const CAS: &str = env!("CARGO_BIN_EXE_rma_cas");
+const PUTGET: &str = env!("CARGO_BIN_EXE_rma_putget");
+const OVERLAP: &str = env!("CARGO_BIN_EXE_rma_overlap");
+const PROTECT: &str = env!("CARGO_BIN_EXE_rma_protect");
+const NB: &str = env!("CARGO_BIN_EXE_rma_nb");
+
+const PATHS: [&str; 2] = ["direct", "am"];
+
+/// Deadline of each run. Alone on 2 cores the slowest (16 MiB puts and gets on the AM path, 8
+/// ranks on the AM path, whose round trips wait for the target to be scheduled) take under a
+/// second; beside CPU hogs, ranks oversubscribing the cores can take far longer.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+/// Runs `ranks` ranks of `program` once per path, with `env` on top, and checks that each run
+/// succeeded and printed `path=<path>: <want>`. Both paths run even if the first fails; the
+/// failure names the path.
+fn on_both_paths(ranks: usize, program: &str, args: &[&str], env: &[(&str, &str)], want: &str) {
+    let mut failures = Vec::new();
+    for path in PATHS {
+        let mut job = Job::run(ranks, program, args)
+            .env("VOLLEY_RMA", path)
+            .timeout(DEADLINE);
+        for (k, v) in env {
+            job = job.env(k, v);
+        }
+        let out: Outcome = job.output();
+        let line = format!("path={path}: {want}");
+        if !out.status.success() || !out.stdout.contains(&line) {
+            failures.push(format!(
+                "VOLLEY_RMA={path}: expected success and {line:?} on stdout:\n{out}"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn fetch_add_on_4_ranks() {
+    on_both_paths(
+        4,
+        FETCH_ADD,
+        &["5000"],
+        &[],
+        "4 ranks x 5000 fetch_adds: counter = 20000, returned values are exactly 0..20000",
+    );
+}
+
+#[test]
+fn fetch_add_on_8_ranks() {
+    on_both_paths(
+        8,
+        FETCH_ADD,
+        &["2500"],
+        &[],
+        "8 ranks x 2500 fetch_adds: counter = 20000, returned values are exactly 0..20000",
+    );
+}
+
+#[test]
+fn compare_swap_loops_on_4_ranks() {
+    on_both_paths(
+        4,
+        CAS,
+        &["2000"],
+        &[],
+        "4 ranks x 2000 CAS increments: counter = 8000, every value swapped exactly once",
+    );
+}
+
+#[test]
+fn compare_swap_loops_on_8_ranks() {
+    on_both_paths(
+        8,
+        CAS,
+        &["1000"],
+        &[],
+        "8 ranks x 1000 CAS increments: counter = 8000, every value swapped exactly once",
+    );
+}
+
+#[test]
+fn put_get_integrity_from_0_bytes_to_16_mib() {
+    on_both_paths(
+        3,
+        PUTGET,
+        &[],
+        &[("VOLLEY_SEGMENT_BYTES", "20M")],
+        "3 ranks: 14 sizes from 0 to 16 MiB put, read back and checked by the owner",
+    );
+}
+
+#[test]
+fn overlapping_puts_from_4_ranks_into_rank_0() {
+    on_both_paths(
+        4,
+        OVERLAP,
+        &[],
+        &[],
+        "4 ranks: 396 interleaved stripes and 8 rounds of overlapping blocks",
+    );
+}
+
+#[test]
+fn overlapping_puts_from_7_ranks_into_rank_0() {
+    on_both_paths(
+        7,
+        OVERLAP,
+        &[],
+        &[],
+        "7 ranks: 693 interleaved stripes and 14 rounds of overlapping blocks",
+    );
+}
+
+#[test]
+fn refused_accesses_change_nothing_and_are_counted() {
+    on_both_paths(
+        3,
+        PROTECT,
+        &["basic"],
+        &[],
+        "3 ranks: 53 basic refused accesses per rank, each with the right reason, counted once, \
+         memory unchanged",
+    );
+}
+
+#[test]
+fn refused_multi_fragment_accesses_change_nothing_and_are_counted_once() {
+    on_both_paths(
+        3,
+        PROTECT,
+        &["large"],
+        &[],
+        "3 ranks: 7 large refused accesses per rank, each with the right reason, counted once, \
+         memory unchanged",
+    );
+}
+
+#[test]
+fn non_blocking_puts_and_gets_outstanding_at_once() {
+    on_both_paths(
+        3,
+        NB,
+        &[],
+        &[],
+        "3 ranks: 1200 put_nb and get_nb outstanding, 2000 put_nbi with one refusal",
+    );
+}
+
+#[test]
+fn non_blocking_with_the_smallest_rings_and_one_medium_buffer() {
+    // On the AM path every fragment and reply waits for ring credit or the medium buffer, so
+    // thousands of outstanding operations keep the blocked-send polling busy.
+    on_both_paths(
+        3,
+        NB,
+        &[],
+        &[("VOLLEY_RING_SLOTS", "8"), ("VOLLEY_MEDIUM_BUFFERS", "1")],
+        "3 ranks: 1200 put_nb and get_nb outstanding, 2000 put_nbi with one refusal",
+    );
+}
