@@ -15,6 +15,7 @@ const PUTGET: &str = env!("CARGO_BIN_EXE_rma_putget");
 const OVERLAP: &str = env!("CARGO_BIN_EXE_rma_overlap");
 const PROTECT: &str = env!("CARGO_BIN_EXE_rma_protect");
 const NB: &str = env!("CARGO_BIN_EXE_rma_nb");
+const MEMOPS: &str = env!("CARGO_BIN_EXE_rma_memops");
 
 const PATHS: [&str; 2] = ["direct", "am"];
 
@@ -168,5 +169,33 @@ fn non_blocking_with_the_smallest_rings_and_one_medium_buffer() {
         &[],
         &[("VOLLEY_RING_SLOTS", "8"), ("VOLLEY_MEDIUM_BUFFERS", "1")],
         "3 ranks: 1200 put_nb and get_nb outstanding, 2000 put_nbi with one refusal",
+    );
+}
+
+#[test]
+fn memory_based_operations_on_3_ranks() {
+    on_both_paths(
+        3,
+        MEMOPS,
+        &["2000", "200"],
+        &[],
+        "3 ranks: fifo of 4 took 2 x 2000 entries in order, full enqueues refused untouched; 200 \
+         flagged rounds of 150001 bytes per sender; 120 signals; 3072 conditional writes match \
+         the sequential image",
+    );
+}
+
+#[test]
+fn memory_based_operations_on_5_ranks() {
+    // More producers than cores: the FIFO's consumer and the flag poller are preempted
+    // mid-burst, and several senders' fragments interleave at rank 0.
+    on_both_paths(
+        5,
+        MEMOPS,
+        &["1000", "100"],
+        &[],
+        "5 ranks: fifo of 4 took 4 x 1000 entries in order, full enqueues refused untouched; 100 \
+         flagged rounds of 150001 bytes per sender; 200 signals; 5120 conditional writes match \
+         the sequential image",
     );
 }
