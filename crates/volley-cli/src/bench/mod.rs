@@ -308,42 +308,19 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
         doc["reps"]
     );
     row(w, "cacheline_rtt_ns (floor)", floor, "");
-    row(
-        w,
-        "am_short_rtt_ns",
-        doc["am_short_rtt_ns"].as_f64().unwrap_or(f64::NAN),
-        "target <= 1.30 x floor",
-    );
-    row(
-        w,
-        "am_flood_ns_per_msg",
-        doc["am_flood_ns_per_msg"].as_f64().unwrap_or(f64::NAN),
-        "target <= 0.15 x floor",
-    );
-    row(
-        w,
-        "am_flood_2way_ns_per_msg",
-        doc["am_flood_2way_ns_per_msg"].as_f64().unwrap_or(f64::NAN),
-        "both directions at once, per message",
-    );
-    row(
-        w,
-        "o_send_ns",
-        doc["o_send_ns"].as_f64().unwrap_or(f64::NAN),
-        "LogP send overhead",
-    );
-    row(
-        w,
-        "o_recv_ns",
-        doc["o_recv_ns"].as_f64().unwrap_or(f64::NAN),
-        "LogP receive overhead",
-    );
-    row(
-        w,
-        "L_ns",
-        doc["L_ns"].as_f64().unwrap_or(f64::NAN),
-        "RTT/2 - o_send - o_recv (may be negative)",
-    );
+    for (key, note) in [
+        ("am_short_rtt_ns", "target <= 1.30 x floor"),
+        ("am_flood_ns_per_msg", "target <= 0.15 x floor"),
+        (
+            "am_flood_2way_ns_per_msg",
+            "both directions at once, per message",
+        ),
+        ("o_send_ns", "LogP send overhead"),
+        ("o_recv_ns", "LogP receive overhead"),
+        ("L_ns", "RTT/2 - o_send - o_recv (may be negative)"),
+    ] {
+        row(w, key, doc[key].as_f64().unwrap_or(f64::NAN), note);
+    }
     for (key, label) in [("am_medium_rtt_ns", "medium"), ("am_long_rtt_ns", "long")] {
         for e in doc[key].as_array().into_iter().flatten() {
             let size = e["size"].as_u64().unwrap_or(0);
