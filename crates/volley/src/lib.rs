@@ -7,6 +7,8 @@
 //! Layers, bottom up (each uses only those below it):
 //! - [`bootstrap`]: rank, size, job key, the rendezvous with `volley run`.
 //! - [`transport`]: moving frames between two ranks ([`transport::shm`] rings today).
+//! - [`reliable`]: ordering, acks, retransmission and duplicate suppression for datagram
+//!   transports, as a deterministic state machine with no I/O inside.
 //! - [`am`]: handler table, request/reply channels and credits, short/medium/long messages,
 //!   statistics. [`Runtime`] is the entry point.
 //! - [`rma`]: one-sided put, get and atomics on protected segments, directly on mapped memory
@@ -21,6 +23,8 @@ pub mod am;
 pub mod bootstrap;
 #[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
+pub mod reliable;
 #[cfg(not(loom))]
 pub mod rma;
 pub(crate) mod sync;

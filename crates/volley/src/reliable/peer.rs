@@ -1,0 +1,535 @@
+//! The per-pair state machine: sequencing, acks, retransmission, flow control, reassembly.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use super::wire::{
+    self, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
+};
+use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
+
+/// Smallest fragment written when a message is split across datagrams.
+const MIN_FRAGMENT: usize = 16;
+
+/// A message queued by [`Peer::send`], `offset` bytes of it already packed into datagrams.
+#[derive(Debug)]
+struct Pending {
+    data: Vec<u8>,
+    offset: usize,
+}
+
+/// A data datagram sent and not yet cumulatively acknowledged.
+#[derive(Debug)]
+struct Sent {
+    seq: u64,
+    body: Vec<u8>,
+    /// When it was last (re)transmitted.
+    sent_at: u64,
+    /// Its current retransmission timeout.
+    rto: u64,
+    retransmits: u32,
+    /// Selectively acknowledged: the receiver holds it, do not retransmit.
+    sacked: bool,
+}
+
+/// The reliable-delivery state of one peer pair, seen from this side. See the
+/// [module docs](super) for the protocol.
+///
+/// Drive it like this: call [`send`](Self::send) to queue messages,
+/// [`handle_datagram`](Self::handle_datagram) for each datagram from the peer,
+/// [`handle_timeout`](Self::handle_timeout) when the deadline from
+/// [`poll_timeout`](Self::poll_timeout) has passed, then [`poll_transmit`](Self::poll_transmit)
+/// until it returns `None` and [`poll_deliver`](Self::poll_deliver) until it returns `None`.
+#[derive(Debug)]
+pub struct Peer {
+    config: Config,
+    job_key: u64,
+    local_incarnation: u64,
+    peer_incarnation: Option<u64>,
+    state: State,
+    stats: Stats,
+
+    // Sending.
+    pending: VecDeque<Pending>,
+    /// Bytes charged for pending messages (length + record overhead each).
+    pending_bytes: usize,
+    next_seq: u64,
+    inflight: VecDeque<Sent>,
+    inflight_bytes: usize,
+    /// Last time the ack state advanced (or the flight became non-empty).
+    last_progress: u64,
+    srtt: Option<(u64, u64)>,
+    rto: u64,
+
+    // Receiving.
+    /// Highest sequence received in order.
+    recv_ack: u64,
+    out_of_order: BTreeMap<u64, Vec<u8>>,
+    /// A message being reassembled and its total length.
+    reassembly: Option<(Vec<u8>, usize)>,
+    deliver: VecDeque<Vec<u8>>,
+    deliver_bytes: usize,
+    ack_deadline: Option<u64>,
+    unacked_received: u32,
+}
+
+impl Peer {
+    /// A fresh pair for `job_key`, this side being `local_incarnation` (nonzero, different
+    /// on every restart, e.g. random or a start timestamp).
+    pub fn new(config: Config, job_key: u64, local_incarnation: u64) -> Result<Self, ConfigError> {
+        config.validate()?;
+        if local_incarnation == 0 {
+            return Err(ConfigError("local_incarnation must be nonzero"));
+        }
+        let rto = config.initial_rto;
+        Ok(Self {
+            config,
+            job_key,
+            local_incarnation,
+            peer_incarnation: None,
+            state: State::Active,
+            stats: Stats::default(),
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            next_seq: 1,
+            inflight: VecDeque::new(),
+            inflight_bytes: 0,
+            last_progress: 0,
+            srtt: None,
+            rto,
+            recv_ack: 0,
+            out_of_order: BTreeMap::new(),
+            reassembly: None,
+            deliver: VecDeque::new(),
+            deliver_bytes: 0,
+            ack_deadline: None,
+            unacked_received: 0,
+        })
+    }
+
+    /// Whether the pair works.
+    pub fn state(&self) -> State {
+        self.state
+    }
+
+    /// The counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The peer's incarnation, once a datagram from it has arrived.
+    pub fn peer_incarnation(&self) -> Option<u64> {
+        self.peer_incarnation
+    }
+
+    /// Data datagrams sent and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
+    /// Messages queued by [`send`](Self::send) and not yet completely packed into datagrams.
+    pub fn queued(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Whether everything sent has been acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.pending.is_empty() && self.inflight.is_empty()
+    }
+
+    /// The current retransmission timeout (before backoff).
+    pub fn rto(&self) -> u64 {
+        self.rto
+    }
+
+    /// Queues a copy of `msg` for delivery to the peer, after everything queued before.
+    ///
+    /// The message leaves with the next [`poll_transmit`](Self::poll_transmit) calls (no
+    /// timer is armed for it). Returns [`SendError::WouldBlock`] when the send buffer is full: call
+    /// [`poll_transmit`](Self::poll_transmit), handle incoming acks, and retry.
+    pub fn send(&mut self, msg: &[u8], now: u64) -> Result<(), SendError> {
+        self.check_peer_timeout(now);
+        if let State::Failed(f) = self.state {
+            return Err(SendError::Failed(f));
+        }
+        if msg.len() > self.config.max_message_size {
+            return Err(SendError::TooLarge {
+                len: msg.len(),
+                max: self.config.max_message_size,
+            });
+        }
+        let charge = msg.len() + RECORD_OVERHEAD;
+        if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
+            self.stats.would_block += 1;
+            return Err(SendError::WouldBlock);
+        }
+        self.pending_bytes += charge;
+        self.pending.push_back(Pending {
+            data: msg.to_vec(),
+            offset: 0,
+        });
+        self.stats.messages_sent += 1;
+        Ok(())
+    }
+
+    /// Takes the next message delivered in order, if any.
+    pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
+        let m = self.deliver.pop_front()?;
+        self.deliver_bytes -= m.len();
+        Some(m)
+    }
+
+    /// The earliest time at which [`handle_timeout`](Self::handle_timeout) (and then
+    /// [`poll_transmit`](Self::poll_transmit)) has work to do; `None` if no timer runs.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        if self.state != State::Active {
+            return None;
+        }
+        let mut t = self.ack_deadline;
+        let mut earliest = |d: u64| t = Some(t.map_or(d, |t| t.min(d)));
+        for s in self.inflight.iter().filter(|s| !s.sacked) {
+            earliest(s.sent_at.saturating_add(s.rto));
+        }
+        if !self.inflight.is_empty() {
+            earliest(self.last_progress.saturating_add(self.config.peer_timeout));
+        }
+        t
+    }
+
+    /// Advances the timers to `now`: detects a silent peer. Retransmissions and acks that
+    /// have come due are written by the following [`poll_transmit`](Self::poll_transmit) calls.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.check_peer_timeout(now);
+    }
+
+    fn check_peer_timeout(&mut self, now: u64) {
+        if self.state == State::Active
+            && !self.inflight.is_empty()
+            && now >= self.last_progress.saturating_add(self.config.peer_timeout)
+        {
+            self.state = State::Failed(Failure::PeerTimeout);
+        }
+    }
+
+    fn fail(&mut self, f: Failure) {
+        if self.state == State::Active {
+            self.state = State::Failed(f);
+        }
+    }
+
+    /// Processes one datagram from the peer. `Err` says why it was dropped (and counted);
+    /// duplicates and datagrams beyond the window are valid and return `Ok` (see [`Stats`]).
+    pub fn handle_datagram(&mut self, bytes: &[u8], now: u64) -> Result<(), DecodeError> {
+        let (h, body) = match wire::decode(bytes) {
+            Ok(d) => d,
+            Err(e) => {
+                self.stats.malformed_dropped += 1;
+                return Err(e);
+            }
+        };
+        if h.job_key != self.job_key {
+            self.stats.foreign_dropped += 1;
+            return Err(DecodeError::ForeignJob);
+        }
+        if self.state != State::Active {
+            self.stats.failed_dropped += 1;
+            return Err(DecodeError::PairFailed);
+        }
+        if h.dst_incarnation != 0 && h.dst_incarnation != self.local_incarnation {
+            self.stats.stale_dropped += 1;
+            return Err(DecodeError::StaleIncarnation);
+        }
+        if h.ack >= self.next_seq {
+            self.stats.malformed_dropped += 1;
+            return Err(DecodeError::AckOutOfRange);
+        }
+        match self.peer_incarnation {
+            None => self.peer_incarnation = Some(h.src_incarnation),
+            Some(old) if old != h.src_incarnation => {
+                self.stats.failed_dropped += 1;
+                self.fail(Failure::PeerRestarted {
+                    old,
+                    new: h.src_incarnation,
+                });
+                return Err(DecodeError::PeerRestarted);
+            }
+            Some(_) => {}
+        }
+        self.stats.datagrams_received += 1;
+        self.on_ack(h.ack, h.sack, now);
+        if h.kind == Kind::Data {
+            self.on_data(h.seq, body, now);
+        }
+        Ok(())
+    }
+
+    fn on_ack(&mut self, ack: u64, sack: u64, now: u64) {
+        let mut progress = false;
+        let mut sample = None;
+        while self.inflight.front().is_some_and(|s| s.seq <= ack) {
+            let Some(s) = self.inflight.pop_front() else {
+                break;
+            };
+            self.inflight_bytes -= s.body.len();
+            progress = true;
+            // Karn: only datagrams sent once give an unambiguous sample, and only when
+            // first acknowledged (a selective ack may have come long before).
+            if s.retransmits == 0 && !s.sacked {
+                sample = Some(now.saturating_sub(s.sent_at));
+            }
+        }
+        if let Some(base) = self.inflight.front().map(|s| s.seq) {
+            let mut bits = sack;
+            while bits != 0 {
+                let i = bits.trailing_zeros() as u64;
+                bits &= bits - 1;
+                let seq = ack.saturating_add(2 + i);
+                if seq < base {
+                    continue;
+                }
+                if let Some(s) = self.inflight.get_mut((seq - base) as usize) {
+                    if !s.sacked {
+                        s.sacked = true;
+                        progress = true;
+                        if s.retransmits == 0 {
+                            sample = Some(now.saturating_sub(s.sent_at));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(r) = sample {
+            self.update_rtt(r);
+        }
+        if progress {
+            self.last_progress = now;
+        }
+    }
+
+    fn update_rtt(&mut self, r: u64) {
+        let (srtt, var) = match self.srtt {
+            None => (r, r / 2),
+            Some((srtt, var)) => ((7 * srtt + r) / 8, (3 * var + srtt.abs_diff(r)) / 4),
+        };
+        self.srtt = Some((srtt, var));
+        self.rto = (srtt + (4 * var).max(1)).clamp(self.config.min_rto, self.config.max_rto);
+    }
+
+    fn on_data(&mut self, seq: u64, body: &[u8], now: u64) {
+        if seq <= self.recv_ack || self.out_of_order.contains_key(&seq) {
+            self.stats.duplicates_dropped += 1;
+        } else if seq - self.recv_ack > self.config.window as u64 {
+            self.stats.out_of_window_dropped += 1;
+        } else if seq == self.recv_ack + 1 {
+            if self.deliver_bytes >= self.config.recv_buffer {
+                // Refuse without acking; the sender retransmits once the queue drains.
+                self.stats.recv_full_dropped += 1;
+                return;
+            }
+            self.accept(body);
+            self.recv_ack = seq;
+            while let Some(b) = self.out_of_order.remove(&(self.recv_ack + 1)) {
+                self.accept(&b);
+                self.recv_ack += 1;
+            }
+        } else {
+            self.out_of_order.insert(seq, body.to_vec());
+        }
+        self.unacked_received += 1;
+        if self.unacked_received >= self.config.ack_every {
+            self.ack_deadline = Some(now);
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(now.saturating_add(self.config.ack_delay));
+        }
+    }
+
+    /// Unpacks the records of an in-order datagram into the delivery queue.
+    fn accept(&mut self, body: &[u8]) {
+        for r in Records::new(body) {
+            let ok = match r {
+                Ok(Record::Complete(d)) if self.reassembly.is_none() => {
+                    self.push_delivery(d.to_vec());
+                    true
+                }
+                Ok(Record::First { total, data })
+                    if self.reassembly.is_none()
+                        && total as usize <= self.config.max_message_size =>
+                {
+                    let mut m = Vec::with_capacity(total as usize);
+                    m.extend_from_slice(data);
+                    self.reassembly = Some((m, total as usize));
+                    true
+                }
+                Ok(Record::Middle(d)) => match &mut self.reassembly {
+                    Some((m, total)) if m.len() + d.len() < *total => {
+                        m.extend_from_slice(d);
+                        true
+                    }
+                    _ => false,
+                },
+                Ok(Record::Last(d)) => match self.reassembly.take() {
+                    Some((mut m, total)) if m.len() + d.len() == total => {
+                        m.extend_from_slice(d);
+                        self.push_delivery(m);
+                        true
+                    }
+                    _ => false,
+                },
+                _ => false,
+            };
+            if !ok {
+                self.fail(Failure::Protocol);
+                return;
+            }
+        }
+    }
+
+    fn push_delivery(&mut self, m: Vec<u8>) {
+        self.deliver_bytes += m.len();
+        self.stats.messages_delivered += 1;
+        self.deliver.push_back(m);
+    }
+
+    /// Selective-ack bits for the datagrams held out of order.
+    fn sack_bits(&self) -> u64 {
+        let lo = self.recv_ack + 2;
+        self.out_of_order
+            .range(lo..lo + 64)
+            .fold(0, |bits, (&seq, _)| bits | 1 << (seq - lo))
+    }
+
+    fn header(&self, kind: Kind, seq: u64) -> Header {
+        Header {
+            kind,
+            job_key: self.job_key,
+            src_incarnation: self.local_incarnation,
+            dst_incarnation: self.peer_incarnation.unwrap_or(0),
+            seq,
+            ack: self.recv_ack,
+            sack: self.sack_bits(),
+        }
+    }
+
+    /// Writes the next datagram to send into `buf` (cleared first) and returns its length,
+    /// or `None` when nothing is due at `now`. Call until `None`.
+    ///
+    /// Order: retransmissions that are due, then new data while the window has room, then an
+    /// ack if one is due. Every datagram carries the current ack.
+    pub fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<usize> {
+        self.check_peer_timeout(now);
+        if self.state != State::Active {
+            return None;
+        }
+        let due = self
+            .inflight
+            .iter()
+            .position(|s| !s.sacked && s.sent_at.saturating_add(s.rto) <= now);
+        if let Some(i) = due {
+            let h = self.header(Kind::Data, self.inflight[i].seq);
+            let max_rto = self.config.max_rto;
+            let s = &mut self.inflight[i];
+            s.sent_at = now;
+            s.rto = s.rto.saturating_mul(2).min(max_rto);
+            s.retransmits += 1;
+            wire::encode(buf, &h, &s.body);
+            self.stats.retransmissions += 1;
+        } else if self.inflight.len() < self.config.window && !self.pending.is_empty() {
+            let body = self.pack();
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            let h = self.header(Kind::Data, seq);
+            wire::encode(buf, &h, &body);
+            if self.inflight.is_empty() {
+                self.last_progress = now;
+            }
+            self.inflight_bytes += body.len();
+            self.inflight.push_back(Sent {
+                seq,
+                body,
+                sent_at: now,
+                rto: self.rto,
+                retransmits: 0,
+                sacked: false,
+            });
+        } else if self.ack_deadline.is_some_and(|t| t <= now) {
+            let h = self.header(Kind::Ack, 0);
+            wire::encode(buf, &h, &[]);
+            self.stats.acks_sent += 1;
+        } else {
+            return None;
+        }
+        self.ack_deadline = None;
+        self.unacked_received = 0;
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += buf.len() as u64;
+        Some(buf.len())
+    }
+
+    /// Panics if the internal bookkeeping is inconsistent; for tests.
+    #[cfg(test)]
+    pub(crate) fn check_invariants(&self) {
+        let w = self.config.window as u64;
+        assert!(self.inflight.len() <= self.config.window);
+        for (i, s) in self.inflight.iter().enumerate() {
+            assert_eq!(s.seq + (self.inflight.len() - i) as u64, self.next_seq);
+            assert!(s.rto <= self.config.max_rto);
+        }
+        let sum: usize = self.inflight.iter().map(|s| s.body.len()).sum();
+        assert_eq!(sum, self.inflight_bytes);
+        let sum: usize = self
+            .pending
+            .iter()
+            .map(|p| p.data.len() + RECORD_OVERHEAD)
+            .sum();
+        assert_eq!(sum, self.pending_bytes);
+        let sum: usize = self.deliver.iter().map(Vec::len).sum();
+        assert_eq!(sum, self.deliver_bytes);
+        for &seq in self.out_of_order.keys() {
+            assert!(seq > self.recv_ack + 1 && seq <= self.recv_ack + w, "{seq}");
+        }
+        assert!(self.pending.iter().skip(1).all(|p| p.offset == 0));
+    }
+
+    /// Packs queued messages into one datagram body: whole messages while they fit; a
+    /// message that does not fit in an empty datagram is fragmented, its first fragment
+    /// filling the rest of the current one.
+    fn pack(&mut self) -> Vec<u8> {
+        let cap = self.config.max_datagram_size - HEADER_LEN;
+        let mut body = Vec::with_capacity(cap.min(self.pending_bytes + FIRST_OVERHEAD));
+        while let Some(front) = self.pending.front_mut() {
+            let remaining = cap - body.len();
+            let rest = front.data.len() - front.offset;
+            if front.offset == 0 {
+                if RECORD_OVERHEAD + rest <= remaining {
+                    wire::put_complete(&mut body, &front.data);
+                } else if RECORD_OVERHEAD + rest <= cap || remaining < FIRST_OVERHEAD + MIN_FRAGMENT
+                {
+                    break;
+                } else {
+                    let n = remaining - FIRST_OVERHEAD;
+                    wire::put_first(&mut body, front.data.len() as u32, &front.data[..n]);
+                    front.offset = n;
+                    break;
+                }
+            } else if RECORD_OVERHEAD + rest <= remaining {
+                wire::put_last(&mut body, &front.data[front.offset..]);
+            } else if remaining < RECORD_OVERHEAD + MIN_FRAGMENT {
+                break;
+            } else {
+                let end = front.offset + remaining - RECORD_OVERHEAD;
+                wire::put_middle(&mut body, &front.data[front.offset..end]);
+                front.offset = end;
+                break;
+            }
+            // The front message is now completely packed.
+            if let Some(done) = self.pending.pop_front() {
+                self.pending_bytes -= done.data.len() + RECORD_OVERHEAD;
+            }
+        }
+        body
+    }
+}
