@@ -14,31 +14,24 @@ use std::process::ExitCode;
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Active Message latency, bandwidth and LogP overheads between two local ranks.
-    Am {
-        /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
-        /// standard error).
-        #[arg(long, value_name = "FILE|-")]
-        json: Option<String>,
-        /// Repetitions; every figure is the median over them.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
-        reps: u64,
-        /// Scale every iteration count (0.01 for a quick smoke run).
-        #[arg(long, default_value_t = 1.0)]
-        scale: f64,
-    },
+    Am(BenchArgs),
     /// One-sided put, get and atomics between two local ranks, on the direct and AM paths.
-    Rma {
-        /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
-        /// standard error).
-        #[arg(long, value_name = "FILE|-")]
-        json: Option<String>,
-        /// Repetitions; every figure is the median over them.
-        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
-        reps: u64,
-        /// Scale every iteration count (0.01 for a quick smoke run).
-        #[arg(long, default_value_t = 1.0)]
-        scale: f64,
-    },
+    Rma(BenchArgs),
+}
+
+/// Options every benchmark takes.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
+    /// standard error).
+    #[arg(long, value_name = "FILE|-")]
+    json: Option<String>,
+    /// Repetitions; every figure is the median over them.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    reps: u64,
+    /// Scale every iteration count (0.01 for a quick smoke run).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
 }
 
 /// Median of the samples (NaN when there are none; written as JSON null).
@@ -57,32 +50,21 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs a benchmark command.
 pub fn main(cmd: BenchCommand) -> ExitCode {
-    match cmd {
-        BenchCommand::Am { json, reps, scale } => {
-            if !(scale > 0.0 && scale <= 100.0) {
-                eprintln!("volley bench: --scale must be in (0, 100]");
-                return ExitCode::from(2);
-            }
-            match bench_am(reps as usize, scale) {
-                Ok(doc) => emit(&doc, json.as_deref(), print_am_table),
-                Err(e) => {
-                    eprintln!("volley bench am: {e}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
-        BenchCommand::Rma { json, reps, scale } => {
-            if !(scale > 0.0 && scale <= 100.0) {
-                eprintln!("volley bench: --scale must be in (0, 100]");
-                return ExitCode::from(2);
-            }
-            match bench_rma(reps as usize, scale) {
-                Ok(doc) => emit(&doc, json.as_deref(), print_rma_table),
-                Err(e) => {
-                    eprintln!("volley bench rma: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    type Bench = fn(usize, f64) -> Result<Value, String>;
+    type Table = fn(&Value, &mut dyn Write);
+    let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
+        BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
+        BenchCommand::Rma(a) => ("rma", a, bench_rma, print_rma_table),
+    };
+    if !(args.scale > 0.0 && args.scale <= 100.0) {
+        eprintln!("volley bench: --scale must be in (0, 100]");
+        return ExitCode::from(2);
+    }
+    match bench(args.reps as usize, args.scale) {
+        Ok(doc) => emit(&doc, args.json.as_deref(), table),
+        Err(e) => {
+            eprintln!("volley bench {name}: {e}");
+            ExitCode::FAILURE
         }
     }
 }
