@@ -54,7 +54,6 @@ pub(crate) struct Shared {
 /// The handler ids of the one-sided layer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Handlers {
-    pub(crate) put: RequestHandler,
     pub(crate) get: RequestHandler,
     pub(crate) atomic: RequestHandler,
     /// The reply handler that completes a slot with a status and a value.
@@ -256,37 +255,6 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         s.complete(slot, m.src(), status, 0, [m.arg(3), m.arg(4), m.arg(5)]);
     });
     let s = shared.clone();
-    let put = b.request_handler("volley.rma.put", move |m, tok| {
-        // args: segment id, key, this fragment's offset, slot, the whole put's offset and
-        // length. Every fragment checks the whole range first, so a put that is refused is
-        // refused in every fragment and writes nothing; only its first fragment counts it.
-        let (id, key, off, slot) = (m.arg(0), m.arg(1), m.arg(2), m.arg(3));
-        let (put_off, put_len) = (m.arg(4), m.arg(5));
-        let p = m.payload();
-        let len = p.len() as u64;
-        let first = off == put_off;
-        let within = off >= put_off
-            && (off - put_off)
-                .checked_add(len)
-                .is_some_and(|end| end <= put_len);
-        let whole = s.check_with(id, key, put_off, put_len, Perms::WRITE, first);
-        let (status, seg_len) = match whole.and_then(|_| {
-            if within {
-                s.check_with(id, key, off, len, Perms::WRITE, false)
-            } else {
-                Err((Refusal::NoSuchSegment.code(), 0))
-            }
-        }) {
-            Ok(dst) => {
-                // SAFETY: checked to lie inside our segment.
-                unsafe { std::ptr::copy_nonoverlapping(p.as_ptr(), dst, p.len()) };
-                (0, 0)
-            }
-            Err(e) => e,
-        };
-        let _ = tok.reply_short(ack, &[slot, status, 0, put_off, put_len, seg_len]);
-    });
-    let s = shared.clone();
     let get = b.request_handler("volley.rma.get", move |m, tok| {
         // args: segment id, key, this fragment's offset and length, slot, the fragment's start
         // in the destination buffer, the whole get's offset and length. As for puts, every
@@ -350,7 +318,6 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
     });
     let mem = memops::register(b, shared, ack);
     Handlers {
-        put,
         get,
         atomic,
         ack,

@@ -48,6 +48,8 @@ const FULL: u64 = 2;
 /// The memory-based operations' request handlers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MemHandlers {
+    /// A plain put on the AM path: the same fragment machinery without a flag.
+    pub(crate) put: RequestHandler,
     put_flag: RequestHandler,
     fifo: RequestHandler,
     zbuf: RequestHandler,
@@ -517,6 +519,14 @@ pub(crate) fn register(
     ack: ReplyHandler,
 ) -> MemHandlers {
     let s = shared.clone();
+    let put = b.request_handler("volley.rma.put", move |m, tok| {
+        let f = Frag::parse(m);
+        let r = f
+            .apply(&s, m.payload(), |_| Ok(()))
+            .map(|_| (0, f.off, f.total));
+        reply(tok, ack, f.slot, r);
+    });
+    let s = shared.clone();
     let put_flag = b.request_handler("volley.rma.put_flag", move |m, tok| {
         let f = Frag::parse(m);
         let [flag_off, flag_val] = f.extra;
@@ -585,6 +595,7 @@ pub(crate) fn register(
         reply(tok, ack, slot, r);
     });
     MemHandlers {
+        put,
         put_flag,
         fifo,
         zbuf,
@@ -654,7 +665,7 @@ impl<'rt> Rma<'rt> {
     /// Sends a fragmented write to `handler` at the target: `data` in pieces of at most one
     /// medium payload (or, if `in_place`, one message naming `data.len()` bytes already
     /// written). Each piece is acknowledged on `slot`.
-    fn send_fragments(
+    pub(super) fn send_fragments(
         &self,
         (target, handler): (SegmentRef, RequestHandler),
         off: u64,
@@ -699,14 +710,27 @@ impl<'rt> Rma<'rt> {
     }
 
     /// Waits for an operation on `slot` and returns the value of its last reply.
-    fn finish_slot(&self, slot: u32, target: SegmentRef, off: u64, len: u64) -> Result<u64> {
+    pub(super) fn finish_slot(
+        &self,
+        slot: u32,
+        target: SegmentRef,
+        off: u64,
+        len: u64,
+    ) -> Result<u64> {
         let ev = self.pending(slot, target, off, len);
         let value = self.shared.value(slot);
         ev.wait().map(|()| value.load(Ordering::Relaxed))
     }
 
     /// Releases a slot whose operation could not be sent at all.
-    fn abandon_slot(&self, slot: u32, target: SegmentRef, off: u64, len: u64, e: Error) -> Error {
+    pub(super) fn abandon_slot(
+        &self,
+        slot: u32,
+        target: SegmentRef,
+        off: u64,
+        len: u64,
+        e: Error,
+    ) -> Error {
         // Wait for any piece already sent before reusing the slot.
         let _ = self.pending(slot, target, off, len).wait();
         e

@@ -395,58 +395,42 @@ impl<'rt> Rma<'rt> {
         self.check_rank(target.rank)?;
         let (off, len) = (offset as u64, data.len() as u64);
         if self.path == RmaPath::Direct {
-            let dst = self.check_direct(target, off, len, Perms::WRITE)?;
-            // SAFETY: `dst..dst+len` was checked to lie in the target's segment. Concurrent
-            // writers to one range race by the program's choice, as with any remote write.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
-            // Release: a flag or message published after this makes the data visible.
-            fence(Ordering::Release);
+            self.put_direct(target, off, data)?;
             return Ok(self.done(None));
         }
         let slot = self.take_slot()?;
-        self.send_put(target, off, data, slot)?;
+        let put = (target, self.handlers.mem.put);
+        if let Err(e) = self.send_fragments(put, off, data, false, slot, [0, 0]) {
+            return Err(self.abandon_slot(slot, target, off, len, e));
+        }
         Ok(self.pending(slot, target, off, len))
     }
 
     /// Starts a put completed by the next [`Rma::sync`].
     pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
         self.check_rank(target.rank)?;
-        let (off, len) = (offset as u64, data.len() as u64);
         if self.path == RmaPath::Direct {
-            let dst = self.check_direct(target, off, len, Perms::WRITE)?;
-            // SAFETY: as in `put_nb`.
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
-            fence(Ordering::Release);
-            return Ok(());
+            return self.put_direct(target, offset as u64, data);
         }
-        self.send_put(target, off, data, handlers::IMPLICIT_SLOT)
+        let put = (target, self.handlers.mem.put);
+        self.send_fragments(
+            put,
+            offset as u64,
+            data,
+            false,
+            handlers::IMPLICIT_SLOT,
+            [0, 0],
+        )
     }
 
-    fn send_put(&self, target: SegmentRef, off: u64, data: &[u8], slot: u32) -> Result<()> {
-        let frag = self.rt.max_medium();
-        let pieces = data.len().div_ceil(frag).max(1);
-        self.shared.add_remaining(slot, pieces as u64);
-        for i in 0..pieces {
-            let chunk = &data[(i * frag).min(data.len())..((i + 1) * frag).min(data.len())];
-            let args = [
-                target.id as u64,
-                target.key,
-                // Wrapping: an offset this close to the end is refused by the whole-range check
-                // at the target; the fragment offset is never used then.
-                off.wrapping_add((i * frag) as u64),
-                slot as u64,
-                off,
-                data.len() as u64,
-            ];
-            if let Err(e) = self
-                .rt
-                .request_medium(target.rank, self.handlers.put, &args, chunk)
-            {
-                // Pieces not sent will never be acknowledged.
-                self.shared.add_remaining_neg(slot, (pieces - i) as u64);
-                return Err(e);
-            }
-        }
+    /// The direct path's put: check the target's table, copy, release.
+    fn put_direct(&self, target: SegmentRef, off: u64, data: &[u8]) -> Result<()> {
+        let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
+        // SAFETY: `dst..dst+len` was checked to lie in the target's segment. Concurrent
+        // writers to one range race by the program's choice, as with any remote write.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        // Release: a flag or message published after this makes the data visible.
+        fence(Ordering::Release);
         Ok(())
     }
 
@@ -548,9 +532,7 @@ impl<'rt> Rma<'rt> {
             self.free_slots.borrow_mut().push(slot);
             return Err(e);
         }
-        let ev = self.pending(slot, target, off, 8);
-        let value = self.shared.value(slot);
-        ev.wait().map(|()| value.load(Ordering::Relaxed))
+        self.finish_slot(slot, target, off, 8)
     }
 
     /// Atomic fetch-and-add; returns the old value.
