@@ -1,10 +1,12 @@
 //! Transports move frames between two ranks.
 //!
-//! Today there is one: [`shm`], rings in shared memory between ranks on one host (a rank's
-//! messages to itself use the same rings: the loopback path). Network transports come later and
-//! sit beside it; nothing here knows about handlers or request/reply semantics beyond the frame
-//! header fields it carries.
+//! [`shm`] carries frames through rings in shared memory between ranks on one host (a rank's
+//! messages to itself use the same rings: the loopback path); [`net`] carries whole messages
+//! between hosts over UDP (with the [`crate::reliable`] protocol) or TCP. Nothing here knows
+//! about handlers or request/reply semantics beyond the header fields it carries.
 
+#[cfg(not(loom))]
+pub mod net;
 pub mod shm;
 
 /// The two logical networks. Requests and replies never share a ring, so replies always drain.

@@ -1,0 +1,165 @@
+//! Network transports: whole messages between ranks on different hosts (or emulated nodes),
+//! reliably and in order per peer pair.
+//!
+//! Two implementations sit behind [`NetTransport`]:
+//! - [`udp`]: one datagram socket per rank running the [`crate::reliable`] protocol, with
+//!   `sendmmsg`/`recvmmsg` batching and optional fault injection ([`faults`]);
+//! - [`tcp`]: one stream per peer pair, length-prefixed frames, non-blocking, vectored writes.
+//!
+//! The contract both keep (the AM engine relies on it):
+//! - [`NetTransport::send`] only queues (or writes at once when that costs no extra system
+//!   call); everything queued is on its way after the next [`NetTransport::progress`]. A send
+//!   refused with [`NetError::WouldBlock`] queued nothing: progress and retry.
+//! - [`NetTransport::progress`] transmits what is queued, takes in what arrived, runs timers,
+//!   and appends each delivered message to `inbox` as `(source rank, bytes)`, in order per
+//!   source. It never blocks.
+//! - Messages are opaque bytes up to [`MAX_MESSAGE`]; the transport adds its own framing.
+//! - A peer that stops answering (UDP: no ack progress for the configured timeout; TCP: the
+//!   connection breaks) is reported as [`NetError::PeerFailed`] naming the rank.
+//!
+//! Times are nanoseconds from a monotonic clock the caller reads (`now` arguments), so the
+//! transports read no clock themselves.
+
+pub mod faults;
+pub mod tcp;
+pub mod udp;
+
+use std::net::SocketAddr;
+
+/// Largest message a network transport carries (a long message's payload plus its header).
+pub const MAX_MESSAGE: usize = (8 << 20) + 4096;
+
+/// Which network transport a job uses (`VOLLEY_NET=udp|tcp`, default udp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetKind {
+    /// The reliable protocol over UDP datagrams.
+    Udp,
+    /// One TCP connection per peer pair.
+    Tcp,
+}
+
+impl NetKind {
+    /// The name used in `VOLLEY_NET` and in statistics.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetKind::Udp => "udp",
+            NetKind::Tcp => "tcp",
+        }
+    }
+}
+
+/// Counters of one rank's network transport, summed over its peers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetStats {
+    /// Messages accepted by `send`.
+    pub messages_sent: u64,
+    /// Messages appended to an inbox by `progress`.
+    pub messages_received: u64,
+    /// System calls that sent (sendmmsg / writev).
+    pub send_calls: u64,
+    /// System calls that received (recvmmsg / read), empty ones included.
+    pub recv_calls: u64,
+    /// Datagrams (UDP) or frames (TCP) written.
+    pub packets_sent: u64,
+    /// Datagrams (UDP) or frames (TCP) read.
+    pub packets_received: u64,
+    /// Bytes written to the network, transport framing included.
+    pub bytes_sent: u64,
+    /// UDP: data datagrams sent again after a timeout.
+    pub retransmissions: u64,
+    /// Datagrams or frames dropped as malformed, foreign (another job's key), from an unknown
+    /// address, duplicate, or otherwise unusable.
+    pub dropped: u64,
+    /// UDP with `VOLLEY_FAULTS`: datagrams the fault injector dropped, duplicated, reordered
+    /// and delayed.
+    pub faults_injected: u64,
+    /// `send` calls refused with [`NetError::WouldBlock`].
+    pub would_block: u64,
+}
+
+/// Why a network operation did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum NetError {
+    /// The send window or buffer toward this peer is full; nothing was queued. Call
+    /// `progress` and retry.
+    #[error("send window full")]
+    WouldBlock,
+    /// The message exceeds [`MAX_MESSAGE`].
+    #[error("message of {len} bytes exceeds the network limit of {max}")]
+    TooLarge {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// `peer` is not reached through this transport (same node, itself, or out of range).
+    #[error("rank {peer} is not a network peer of this rank")]
+    NotAPeer {
+        /// The rank.
+        peer: usize,
+    },
+    /// The pair with `peer` has failed for good.
+    #[error("rank {peer}: {why}")]
+    PeerFailed {
+        /// The rank.
+        peer: usize,
+        /// What happened (timeout, restart, connection reset, protocol violation).
+        why: String,
+    },
+    /// An operating-system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// One rank's network endpoint.
+///
+/// Life cycle: create bound to a local address (before the rendezvous, so the address can be
+/// published), [`NetTransport::connect`] with every rank's address (after the rendezvous),
+/// then any number of `send`/`progress` calls, then [`NetTransport::close`].
+pub trait NetTransport: std::fmt::Debug {
+    /// Which transport this is.
+    fn kind(&self) -> NetKind;
+
+    /// The address other ranks reach this rank at.
+    fn local_addr(&self) -> SocketAddr;
+
+    /// Sets up the pairs: `peers[r]` is rank `r`'s address, or `None` for ranks not reached
+    /// through the network (this rank, ranks on the same node). TCP establishes its
+    /// connections here (blocking, with a deadline); UDP only records the addresses.
+    fn connect(&mut self, me: usize, peers: &[Option<SocketAddr>]) -> Result<(), NetError>;
+
+    /// Queues `msg` for `peer` (see the module contract).
+    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError>;
+
+    /// Transmits, receives and runs timers without blocking; appends delivered messages to
+    /// `inbox`. Returns the number of messages appended.
+    fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>)
+        -> Result<usize, NetError>;
+
+    /// Whether everything sent has left this rank for good: UDP: acknowledged by every peer;
+    /// TCP: written to the kernel.
+    fn is_idle(&self) -> bool;
+
+    /// The earliest time at which `progress` has timer work to do, if any (for blocking
+    /// waits that must not sleep through a retransmission).
+    fn next_deadline(&self) -> Option<u64>;
+
+    /// A descriptor that becomes readable when traffic arrives (for epoll-based waits).
+    fn readable_fd(&self) -> std::os::fd::RawFd;
+
+    /// Leaves the job: call once this rank has nothing more to send and needs nothing more
+    /// (after the runtime's two-phase finalize). Flushes, then lingers until `deadline` at
+    /// most while the peers may still need this rank (UDP: acknowledging their
+    /// retransmissions and waiting for our last datagrams' acks; TCP: shutting down the
+    /// write side and reading until every peer has done the same). Messages arriving meanwhile
+    /// are discarded.
+    fn close(&mut self, now: &mut dyn FnMut() -> u64, deadline: u64) -> Result<(), NetError>;
+
+    /// Counters.
+    fn stats(&self) -> NetStats;
+}
