@@ -31,6 +31,11 @@ enum Command {
         /// Pin rank r to CPU r modulo the number of CPUs.
         #[arg(long)]
         bind: bool,
+        /// Emulate nodes of K ranks each on this host: rank r is on node r / K, ranks of one
+        /// node talk through shared memory, ranks of different nodes through the network
+        /// transport (VOLLEY_NET=udp|tcp). Default: all ranks on one node.
+        #[arg(long, value_name = "K")]
+        ranks_per_node: Option<usize>,
         /// Seconds between SIGTERM and SIGKILL when stopping a failed job.
         #[arg(long, value_name = "SECS", default_value_t = 2.0)]
         grace: f64,
@@ -96,9 +101,14 @@ fn main() -> ExitCode {
             ranks,
             label,
             bind,
+            ranks_per_node,
             grace,
             mut command,
         } => {
+            if ranks_per_node == Some(0) {
+                eprintln!("volley run: --ranks-per-node must be at least 1");
+                return ExitCode::from(2);
+            }
             if !(0.0..=3600.0).contains(&grace) {
                 eprintln!("volley run: --grace must be between 0 and 3600 seconds");
                 return ExitCode::from(2);
@@ -108,6 +118,7 @@ fn main() -> ExitCode {
                 ranks,
                 label,
                 bind,
+                ranks_per_node: ranks_per_node.unwrap_or(ranks).max(1),
                 grace: Duration::from_secs_f64(grace),
                 program,
                 args: command,

@@ -132,6 +132,9 @@ pub enum Error {
     /// Two handlers were registered under one name.
     #[error("handler name {0:?} is registered twice")]
     DuplicateHandler(String),
+    /// The network transport could not be set up (bind, connect); the text says why.
+    #[error("network: {0}")]
+    Network(String),
 }
 
 /// Result type of volley calls.

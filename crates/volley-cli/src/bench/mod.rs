@@ -98,6 +98,7 @@ fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value
         ranks,
         label: false,
         bind: true,
+        ranks_per_node: ranks,
         grace: std::time::Duration::from_secs(2),
         program: exe.into_os_string(),
         args: vec![

@@ -21,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use volley::bootstrap::rendezvous::{self, RendezvousServer};
 use volley::bootstrap::{
-    ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK, ENV_RENDEZVOUS, ENV_SIZE,
+    ENV_HOST_RANKS, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
+    ENV_RENDEZVOUS, ENV_SIZE,
 };
 
 /// What to launch and how.
@@ -33,6 +34,8 @@ pub struct LaunchOptions {
     pub label: bool,
     /// Pin rank r to CPU r mod (number of CPUs).
     pub bind: bool,
+    /// Ranks per (emulated) node: rank r runs on node r / ranks_per_node.
+    pub ranks_per_node: usize,
     /// Time between SIGTERM and SIGKILL when stopping the job.
     pub grace: Duration,
     /// The program each rank runs.
@@ -179,11 +182,16 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
     let mut pumps = Vec::new();
     for rank in 0..opts.ranks {
         let mut cmd = Command::new(&program);
+        let per_node = opts.ranks_per_node.clamp(1, opts.ranks);
+        let node = rank / per_node;
+        let node_size = per_node.min(opts.ranks - node * per_node);
         cmd.args(&opts.args)
             .env(ENV_RANK, rank.to_string())
             .env(ENV_SIZE, opts.ranks.to_string())
-            .env(ENV_LOCAL_RANK, rank.to_string())
-            .env(ENV_LOCAL_SIZE, opts.ranks.to_string())
+            .env(ENV_LOCAL_RANK, (rank % per_node).to_string())
+            .env(ENV_LOCAL_SIZE, node_size.to_string())
+            .env(ENV_NODE, node.to_string())
+            .env(ENV_HOST_RANKS, opts.ranks.to_string())
             .env(ENV_JOB_ID, format!("{job_id:016x}"))
             .env(ENV_JOB_KEY, format!("{job_key:016x}"))
             .env(ENV_RENDEZVOUS, &sock)

@@ -1,6 +1,13 @@
 //! Runtime settings: builder values, else `VOLLEY_*` environment variables, else defaults.
 
+use super::poll_policy::PollPolicy;
 use crate::error::{Error, Result};
+use crate::transport::net::faults::FaultConfig;
+use crate::transport::net::NetKind;
+use std::net::IpAddr;
+
+/// Default time after which a silent network peer is declared failed.
+pub const DEFAULT_PEER_TIMEOUT_SECS: f64 = 10.0;
 
 /// Default slots per ring (64 × 64 B = 4 KiB per sender and channel).
 pub const DEFAULT_RING_SLOTS: usize = 64;
@@ -16,6 +23,10 @@ pub(crate) struct Config {
     pub(crate) medium_buffers: Option<usize>,
     pub(crate) segment_bytes: Option<usize>,
     pub(crate) polite: Option<bool>,
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
 fn env_usize(name: &'static str) -> Result<Option<usize>> {
@@ -61,6 +72,69 @@ impl Config {
             Some(v) => v,
             None => env_usize("VOLLEY_SEGMENT_BYTES")?.unwrap_or(DEFAULT_SEGMENT_BYTES),
         })
+    }
+
+    /// `VOLLEY_NET=udp|tcp` (default udp): the transport to ranks on other nodes.
+    pub(crate) fn net_kind(&self) -> Result<NetKind> {
+        match env_nonempty("VOLLEY_NET").as_deref() {
+            None | Some("udp") => Ok(NetKind::Udp),
+            Some("tcp") => Ok(NetKind::Tcp),
+            Some(other) => Err(Error::InvalidConfig {
+                name: "VOLLEY_NET",
+                value: other.to_string(),
+                why: "expected udp or tcp",
+            }),
+        }
+    }
+
+    /// `VOLLEY_NET_ADDR`: the local address to bind the network transport to (default
+    /// 127.0.0.1; a multi-host launch sets the host's address).
+    pub(crate) fn net_addr(&self) -> Result<IpAddr> {
+        match env_nonempty("VOLLEY_NET_ADDR") {
+            None => Ok(IpAddr::from([127, 0, 0, 1])),
+            Some(v) => v.parse().map_err(|_| Error::InvalidConfig {
+                name: "VOLLEY_NET_ADDR",
+                value: v,
+                why: "expected an IP address",
+            }),
+        }
+    }
+
+    /// `VOLLEY_PEER_TIMEOUT` in seconds (default 10): a network peer that acknowledges
+    /// nothing for this long is declared failed.
+    pub(crate) fn peer_timeout_ns(&self) -> Result<u64> {
+        let secs = match env_nonempty("VOLLEY_PEER_TIMEOUT") {
+            None => DEFAULT_PEER_TIMEOUT_SECS,
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e6)
+                .ok_or(Error::InvalidConfig {
+                    name: "VOLLEY_PEER_TIMEOUT",
+                    value: v,
+                    why: "expected a positive number of seconds",
+                })?,
+        };
+        Ok((secs * 1e9) as u64)
+    }
+
+    /// `VOLLEY_FAULTS`: faults injected into outgoing UDP datagrams (testing).
+    pub(crate) fn faults(&self) -> Result<Option<FaultConfig>> {
+        match env_nonempty("VOLLEY_FAULTS") {
+            None => Ok(None),
+            Some(v) => FaultConfig::parse(&v)
+                .map(Some)
+                .map_err(|why| Error::InvalidConfig {
+                    name: "VOLLEY_FAULTS",
+                    value: format!("{v} ({why})"),
+                    why: "expected drop=P,dup=P,reorder=P,delay_us=N,seed=N",
+                }),
+        }
+    }
+
+    /// `VOLLEY_POLL`: when polls include the network.
+    pub(crate) fn poll_policy(&self) -> Result<PollPolicy> {
+        PollPolicy::from_env()
     }
 
     /// Whether to yield early while waiting: explicit setting, else `VOLLEY_POLITE`, else

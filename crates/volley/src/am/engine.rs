@@ -3,19 +3,32 @@
 //! Everything here runs on the rank's one thread; state lives in `Cell`s so that handlers can
 //! run while a send is blocked (a blocked request send polls requests and replies; a blocked
 //! reply send polls replies only, whose handlers cannot send, so nesting stops at depth 2).
+//!
+//! Each peer is reached by one route: the rings of the shared-memory transport when it is on
+//! this rank's node (this rank included: the loopback path), the network transport otherwise.
+//! Ring state is indexed by *local* index (position among the node's ranks); everything the
+//! user sees uses global ranks.
 
 use super::backoff::Backoff;
 use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
-use super::stats::{bump, StatCells};
+use super::net_frame;
+use super::poll_policy::{NetPollState, PollPolicy};
+use super::stats::{bump, NetworkStats, StatCells, Stats};
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
+use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::{Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use crate::MAX_ARGS;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+/// `local_of` entry of a rank not on this node.
+const REMOTE: u32 = u32::MAX;
 
 /// Frames one ring may deliver in one poll before the poll moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
@@ -40,16 +53,23 @@ pub(crate) struct Engine {
     pub(crate) me: usize,
     pub(crate) size: usize,
     key: u64,
-    /// Views of the rings this rank sends into, `[dest][channel]`.
+    /// Global rank -> local index, or [`REMOTE`].
+    local_of: Vec<u32>,
+    /// Local index -> global rank.
+    local_ranks: Vec<usize>,
+    /// This rank's local index.
+    me_local: usize,
+    /// Views of the rings this rank sends into, `[dest local][channel]`.
     tx_rings: Vec<[RingRef<'static>; 2]>,
-    /// This rank's incoming rings with their consumer state, `[channel][src]`: the poll loop
-    /// walks one channel's rings in order.
+    /// This rank's incoming rings with their consumer state, `[channel][src local]`: the poll
+    /// loop walks one channel's rings in order.
     rx: [Vec<RxRing>; 2],
-    /// Regions by rank; `regions[me]` is this rank's own. Declared after the ring views that
-    /// point into them.
+    /// Regions by local index. Declared after the ring views that point into them.
     regions: Vec<Region>,
     pool_bufs: usize,
     tx: Vec<[Cell<Producer>; 2]>,
+    /// The network route, when some peers are on other nodes.
+    net: Option<NetRoute>,
     pool_next: [Cell<usize>; 2],
     pub(crate) requests: Vec<(String, Box<RequestFn>)>,
     pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
@@ -78,6 +98,48 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// A message from the network: source rank and bytes.
+type Delivered = (usize, Vec<u8>);
+
+/// The network transport and the messages it delivered that no handler has run for yet.
+struct NetRoute {
+    transport: RefCell<Box<dyn NetTransport>>,
+    /// Requests and replies received, in arrival order per source. Requests wait here while a
+    /// blocked reply send polls (it may run reply handlers only).
+    inbox: [RefCell<VecDeque<Delivered>>; 2],
+    /// Scratch for `progress`, kept to avoid an allocation per poll.
+    scratch: Cell<Vec<Delivered>>,
+    /// Encoding buffer for outgoing messages (taken while in use).
+    encode_buf: Cell<Vec<u8>>,
+    policy: RefCell<NetPollState>,
+    epoch: Instant,
+    polls: Cell<u64>,
+    empty_polls: Cell<u64>,
+    /// Messages sent and handled through the network.
+    sent: Cell<u64>,
+    handled: Cell<u64>,
+    /// Peers that left normally: a broken connection to them is no failure.
+    departed: Vec<Cell<bool>>,
+}
+
+impl NetRoute {
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+}
+
+/// How one rank's peers are reached, as the runtime sets it up.
+pub(crate) struct Routes {
+    /// Regions of the ranks on this node, by local index (this rank's own included).
+    pub(crate) regions: Vec<Region>,
+    /// Global rank of each local index.
+    pub(crate) local_ranks: Vec<usize>,
+    /// The network transport, connected, when some ranks are on other nodes.
+    pub(crate) net: Option<Box<dyn NetTransport>>,
+    /// When to poll the network.
+    pub(crate) poll_policy: PollPolicy,
+}
+
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
     ring: RingRef<'static>,
@@ -101,17 +163,31 @@ enum Payload<'p> {
 }
 
 impl Engine {
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         me: usize,
+        size: usize,
         key: u64,
-        regions: Vec<Region>,
+        routes: Routes,
         requests: Vec<(String, Box<RequestFn>)>,
         replies: Vec<(String, Box<ReplyFn>)>,
         polite: bool,
         launcher: Option<OwnedFd>,
     ) -> Self {
-        let layout = *regions[me].layout();
-        let size = regions.len();
+        let Routes {
+            regions,
+            local_ranks,
+            net,
+            poll_policy,
+        } = routes;
+        let mut local_of = vec![REMOTE; size];
+        for (l, &r) in local_ranks.iter().enumerate() {
+            local_of[r] = l as u32;
+        }
+        let me_local = local_of[me] as usize;
+        assert!(me_local < regions.len() && regions.len() == local_ranks.len());
+        let layout = *regions[me_local].layout();
+        let nlocal = regions.len();
         let view = |r: RingRef<'_>| -> RingRef<'static> {
             // SAFETY: a RingRef points into a region's mapping, whose address never changes
             // while the Region is alive (moving the Region value does not move the mapping).
@@ -119,16 +195,37 @@ impl Engine {
             // Engine is dropped, after which no view is used.
             unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
         };
-        let tx_rings = (0..size)
-            .map(|d| [Channel::Request, Channel::Reply].map(|ch| view(regions[d].ring(me, ch))))
+        let tx_rings = (0..nlocal)
+            .map(|d| {
+                [Channel::Request, Channel::Reply].map(|ch| view(regions[d].ring(me_local, ch)))
+            })
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
-            (0..size)
+            (0..nlocal)
                 .map(|s| RxRing {
-                    ring: view(regions[me].ring(s, ch)),
+                    ring: view(regions[me_local].ring(s, ch)),
                     consumer: Cell::new(Consumer::new(layout.ring_slots)),
                 })
                 .collect()
+        });
+        // A rank alone on its node has nothing cheaper than the network to poll.
+        let policy = if nlocal == 1 {
+            PollPolicy::Always
+        } else {
+            poll_policy
+        };
+        let net = net.map(|t| NetRoute {
+            transport: RefCell::new(t),
+            inbox: Default::default(),
+            scratch: Cell::new(Vec::new()),
+            encode_buf: Cell::new(Vec::new()),
+            policy: RefCell::new(NetPollState::new(policy)),
+            epoch: Instant::now(),
+            polls: Cell::new(0),
+            empty_polls: Cell::new(0),
+            sent: Cell::new(0),
+            handled: Cell::new(0),
+            departed: (0..size).map(|_| Cell::new(false)).collect(),
         });
         Self {
             tx_rings,
@@ -136,8 +233,12 @@ impl Engine {
             me,
             size,
             key,
+            local_of,
+            local_ranks,
+            me_local,
+            net,
             pool_bufs: layout.pool_bufs,
-            tx: (0..size)
+            tx: (0..nlocal)
                 .map(|_| std::array::from_fn(|_| Cell::new(Producer::new(layout.ring_slots))))
                 .collect(),
             regions,
@@ -206,13 +307,22 @@ impl Engine {
     }
 
     pub(crate) fn own(&self) -> &Region {
-        &self.regions[self.me]
+        &self.regions[self.me_local]
     }
 
-    /// The region of `rank` when this rank can address it directly (every rank today: all
-    /// ranks share one host).
+    /// The region of `rank` when this rank can address it directly (ranks of this node).
     pub(crate) fn region_of(&self, rank: usize) -> Option<&Region> {
-        self.regions.get(rank)
+        let l = *self.local_of.get(rank)?;
+        self.regions.get(l as usize)
+    }
+
+    /// `rank`'s local index, or `None` when it is reached through the network.
+    #[inline(always)]
+    fn local(&self, rank: usize) -> Option<usize> {
+        match self.local_of[rank] {
+            REMOTE => None,
+            l => Some(l as usize),
+        }
     }
 
     pub(crate) fn in_handler(&self) -> bool {
@@ -266,7 +376,10 @@ impl Engine {
         self.check_dest(dest)?;
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        self.inject(dest, ch, FrameKind::Short, handler, args, Payload::None);
+        match self.local(dest) {
+            Some(l) => self.inject(l, ch, FrameKind::Short, handler, args, Payload::None),
+            None => self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0),
+        }
         self.stats.sent(ch, MessageClass::Short);
         Ok(())
     }
@@ -290,6 +403,11 @@ impl Engine {
                 max: MEDIUM_MAX,
             });
         }
+        let Some(dest) = self.local(dest) else {
+            self.net_send(dest, ch, FrameKind::MediumInline, handler, args, payload, 0);
+            self.stats.sent(ch, MessageClass::Medium);
+            return Ok(());
+        };
         let inline_bytes = (2 + args.len()) * 8 + payload.len();
         if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
             self.inject(
@@ -334,8 +452,8 @@ impl Engine {
         self.check_dest(dest)?;
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        let target = &self.regions[dest];
-        let segment_len = target.segment_len();
+        // Every rank's segment has the same length (checked at init).
+        let segment_len = self.own().segment_len();
         if offset
             .checked_add(payload.len())
             .is_none_or(|end| end > segment_len)
@@ -346,6 +464,19 @@ impl Engine {
                 segment_len,
             });
         }
+        let Some(dest) = self.local(dest) else {
+            if payload.len() + 256 > crate::transport::net::MAX_MESSAGE {
+                return Err(Error::PayloadTooLarge {
+                    len: payload.len(),
+                    max: crate::transport::net::MAX_MESSAGE - 256,
+                });
+            }
+            let off = offset as u64;
+            self.net_send(dest, ch, FrameKind::Long, handler, args, payload, off);
+            self.stats.sent(ch, MessageClass::Long);
+            return Ok(());
+        };
+        let target = &self.regions[dest];
         // SAFETY: bounds checked above; the target's segment is mapped for the life of the
         // engine. Concurrent writes to overlapping ranges are the program's race to avoid, as
         // with any remote write; they cannot touch memory outside the segment.
@@ -367,14 +498,11 @@ impl Engine {
 
     /// Sends a runtime-internal one-way message on the request channel.
     pub(crate) fn send_system(&self, dest: usize, op: SystemOp, args: &[u64]) {
-        self.inject(
-            dest,
-            Channel::Request,
-            FrameKind::System,
-            op as u16,
-            args,
-            Payload::None,
-        );
+        let (ch, kind, h) = (Channel::Request, FrameKind::System, op as u16);
+        match self.local(dest) {
+            Some(l) => self.inject(l, ch, kind, h, args, Payload::None),
+            None => self.net_send(dest, ch, kind, h, args, &[], 0),
+        }
         bump(&self.stats.system_sent);
     }
 
@@ -403,6 +531,178 @@ impl Engine {
         } else {
             backoff.reset();
         }
+    }
+
+    /// Sends one message through the network transport, polling while its window is full.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn net_send(
+        &self,
+        dest: usize,
+        ch: Channel,
+        kind: FrameKind,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+        offset: u64,
+    ) {
+        let net = self
+            .net
+            .as_ref()
+            .expect("a rank off this node implies a network route");
+        let mut buf = net.encode_buf.take();
+        net_frame::encode(&mut buf, ch, kind, handler, args, payload, offset);
+        let mut backoff = Backoff::new(self.polite);
+        let mut blocked = false;
+        loop {
+            let sent = net.transport.borrow_mut().send(dest, &buf, net.now());
+            match sent {
+                Ok(()) => break,
+                Err(NetError::WouldBlock) => {
+                    if !blocked {
+                        blocked = true;
+                        bump(&self.stats.blocked_sends);
+                    }
+                    // The window opens only when acks arrive: poll the network itself, not
+                    // just when the policy's turn comes.
+                    self.poll_net(ch == Channel::Request, true);
+                    self.wait_step(ch, &mut backoff);
+                }
+                Err(e) => self.net_failed(e),
+            }
+        }
+        net.encode_buf.set(buf);
+        bump(&net.sent);
+    }
+
+    /// A network failure the rank cannot recover from: report it and end the rank, as for a
+    /// corrupt ring (the launcher then ends the job and names this rank).
+    #[cold]
+    #[inline(never)]
+    fn net_failed(&self, e: NetError) -> ! {
+        let line = format!(
+            "volley: rank {}: network transport failed: {e}; ending this rank\n",
+            self.me
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        std::process::exit(70);
+    }
+
+    /// Polls the network transport (when `force` or the policy says so) and runs the handlers
+    /// of what it delivered: replies always, requests if `requests`. Returns handlers run.
+    #[inline(never)]
+    fn poll_net(&self, requests: bool, force: bool) -> usize {
+        let Some(net) = &self.net else {
+            return 0;
+        };
+        if force || net.policy.borrow_mut().tick() {
+            let mut scratch = net.scratch.take();
+            let result = net.transport.borrow_mut().progress(net.now(), &mut scratch);
+            bump(&net.polls);
+            if scratch.is_empty() {
+                bump(&net.empty_polls);
+            }
+            net.policy.borrow_mut().record(scratch.len());
+            for (src, msg) in scratch.drain(..) {
+                // The channel bit is in the first word; a message too short for it is
+                // dropped by the decoder later, so any channel will do.
+                let reply = msg.get(3).is_some_and(|b| b & 1 != 0);
+                net.inbox[reply as usize].borrow_mut().push_back((src, msg));
+            }
+            net.scratch.set(scratch);
+            if let Err(e) = result {
+                self.net_peer_failed(e);
+            }
+        }
+        let mut handled = 0;
+        for (ch, wanted) in [(Channel::Reply, true), (Channel::Request, requests)] {
+            if !wanted {
+                continue;
+            }
+            // One message at a time: handlers may poll again and append to the inbox.
+            loop {
+                let next = net.inbox[ch as usize].borrow_mut().pop_front();
+                let Some((src, msg)) = next else { break };
+                if self.deliver_net(src, ch, &msg).is_ok() {
+                    handled += 1;
+                    bump(&net.handled);
+                } else {
+                    bump(&self.stats.dropped);
+                }
+            }
+        }
+        handled
+    }
+
+    /// A failed pair: harmless when the peer had finished (it sent us its FinalizeAck, so
+    /// it needs nothing more and we expect nothing more), fatal otherwise.
+    fn net_peer_failed(&self, e: NetError) {
+        if let NetError::PeerFailed { peer, .. } = &e {
+            if let Some(net) = &self.net {
+                if net.departed.get(*peer).is_some_and(Cell::get) {
+                    return;
+                }
+            }
+        }
+        self.net_failed(e)
+    }
+
+    /// Runs the handler of one network message.
+    fn deliver_net(&self, src: usize, ch: Channel, bytes: &[u8]) -> Result<(), ()> {
+        let f = net_frame::decode(bytes).ok_or(())?;
+        if f.ch != ch {
+            return Err(());
+        }
+        let args = &f.args[..f.nargs];
+        let (class, offset) = match f.kind {
+            FrameKind::System if ch == Channel::Request => {
+                return self.deliver_system(src, f.handler, args)
+            }
+            FrameKind::Short => (MessageClass::Short, 0),
+            FrameKind::MediumInline => (MessageClass::Medium, 0),
+            FrameKind::Long => {
+                let seg = self.own();
+                let offset = usize::try_from(f.offset).map_err(|_| ())?;
+                if offset
+                    .checked_add(f.payload.len())
+                    .is_none_or(|e| e > seg.segment_len())
+                {
+                    return Err(());
+                }
+                // SAFETY: bounds checked against our own segment, which stays mapped.
+                // Writing before the handler runs is the long message's contract.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        f.payload.as_ptr(),
+                        seg.segment_ptr().add(offset),
+                        f.payload.len(),
+                    );
+                }
+                (MessageClass::Long, offset)
+            }
+            _ => return Err(()),
+        };
+        let payload = if class == MessageClass::Long {
+            // SAFETY: the range was checked above; handlers see the segment copy, as on the
+            // shared-memory path.
+            unsafe {
+                std::slice::from_raw_parts(self.own().segment_ptr().add(offset), f.payload.len())
+            }
+        } else {
+            f.payload
+        };
+        let msg = Message {
+            src,
+            args,
+            payload,
+            class,
+            offset,
+        };
+        let result = self.run_handler(ch, f.handler, &msg);
+        if result.is_ok() {
+            self.stats.handled(ch, class);
+        }
+        result
     }
 
     /// Reserves ring space (polling while there is none), writes the frame and publishes it.
@@ -472,9 +772,10 @@ impl Engine {
     #[inline]
     pub(crate) fn poll(&self, requests: bool) -> usize {
         bump(&self.stats.polls);
+        let nlocal = self.local_ranks.len();
         let start = self.poll_start.get();
         self.poll_start
-            .set(if start + 1 >= self.size { 0 } else { start + 1 });
+            .set(if start + 1 >= nlocal { 0 } else { start + 1 });
         let mut handled = 0;
         // The readiness check is inlined and cheap; the delivery path is called only for a
         // ring that has a frame, so an empty poll is a handful of loads.
@@ -483,9 +784,9 @@ impl Engine {
                 continue;
             }
             let rings = &self.rx[ch as usize];
-            for i in 0..self.size {
-                let src = if start + i >= self.size {
-                    start + i - self.size
+            for i in 0..nlocal {
+                let src = if start + i >= nlocal {
+                    start + i - nlocal
                 } else {
                     start + i
                 };
@@ -494,13 +795,16 @@ impl Engine {
                 }
             }
         }
+        if self.net.is_some() {
+            handled += self.poll_net(requests, false);
+        }
         if handled == 0 {
             bump(&self.stats.empty_polls);
         }
         handled
     }
 
-    /// Delivers up to DRAIN_BUDGET frames from one ring.
+    /// Delivers up to DRAIN_BUDGET frames from the ring of local index `src`.
     #[inline(never)]
     fn drain(&self, src: usize, ch: Channel) -> usize {
         let rx = &self.rx[ch as usize][src];
@@ -556,9 +860,10 @@ impl Engine {
         handled
     }
 
-    /// Validates and runs one frame. `Err(())` means it was dropped.
+    /// Validates and runs one frame from local index `src`. `Err(())` means it was dropped.
     #[inline]
     fn deliver(&self, src: usize, ch: Channel, h: HeaderWord, frame: *const u64) -> Result<(), ()> {
+        let src_rank = self.local_ranks[src];
         let nargs = h.nargs();
         let kind = h.kind();
         let frame_bytes = h.nslots() as usize * SLOT_BYTES;
@@ -580,7 +885,7 @@ impl Engine {
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
             FrameKind::Short => (MessageClass::Short, &[], 0),
             FrameKind::System if ch == Channel::Request => {
-                return self.deliver_system(src, h.handler(), args)
+                return self.deliver_system(src_rank, h.handler(), args)
             }
             FrameKind::System => return Err(()),
             FrameKind::MediumInline => {
@@ -629,7 +934,7 @@ impl Engine {
             FrameKind::Skip => return Ok(()),
         };
         let msg = Message {
-            src,
+            src: src_rank,
             args,
             payload,
             class,
@@ -687,6 +992,9 @@ impl Engine {
             }
             x if x == SystemOp::FinalizeAck as u16 => {
                 self.finalize_acks.set(self.finalize_acks.get() + 1);
+                if let Some(net) = &self.net {
+                    net.departed[src].set(true);
+                }
                 Ok(())
             }
             _ => Err(()),
@@ -713,9 +1021,41 @@ impl Engine {
         c.set(c.get() - 1);
     }
 
+    /// Leaves the network after the two-phase finalize: lingers until our last messages are
+    /// acknowledged and the peers no longer need our acks (bounded).
+    pub(crate) fn close_net(&self) {
+        let Some(net) = &self.net else {
+            return;
+        };
+        let deadline = net.now() + 10_000_000_000;
+        let mut now = || net.now();
+        if let Err(e) = net.transport.borrow_mut().close(&mut now, deadline) {
+            let line = format!("volley: rank {}: closing the network: {e}\n", self.me);
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        }
+    }
+
+    /// All counters of this rank.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.stats.snapshot();
+        if let Some(net) = &self.net {
+            let t = net.transport.borrow();
+            stats.network = NetworkStats {
+                transport: t.kind().name(),
+                sent: net.sent.get(),
+                handled: net.handled.get(),
+                polls: net.polls.get(),
+                empty_polls: net.empty_polls.get(),
+                interval: net.policy.borrow().interval() as u64,
+                transport_stats: t.stats(),
+            };
+        }
+        stats
+    }
+
     /// Flushes the credit of every incoming ring (before sleeping or exiting).
     pub(crate) fn flush_credit(&self) {
-        for src in 0..self.size {
+        for src in 0..self.local_ranks.len() {
             for ch in [Channel::Request, Channel::Reply] {
                 let rx = &self.rx[ch as usize][src];
                 let mut c = rx.consumer.get();
@@ -728,8 +1068,8 @@ impl Engine {
     /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
     #[cfg(test)]
     pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
-        let ring = self.regions[self.me].ring(self.me, ch);
-        let cell = &self.tx[self.me][ch as usize];
+        let ring = self.regions[self.me_local].ring(self.me_local, ch);
+        let cell = &self.tx[self.me_local][ch as usize];
         let mut p = cell.get();
         let pos = p
             .reserve(ring, 1, self.key)

@@ -39,6 +39,8 @@ mod backoff;
 mod config;
 mod engine;
 mod handler;
+mod net_frame;
+mod poll_policy;
 mod runtime;
 mod stats;
 
@@ -52,4 +54,4 @@ pub use handler::{
 pub(crate) use runtime::DirectMemory;
 
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
-pub use stats::Stats;
+pub use stats::{NetworkStats, Stats};

@@ -11,8 +11,15 @@ use crate::transport::Channel;
 
 /// Most handlers of each kind (request, reply): indices are 16 bits.
 pub const MAX_HANDLERS: usize = 1 << 16;
+use super::engine::Routes;
+use crate::transport::net::{
+    tcp::{TcpConfig, TcpTransport},
+    udp::{UdpConfig, UdpTransport},
+    NetKind, NetTransport,
+};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
+use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
 
 /// Registers handlers and settings, then joins the job with [`RuntimeBuilder::build`].
@@ -50,6 +57,10 @@ struct EndpointInfo {
     layout: Layout,
     requests: Vec<String>,
     replies: Vec<String>,
+    /// The node (host, or emulated node) the rank runs on: ranks of one node share memory.
+    node: usize,
+    /// Network transport name and address, when the job spans several nodes.
+    net: Option<(String, SocketAddr)>,
 }
 
 impl RuntimeBuilder {
@@ -126,14 +137,6 @@ impl RuntimeBuilder {
             }
         }
         let job = JobInfo::from_env()?;
-        if job.local_size != job.size {
-            return Err(BootstrapError::Rendezvous {
-                path: job.rendezvous.clone().unwrap_or_default(),
-                why: "ranks on several hosts need a network transport, which this build lacks"
-                    .into(),
-            }
-            .into());
-        }
         let layout = Layout {
             ranks: job.local_size,
             ring_slots: self.config.ring_slots()?,
@@ -143,15 +146,26 @@ impl RuntimeBuilder {
         layout
             .validate()
             .map_err(|(name, value, why)| Error::InvalidConfig { name, value, why })?;
-        let polite = self.config.polite(job.local_size)?;
+        let polite = self.config.polite(job.host_ranks)?;
+        let poll_policy = self.config.poll_policy()?;
+        // Bound before the rendezvous so that its address can be published there.
+        let mut net = if job.local_size < job.size {
+            Some(bind_network(&self.config, &job)?)
+        } else {
+            None
+        };
         let own = Region::create(layout, job.rank, job.job_key)?;
         let info = EndpointInfo {
             layout,
             requests: self.requests.iter().map(|(n, _)| n.clone()).collect(),
             replies: self.replies.iter().map(|(n, _)| n.clone()).collect(),
+            node: job.node,
+            net: net
+                .as_ref()
+                .map(|n| (n.kind().name().to_string(), n.local_addr())),
         };
-        let (regions, conn) = match &job.rendezvous {
-            None => (vec![own], None),
+        let (regions, local_ranks, conn) = match &job.rendezvous {
+            None => (vec![own], vec![0], None),
             Some(path) => {
                 let hello = rendezvous::Hello {
                     rank: job.rank,
@@ -161,7 +175,9 @@ impl RuntimeBuilder {
                 let (peers, conn) =
                     rendezvous::exchange(path, job.size, &hello, own.fd().as_raw_fd())?;
                 let mut own = Some(own);
-                let mut regions = Vec::with_capacity(job.size);
+                let mut regions = Vec::with_capacity(job.local_size);
+                let mut local_ranks = Vec::with_capacity(job.local_size);
+                let mut addrs = vec![None; job.size];
                 for peer in peers {
                     let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
                         .map_err(|e| BootstrapError::Rendezvous {
@@ -172,19 +188,55 @@ impl RuntimeBuilder {
                             ),
                         })?;
                     check_agreement(job.rank, peer.hello.rank, &info, &theirs)?;
-                    if peer.hello.rank == job.rank {
+                    let r = peer.hello.rank;
+                    if theirs.node != job.node {
+                        // Hellos come in rank order, so local indices are ascending ranks
+                        // on every rank of a node alike.
+                        addrs[r] = Some(theirs.net.as_ref().map(|(_, a)| *a).ok_or_else(|| {
+                            BootstrapError::Rendezvous {
+                                path: path.clone(),
+                                why: format!("rank {r} is on another node but has no network"),
+                            }
+                        })?);
+                        continue;
+                    }
+                    local_ranks.push(r);
+                    if r == job.rank {
                         regions.push(own.take().expect("own hello comes once"));
                     } else {
-                        regions.push(Region::open(peer.fd, layout, peer.hello.rank, job.job_key)?);
+                        regions.push(Region::open(peer.fd, layout, r, job.job_key)?);
                     }
                 }
-                (regions, Some(conn))
+                if regions.len() != job.local_size {
+                    return Err(BootstrapError::Rendezvous {
+                        path: path.clone(),
+                        why: format!(
+                            "{} ranks share node {} but VOLLEY_LOCAL_SIZE is {}",
+                            regions.len(),
+                            job.node,
+                            job.local_size
+                        ),
+                    }
+                    .into());
+                }
+                if let Some(net) = net.as_mut() {
+                    net.connect(job.rank, &addrs)
+                        .map_err(|e| Error::Network(e.to_string()))?;
+                }
+                (regions, local_ranks, Some(conn))
             }
+        };
+        let routes = Routes {
+            regions,
+            local_ranks,
+            net,
+            poll_policy,
         };
         let engine = Engine::new(
             job.rank,
+            job.size,
             job.job_key,
-            regions,
+            routes,
             self.requests,
             self.replies,
             polite,
@@ -221,11 +273,17 @@ fn check_agreement(
         });
     }
     let (a, b) = (&mine.layout, &theirs.layout);
+    // Ranks of other nodes may have other node sizes.
+    let same_node = mine.node == theirs.node;
     for (name, x, y) in [
         ("VOLLEY_RING_SLOTS", a.ring_slots, b.ring_slots),
         ("VOLLEY_MEDIUM_BUFFERS", a.pool_bufs, b.pool_bufs),
         ("VOLLEY_SEGMENT_BYTES", a.segment_len, b.segment_len),
-        ("ranks on this host", a.ranks, b.ranks),
+        (
+            "ranks on this node",
+            a.ranks,
+            if same_node { b.ranks } else { a.ranks },
+        ),
     ] {
         if x != y {
             return Err(Error::ConfigMismatch {
@@ -236,7 +294,37 @@ fn check_agreement(
             });
         }
     }
+    if !same_node {
+        if let (Some((x, _)), Some((y, _))) = (&mine.net, &theirs.net) {
+            if x != y {
+                return Err(Error::ConfigMismatch {
+                    me,
+                    rank,
+                    mine: format!("VOLLEY_NET={x}"),
+                    theirs: format!("VOLLEY_NET={y}"),
+                });
+            }
+        }
+    }
     Ok(())
+}
+
+/// Binds this rank's network transport (before the rendezvous, to publish its address).
+fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn NetTransport>> {
+    let addr = config.net_addr()?;
+    let net_err = |e: crate::transport::net::NetError| Error::Network(e.to_string());
+    Ok(match config.net_kind()? {
+        NetKind::Udp => {
+            let mut udp = UdpConfig::default();
+            udp.reliable.peer_timeout = config.peer_timeout_ns()?;
+            udp.faults = config.faults()?;
+            let incarnation = crate::bootstrap::random_u64() | 1;
+            Box::new(UdpTransport::bind(addr, job.job_key, incarnation, udp).map_err(net_err)?)
+        }
+        NetKind::Tcp => {
+            Box::new(TcpTransport::bind(addr, job.job_key, TcpConfig::default()).map_err(net_err)?)
+        }
+    })
 }
 
 /// One rank's endpoint in a job: send Active Messages, poll, wait, synchronize.
@@ -390,7 +478,7 @@ impl Runtime {
 
     /// A snapshot of this rank's counters.
     pub fn stats(&self) -> Stats {
-        self.engine.stats.snapshot()
+        self.engine.stats()
     }
 
     /// Bytes in this rank's segment.
@@ -464,6 +552,7 @@ impl Runtime {
         self.engine
             .wait_until(|| self.engine.finalize_acks.get() >= others);
         self.engine.flush_credit();
+        self.engine.close_net();
         if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
             // One write, so lines of different ranks never interleave.
             let line = format!("volley stats rank {}: {}\n", self.rank(), self.stats());
@@ -485,6 +574,11 @@ impl Runtime {
             segment_len: r.segment_len(),
             table: r.upper_ptr(),
         })
+    }
+
+    /// Whether this rank maps `rank`'s memory (same node).
+    pub(crate) fn maps(&self, rank: usize) -> bool {
+        self.engine.region_of(rank).is_some()
     }
 
     /// The job key (for keys every rank derives alike).

@@ -1,6 +1,7 @@
 //! Per-rank counters that make the runtime's behaviour checkable.
 
 use super::handler::MessageClass;
+use crate::transport::net::NetStats;
 use crate::transport::Channel;
 use std::cell::Cell;
 use std::fmt;
@@ -25,6 +26,29 @@ pub struct Stats {
     pub max_nesting: u64,
     /// Runtime-internal messages (barrier, finalize) sent.
     pub system_sent: u64,
+    /// Network route (all zero when every peer is on this node): messages sent and handled
+    /// through it (the rest went through shared memory), network polls, network polls that
+    /// found nothing, and the polling policy's current interval in polls.
+    pub network: NetworkStats,
+}
+
+/// How much traffic took the network route, and the transport's own counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NetworkStats {
+    /// Transport name (`"udp"`, `"tcp"`), empty when the rank has no network peers.
+    pub transport: &'static str,
+    /// Messages (system messages included) sent through the network.
+    pub sent: u64,
+    /// Messages whose handler ran after arriving through the network.
+    pub handled: u64,
+    /// Network polls.
+    pub polls: u64,
+    /// Network polls that delivered nothing.
+    pub empty_polls: u64,
+    /// Polls between two network polls, as the policy currently sets it.
+    pub interval: u64,
+    /// The transport's counters.
+    pub transport_stats: NetStats,
 }
 
 impl Stats {
@@ -66,7 +90,30 @@ impl fmt::Display for Stats {
             self.dropped,
             self.max_nesting,
             self.system_sent
-        )
+        )?;
+        let n = &self.network;
+        if !n.transport.is_empty() {
+            let t = &n.transport_stats;
+            write!(
+                f,
+                " | {} sent {} handled {} polls {} empty {} interval {} | syscalls send {} recv \
+                 {} | packets {}/{} | retransmits {} | dropped {} | faults {}",
+                n.transport,
+                n.sent,
+                n.handled,
+                n.polls,
+                n.empty_polls,
+                n.interval,
+                t.send_calls,
+                t.recv_calls,
+                t.packets_sent,
+                t.packets_received,
+                t.retransmissions,
+                t.dropped,
+                t.faults_injected
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -107,6 +154,7 @@ impl StatCells {
             dropped: self.dropped.get(),
             max_nesting: self.max_nesting.get(),
             system_sent: self.system_sent.get(),
+            network: NetworkStats::default(),
         }
     }
 }

@@ -14,6 +14,13 @@ pub const ENV_LOCAL_SIZE: &str = "VOLLEY_LOCAL_SIZE";
 pub const ENV_JOB_ID: &str = "VOLLEY_JOB_ID";
 /// Environment variable holding the job key (16 hex digits), carried in frames to keep jobs apart.
 pub const ENV_JOB_KEY: &str = "VOLLEY_JOB_KEY";
+/// Environment variable holding the node (host, or emulated node) index; ranks of one node
+/// share memory. Absent means node 0.
+pub const ENV_NODE: &str = "VOLLEY_NODE";
+/// Environment variable holding the number of ranks of the job on this host, all emulated
+/// nodes together (decides whether waiting ranks must yield the core). Absent means
+/// `VOLLEY_LOCAL_SIZE`.
+pub const ENV_HOST_RANKS: &str = "VOLLEY_HOST_RANKS";
 /// Environment variable holding the path of the launcher's rendezvous socket.
 pub const ENV_RENDEZVOUS: &str = "VOLLEY_RENDEZVOUS";
 
@@ -34,6 +41,10 @@ pub struct JobInfo {
     pub job_key: u64,
     /// Rendezvous socket path, `None` for a bare single-rank start.
     pub rendezvous: Option<String>,
+    /// The node this rank runs on (ranks of one node share memory).
+    pub node: usize,
+    /// Ranks of the job on this host (several emulated nodes may share it).
+    pub host_ranks: usize,
 }
 
 impl JobInfo {
@@ -48,6 +59,8 @@ impl JobInfo {
             job_id: pid,
             job_key: random_u64() | 1,
             rendezvous: None,
+            node: 0,
+            host_ranks: 1,
         }
     }
 
@@ -90,6 +103,18 @@ impl JobInfo {
             job_id: hex(ENV_JOB_ID)?,
             job_key: hex(ENV_JOB_KEY)?,
             rendezvous: Some(rendezvous),
+            node: match get(ENV_NODE) {
+                None => 0,
+                Some(_) => num(ENV_NODE)?,
+            },
+            host_ranks: 0,
+        };
+        let info = Self {
+            host_ranks: match get(ENV_HOST_RANKS) {
+                None => info.local_size,
+                Some(_) => num(ENV_HOST_RANKS)?.max(info.local_size),
+            },
+            ..info
         };
         if info.size == 0 || info.rank >= info.size {
             return Err(BootstrapError::BadEnv {

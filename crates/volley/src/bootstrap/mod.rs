@@ -10,8 +10,10 @@
 mod job;
 pub mod rendezvous;
 
-pub use job::{random_u64, ENV_RENDEZVOUS, ENV_SIZE};
-pub use job::{JobInfo, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_RANK};
+pub use job::{random_u64, ENV_HOST_RANKS, ENV_RENDEZVOUS, ENV_SIZE};
+pub use job::{
+    JobInfo, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
+};
 
 /// What went wrong while setting up the job.
 #[derive(Debug, thiserror::Error)]

@@ -30,7 +30,7 @@
 
 use super::handlers::{Shared, IMPLICIT_SLOT};
 use super::segment::{Perms, Refusal, SegmentRef};
-use super::{Rma, RmaPath, RmaSetup};
+use super::{Rma, RmaSetup};
 use crate::am::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
 use crate::error::{Error, Result};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -779,7 +779,7 @@ impl<'rt> Rma<'rt> {
     ) -> Result<()> {
         self.check_rank(target.rank)?;
         let (off, len, foff) = (offset as u64, data.len() as u64, flag_offset as u64);
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             let dst = self.check_direct(target, off, len, Perms::WRITE)?;
             let flag = self.check_direct_word(target, foff, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` and the 8-aligned flag word lie in the target's segment
@@ -863,7 +863,7 @@ impl<'rt> Rma<'rt> {
         self.check_rank(target.rank)?;
         let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
         let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             let p = self.check_direct(target, fifo.offset, bytes, Perms::WRITE | Perms::ATOMIC)?;
             if (p as usize) % 8 != 0 {
                 return Err(self.refuse_direct(target.rank, Refusal::Misaligned));
@@ -987,7 +987,7 @@ impl<'rt> Rma<'rt> {
         handler: SignalHandler,
         slot: u32,
     ) -> Result<()> {
-        let in_place = self.path == RmaPath::Direct;
+        let in_place = self.direct(target.rank);
         if in_place {
             let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` lies in the target's segment (checked).

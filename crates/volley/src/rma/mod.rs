@@ -363,6 +363,13 @@ impl<'rt> Rma<'rt> {
         }
     }
 
+    /// Whether an access to `rank` goes straight to its mapped memory: on the direct path, for
+    /// ranks of this node. Ranks on other nodes are always served by handlers at the target,
+    /// which use the same atomic instructions, so the two paths mix safely on one segment.
+    fn direct(&self, rank: usize) -> bool {
+        self.path == RmaPath::Direct && self.rt.maps(rank)
+    }
+
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.rt.size() {
             return Err(Error::InvalidRank {
@@ -394,7 +401,7 @@ impl<'rt> Rma<'rt> {
     pub fn put_nb(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<Event<'_>> {
         self.check_rank(target.rank)?;
         let (off, len) = (offset as u64, data.len() as u64);
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             self.put_direct(target, off, data)?;
             return Ok(self.done(None));
         }
@@ -409,7 +416,7 @@ impl<'rt> Rma<'rt> {
     /// Starts a put completed by the next [`Rma::sync`].
     pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
         self.check_rank(target.rank)?;
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             return self.put_direct(target, offset as u64, data);
         }
         let put = (target, self.handlers.mem.put);
@@ -448,7 +455,7 @@ impl<'rt> Rma<'rt> {
     ) -> Result<Event<'a>> {
         self.check_rank(target.rank)?;
         let (off, len) = (offset as u64, buf.len() as u64);
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             let src = self.check_direct(target, off, len, Perms::READ)?;
             // Acquire: pairs with the writer's release (fence or flag) before our reads.
             fence(Ordering::Acquire);
@@ -497,7 +504,7 @@ impl<'rt> Rma<'rt> {
     ) -> Result<u64> {
         self.check_rank(target.rank)?;
         let off = offset as u64;
-        if self.path == RmaPath::Direct {
+        if self.direct(target.rank) {
             let p = self.check_direct(target, off, 8, Perms::ATOMIC)?;
             if (p as usize) % 8 != 0 {
                 // SAFETY: as in check_direct; the table outlives the call.
