@@ -267,11 +267,27 @@ pub struct Job {
 
 impl Job {
     /// `volley run -n N PROGRAM ARGS...`.
+    ///
+    /// With `VOLLEY_TEST_NET=udp|tcp` in the test's environment the same job runs on
+    /// emulated nodes of `VOLLEY_TEST_RANKS_PER_NODE` ranks (default 1) whose traffic crosses
+    /// that network transport: this is how the core and one-sided suites run, unchanged, over
+    /// UDP and TCP (see `scripts/test`).
     pub fn run(ranks: usize, program: &str, args: &[&str]) -> Self {
         let mut v: Vec<OsString> = vec!["run".into(), "-n".into(), ranks.to_string().into()];
+        let net = std::env::var("VOLLEY_TEST_NET")
+            .ok()
+            .filter(|n| !n.is_empty());
+        if net.is_some() {
+            let per_node = std::env::var("VOLLEY_TEST_RANKS_PER_NODE").unwrap_or("1".into());
+            v.extend(["--ranks-per-node".into(), per_node.into()]);
+        }
         v.push(program.into());
         v.extend(args.iter().map(OsString::from));
-        Self::raw(v)
+        let job = Self::raw(v);
+        match net {
+            Some(n) => job.env("VOLLEY_NET", &n),
+            None => job,
+        }
     }
 
     /// `volley ARGS...` exactly as given.

@@ -576,6 +576,13 @@ impl Runtime {
         })
     }
 
+    /// Whether `rank` runs on this rank's node, so that messages to it go through shared
+    /// memory (and, on the direct path, one-sided operations touch its memory directly);
+    /// `false` for ranks reached through the network and for ranks outside the job.
+    pub fn is_local(&self, rank: usize) -> bool {
+        self.maps(rank)
+    }
+
     /// Whether this rank maps `rank`'s memory (same node).
     pub(crate) fn maps(&self, rank: usize) -> bool {
         self.engine.region_of(rank).is_some()
