@@ -119,6 +119,7 @@ fn main() -> ExitCode {
                 label,
                 bind,
                 ranks_per_node: ranks_per_node.unwrap_or(ranks).max(1),
+                env: Vec::new(),
                 grace: Duration::from_secs_f64(grace),
                 program,
                 args: command,

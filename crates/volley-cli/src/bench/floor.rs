@@ -80,3 +80,129 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
     crate::affinity::restore(&saved);
     Ok(super::median(&mut samples))
 }
+
+/// Which raw socket the network floor bounces a message over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketFloor {
+    /// UDP datagrams on loopback, as `shared/peers/limits.c` measures.
+    Udp,
+    /// One TCP connection on loopback with `TCP_NODELAY`.
+    Tcp,
+}
+
+/// Round-trip time of a `size`-byte message bounced over loopback sockets between two
+/// processes pinned like the ranks, both busy-polling non-blocking receives (the best any
+/// library on these sockets can do), in ns (median of `reps` runs). Must be called before the
+/// process starts any thread (it forks).
+pub fn socket_rtt_ns(
+    kind: SocketFloor,
+    size: usize,
+    iters: u64,
+    reps: usize,
+) -> Result<f64, String> {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream, UdpSocket};
+    let cpus = crate::affinity::allowed_cpus();
+    let saved = crate::affinity::current();
+    let io = |what: &str, e: std::io::Error| format!("network floor: {what}: {e}");
+    let mut samples = Vec::with_capacity(reps);
+    let msg = vec![0x5au8; size.max(1)];
+    for _ in 0..reps {
+        // Both ends exist before the fork; each process keeps one.
+        enum Ends {
+            Udp(UdpSocket, UdpSocket),
+            Tcp(TcpStream, TcpStream),
+        }
+        let ends = match kind {
+            SocketFloor::Udp => {
+                let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
+                let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
+                a.connect(b.local_addr().map_err(|e| io("addr", e))?)
+                    .map_err(|e| io("connect", e))?;
+                b.connect(a.local_addr().map_err(|e| io("addr", e))?)
+                    .map_err(|e| io("connect", e))?;
+                a.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+                b.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+                Ends::Udp(a, b)
+            }
+            SocketFloor::Tcp => {
+                let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io("listen", e))?;
+                let a = TcpStream::connect(l.local_addr().map_err(|e| io("addr", e))?)
+                    .map_err(|e| io("connect", e))?;
+                let (b, _) = l.accept().map_err(|e| io("accept", e))?;
+                for s in [&a, &b] {
+                    s.set_nodelay(true).map_err(|e| io("nodelay", e))?;
+                    s.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
+                }
+                Ends::Tcp(a, b)
+            }
+        };
+        // One round trip: send `msg`, then spin until a whole message is back.
+        fn bounce_udp(s: &UdpSocket, msg: &[u8], buf: &mut [u8], first: bool) {
+            if first {
+                let _ = s.send(msg);
+            }
+            while s.recv(buf).is_err() {}
+            if !first {
+                let _ = s.send(msg);
+            }
+        }
+        fn read_all(mut s: &TcpStream, buf: &mut [u8]) {
+            let mut got = 0;
+            while got < buf.len() {
+                if let Ok(n) = s.read(&mut buf[got..]) {
+                    got += n;
+                }
+            }
+        }
+        let mut buf = vec![0u8; 65536];
+        let warm = (iters / 10).max(1);
+        // SAFETY: called before any thread exists; the child only uses its socket and exits.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err("network floor: fork failed".into());
+        }
+        if pid == 0 {
+            if cpus.len() >= 2 {
+                crate::affinity::pin(cpus[1]);
+            }
+            match &ends {
+                Ends::Udp(_, b) => {
+                    for _ in 0..iters {
+                        bounce_udp(b, &msg, &mut buf, false);
+                    }
+                }
+                Ends::Tcp(_, b) => {
+                    for _ in 0..iters {
+                        read_all(b, &mut buf[..msg.len()]);
+                        let _ = (&mut &*b).write_all(&msg);
+                    }
+                }
+            }
+            // SAFETY: leave the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        if let Some(&c) = cpus.first() {
+            crate::affinity::pin(c);
+        }
+        let mut t0 = Instant::now();
+        for i in 0..iters {
+            if i == warm {
+                t0 = Instant::now();
+            }
+            match &ends {
+                Ends::Udp(a, _) => bounce_udp(a, &msg, &mut buf, true),
+                Ends::Tcp(a, _) => {
+                    let _ = (&mut &*a).write_all(&msg);
+                    read_all(a, &mut buf[..msg.len()]);
+                }
+            }
+        }
+        let ns = t0.elapsed().as_nanos() as f64 / (iters - warm) as f64;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        samples.push(ns);
+    }
+    crate::affinity::restore(&saved);
+    Ok(super::median(&mut samples))
+}

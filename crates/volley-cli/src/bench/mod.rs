@@ -32,7 +32,35 @@ pub struct BenchArgs {
     /// Scale every iteration count (0.01 for a quick smoke run).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// Between the two ranks: shared memory (one node), or the network transport with each
+    /// rank on its own emulated node (`am` only).
+    #[arg(long, value_enum, default_value_t = Transport::Shm)]
+    transport: Transport,
 }
+
+/// What carries the benchmark's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Transport {
+    /// Shared-memory rings (both ranks on one node).
+    Shm,
+    /// The reliable protocol over UDP (one rank per emulated node).
+    Udp,
+    /// TCP (one rank per emulated node).
+    Tcp,
+}
+
+impl Transport {
+    fn name(self) -> &'static str {
+        match self {
+            Transport::Shm => "shm",
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// Network round trips cost ~50 times shared-memory ones: iteration counts shrink alike.
+const NETWORK_SCALE: f64 = 0.05;
 
 /// Median of the samples (NaN when there are none; written as JSON null).
 pub fn median(v: &mut [f64]) -> f64 {
@@ -50,7 +78,7 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs a benchmark command.
 pub fn main(cmd: BenchCommand) -> ExitCode {
-    type Bench = fn(usize, f64) -> Result<Value, String>;
+    type Bench = fn(usize, f64, Transport) -> Result<Value, String>;
     type Table = fn(&Value, &mut dyn Write);
     let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
         BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
@@ -60,7 +88,11 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         eprintln!("volley bench: --scale must be in (0, 100]");
         return ExitCode::from(2);
     }
-    match bench(args.reps as usize, args.scale) {
+    if name == "rma" && args.transport != Transport::Shm {
+        eprintln!("volley bench rma: only --transport shm is supported");
+        return ExitCode::from(2);
+    }
+    match bench(args.reps as usize, args.scale, args.transport) {
         Ok(doc) => emit(&doc, args.json.as_deref(), table),
         Err(e) => {
             eprintln!("volley bench {name}: {e}");
@@ -87,7 +119,13 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
 }
 
 /// Launches `ranks` copies of this executable as benchmark ranks and returns rank 0's output.
-fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value, String> {
+fn run_ranks(
+    which: &str,
+    ranks: usize,
+    scale: f64,
+    reps: usize,
+    transport: Transport,
+) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?;
     let out = std::env::temp_dir().join(format!(
         "volley-bench-{}-{:x}.json",
@@ -98,7 +136,16 @@ fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value
         ranks,
         label: false,
         bind: true,
-        ranks_per_node: ranks,
+        ranks_per_node: if transport == Transport::Shm {
+            ranks
+        } else {
+            1
+        },
+        env: if transport == Transport::Shm {
+            Vec::new()
+        } else {
+            vec![("VOLLEY_NET".into(), transport.name().into())]
+        },
         grace: std::time::Duration::from_secs(2),
         program: exe.into_os_string(),
         args: vec![
@@ -119,10 +166,10 @@ fn run_ranks(which: &str, ranks: usize, scale: f64, reps: usize) -> Result<Value
     serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
 }
 
-fn bench_rma(reps: usize, scale: f64) -> Result<Value, String> {
+fn bench_rma(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
     let memcpy = rma::memcpy_gbps(reps, scale);
-    let direct = run_ranks("rma-direct", 2, scale, reps)?;
-    let am = run_ranks("rma-am", 2, scale, reps)?;
+    let direct = run_ranks("rma-direct", 2, scale, reps, Transport::Shm)?;
+    let am = run_ranks("rma-am", 2, scale, reps, Transport::Shm)?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
     let mut doc = med(&direct);
     let get =
@@ -221,17 +268,47 @@ fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
     out
 }
 
-fn bench_am(reps: usize, scale: f64) -> Result<Value, String> {
+fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, String> {
     // The floor first: it forks, which must happen before any thread exists.
-    let floor = floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3))?;
-    let raw = run_ranks("am", 2, scale, reps)?;
+    let (floor_key, floor, rank_scale) = match transport {
+        Transport::Shm => (
+            "cacheline_rtt_ns",
+            floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3))?,
+            scale,
+        ),
+        net => {
+            let (key, kind) = if net == Transport::Udp {
+                ("udp_raw_rtt_ns", floor::SocketFloor::Udp)
+            } else {
+                ("tcp_raw_rtt_ns", floor::SocketFloor::Tcp)
+            };
+            let iters = ((50_000.0 * scale) as u64).max(100);
+            // 8 bytes: the payload of a one-argument short message.
+            let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
+            (key, ns, scale * NETWORK_SCALE)
+        }
+    };
+    let raw = run_ranks("am", 2, rank_scale, reps, transport)?;
     let runs = raw["reps"].as_array().cloned().unwrap_or_default();
     let mut doc = median_of_reps(&runs);
     let get =
         |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
     let rtt = get(&doc, "am_short_rtt_ns");
     let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
-    doc.insert("cacheline_rtt_ns".into(), json!(floor));
+    doc.insert(floor_key.into(), json!(floor));
+    doc.insert("floor_key".into(), json!(floor_key));
+    doc.insert("transport".into(), json!(transport.name()));
+    // The long ping carries its payload both ways.
+    let long_1mib = doc
+        .get("am_long_rtt_ns")
+        .and_then(Value::as_array)
+        .and_then(|l| l.iter().find(|e| e["size"] == json!(1 << 20)))
+        .and_then(|e| e["rtt_ns"].as_f64())
+        .unwrap_or(f64::NAN);
+    doc.insert(
+        "long_gbps_1MiB".into(),
+        json!(2.0 * (1u64 << 20) as f64 / long_1mib),
+    );
     doc.insert("L_ns".into(), json!(rtt / 2.0 - os - or));
     doc.insert(
         "ratios".into(),
@@ -269,7 +346,9 @@ fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> E
 }
 
 fn print_am_table(doc: &Value, w: &mut dyn Write) {
-    let floor = doc["cacheline_rtt_ns"].as_f64().unwrap_or(f64::NAN);
+    let floor_key = doc["floor_key"].as_str().unwrap_or("cacheline_rtt_ns");
+    let floor = doc[floor_key].as_f64().unwrap_or(f64::NAN);
+    let transport = doc["transport"].as_str().unwrap_or("shm");
     let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
         let _ = if v.is_nan() {
             writeln!(
@@ -285,15 +364,32 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
             )
         };
     };
+    let (how, rtt_target, flood_target) = match transport {
+        "shm" => (
+            "one node, shared memory",
+            "target <= 1.30 x floor",
+            "target <= 0.15 x floor",
+        ),
+        "udp" => (
+            "two emulated nodes, UDP on loopback",
+            "target <= 1.20 x floor",
+            "",
+        ),
+        _ => (
+            "two emulated nodes, TCP on loopback",
+            "target <= 1.20 x floor",
+            "",
+        ),
+    };
     let _ = writeln!(
         w,
-        "volley bench am: 2 ranks on one host, shared memory, pinned; median of {} repetitions",
+        "volley bench am: 2 ranks on one host, {how}, pinned; median of {} repetitions",
         doc["reps"]
     );
-    row(w, "cacheline_rtt_ns (floor)", floor, "");
+    row(w, &format!("{floor_key} (floor)"), floor, "");
     for (key, note) in [
-        ("am_short_rtt_ns", "target <= 1.30 x floor"),
-        ("am_flood_ns_per_msg", "target <= 0.15 x floor"),
+        ("am_short_rtt_ns", rtt_target),
+        ("am_flood_ns_per_msg", flood_target),
         (
             "am_flood_2way_ns_per_msg",
             "both directions at once, per message",
@@ -311,6 +407,12 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
             row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
         }
     }
+    let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        w,
+        "  {:<28} {gbps:>10.2} GB/s (1 MiB long, both ways)",
+        "long_gbps_1MiB"
+    );
 }
 
 fn human(bytes: u64) -> String {

@@ -36,6 +36,8 @@ pub struct LaunchOptions {
     pub bind: bool,
     /// Ranks per (emulated) node: rank r runs on node r / ranks_per_node.
     pub ranks_per_node: usize,
+    /// Extra environment variables for every rank.
+    pub env: Vec<(OsString, OsString)>,
     /// Time between SIGTERM and SIGKILL when stopping the job.
     pub grace: Duration,
     /// The program each rank runs.
@@ -192,6 +194,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
             .env(ENV_LOCAL_SIZE, node_size.to_string())
             .env(ENV_NODE, node.to_string())
             .env(ENV_HOST_RANKS, opts.ranks.to_string())
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .env(ENV_JOB_ID, format!("{job_id:016x}"))
             .env(ENV_JOB_KEY, format!("{job_key:016x}"))
             .env(ENV_RENDEZVOUS, &sock)
