@@ -138,8 +138,7 @@ pub trait NetTransport: std::fmt::Debug {
 
     /// Transmits, receives and runs timers without blocking; appends delivered messages to
     /// `inbox`. Returns the number of messages appended.
-    fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>)
-        -> Result<usize, NetError>;
+    fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;
 
     /// Whether everything sent has left this rank for good: UDP: acknowledged by every peer;
     /// TCP: written to the kernel.
