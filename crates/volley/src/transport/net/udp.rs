@@ -51,9 +51,10 @@ pub struct UdpConfig {
     /// When every peer is on a loopback address, datagrams of up to this size are used
     /// instead of `reliable.max_datagram_size` (never smaller than it): loopback has no
     /// 1500-byte MTU, and fewer, larger datagrams cost fewer system calls and checksums. The
-    /// size actually used is also capped so that a full window fits twice into the socket's
-    /// receive buffer, as loopback drops what overflows it. `None` keeps
-    /// `reliable.max_datagram_size`. Every rank of a job must make the same choice.
+    /// size actually used is also capped so that a full window takes at most half the
+    /// receive buffer the kernel granted (`SO_RCVBUF`), as loopback drops what overflows it.
+    /// `None` keeps `reliable.max_datagram_size`. Ranks need not agree: every rank reads
+    /// datagrams of any size.
     pub loopback_datagram_size: Option<usize>,
 }
 
@@ -228,6 +229,8 @@ pub struct UdpTransport {
     slots: Vec<Option<usize>>,
     links: Vec<Link>,
     by_addr: HashMap<SocketAddr, usize>,
+    /// The last address looked up and its slot: consecutive datagrams mostly share a source.
+    last_from: Option<(SocketAddr, usize)>,
     /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
     out: VecDeque<Outgoing>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -327,6 +330,7 @@ impl UdpTransport {
             slots: Vec::new(),
             links: Vec::new(),
             by_addr: HashMap::new(),
+            last_from: None,
             out: VecDeque::new(),
             pool: Vec::new(),
             faults,
@@ -481,8 +485,16 @@ impl UdpTransport {
             for i in 0..n {
                 self.counters.packets_received += 1;
                 let (addr, bytes, truncated) = self.recv.datagram(i);
-                let slot = match addr.and_then(|a| self.by_addr.get(&a)) {
-                    Some(&slot) if !truncated => slot,
+                let slot = match (addr, self.last_from) {
+                    (Some(a), Some((b, slot))) if a == b => Some(slot),
+                    (Some(a), _) => self.by_addr.get(&a).map(|&slot| {
+                        self.last_from = Some((a, slot));
+                        slot
+                    }),
+                    (None, _) => None,
+                };
+                let slot = match slot {
+                    Some(slot) if !truncated => slot,
                     _ => {
                         self.counters.dropped += 1;
                         continue;
@@ -854,19 +866,14 @@ impl NetTransport for UdpTransport {
             if self.counters.packets_received != heard {
                 last_heard = t;
             }
-            if let Some(l) = self
-                .links
-                .iter()
-                .find(|l| l.peer.state() != State::Active && !l.peer.is_idle())
-            {
+            let lost = self.links.iter().find_map(|l| match l.peer.state() {
+                State::Failed(f) if !l.peer.is_idle() => Some((l.rank, f)),
+                _ => None,
+            });
+            if let Some((peer, f)) = lost {
                 return Err(NetError::PeerFailed {
-                    peer: l.rank,
-                    why: format!("{} before acknowledging our last data", {
-                        match l.peer.state() {
-                            State::Failed(f) => f.to_string(),
-                            State::Active => String::new(),
-                        }
-                    }),
+                    peer,
+                    why: format!("{f} before acknowledging our last data"),
                 });
             }
             let settled =
