@@ -838,7 +838,7 @@ impl NetTransport for UdpTransport {
         self.socket.as_raw_fd()
     }
 
-    /// Flushes, then polls (pausing [`LINGER_POLL`] between polls) until every pair is
+    /// Flushes, then polls (pausing 100 µs between polls) until every pair is
     /// idle with no ack owed and nothing has arrived for a quiet time (twice the largest
     /// retransmission timeout, within 3..=100 ms), so a peer that lost our last ack and
     /// retransmits is answered. Fails with [`NetError::PeerFailed`] if a pair fails with our
