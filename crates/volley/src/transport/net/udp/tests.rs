@@ -160,7 +160,7 @@ fn streams_100k_each_way_in_order() {
 fn streams_in_order_under_faults() {
     let config = with_faults(lan(), "drop=0.1,dup=0.05,reorder=0.1,delay_us=200", 17);
     let mut ts = cluster(2, &config);
-    exchange(&mut ts, 30_000, 100, 1000, Duration::from_secs(20));
+    exchange(&mut ts, 100_000, 100, 2000, Duration::from_secs(20));
     for t in &ts {
         let s = t.stats();
         assert!(s.faults_injected > 100, "{s:?}");
