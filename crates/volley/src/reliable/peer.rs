@@ -136,6 +136,22 @@ impl Peer {
         self.pending.len()
     }
 
+    /// Bytes queued by [`send`](Self::send) and not yet packed into datagrams, counting each
+    /// message's record overhead: a transport compares it with a datagram's payload to send
+    /// full datagrams before its next poll.
+    pub fn queued_bytes(&self) -> usize {
+        self.pending_bytes
+    }
+
+    /// Makes an ack that is waiting for [`Config::ack_delay`] due at `now`, so the next
+    /// [`poll_transmit`](Self::poll_transmit) writes it. A transport that is about to leave
+    /// uses it so that a peer retransmitting into its lingering gets answered at once.
+    pub(crate) fn ack_now(&mut self, now: u64) {
+        if let Some(t) = self.ack_deadline {
+            self.ack_deadline = Some(t.min(now));
+        }
+    }
+
     /// Whether everything sent has been acknowledged.
     pub fn is_idle(&self) -> bool {
         self.pending.is_empty() && self.inflight.is_empty()

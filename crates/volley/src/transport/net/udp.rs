@@ -1,52 +1,916 @@
-//! TEMP STUB
-#![allow(missing_docs, dead_code, unused)]
-use super::*;
-#[derive(Debug)]
+//! The UDP transport: one datagram socket per rank, one [`reliable::Peer`] per network peer.
+//!
+//! The protocol lives in [`crate::reliable`]; this module is the I/O loop around it. Datagrams
+//! carry no sender rank, so incoming ones are demultiplexed by source address (a datagram from
+//! an address no rank was given in [`NetTransport::connect`] is dropped and counted). Outgoing
+//! datagrams gather in one queue and leave with one `sendmmsg` per [`UdpConfig::batch`];
+//! incoming ones are read with `recvmmsg` into preallocated buffers. In a ping-pong of small
+//! messages a progress call thus costs one `sendmmsg` when something is due and one
+//! `recvmmsg`, and nothing allocates here in steady state (the reliable layer copies messages
+//! in and out).
+//!
+//! With [`UdpConfig::faults`] (users: `VOLLEY_FAULTS`), every outgoing datagram goes through a
+//! [`FaultInjector`] first.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use super::faults::{FaultConfig, FaultInjector};
+use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use crate::reliable::{self, wire::HEADER_LEN, Peer, SendError, State};
+
+/// Bytes of each receive buffer: the largest UDP payload fits.
+const RECV_BUF: usize = 65536;
+/// Socket buffer size asked for in each direction (the kernel may grant less).
+const SOCKET_BUFFER: usize = 4 << 20;
+/// Most datagrams per `sendmmsg`/`recvmmsg` (the kernel's `UIO_MAXIOV`).
+const MAX_BATCH: usize = 1024;
+/// Largest datagram used between loopback peers by default.
+const LOOPBACK_DATAGRAM: usize = 65000;
+/// Shortest silence after which a closing transport assumes its peers need nothing more.
+const QUIET_MIN: u64 = 3_000_000;
+/// Longest such silence, whatever the retransmission timeouts.
+const QUIET_MAX: u64 = 100_000_000;
+/// Pause between polls while lingering in `close`.
+const LINGER_POLL: Duration = Duration::from_micros(100);
+
+/// Tuning of a [`UdpTransport`].
+#[derive(Debug, Clone)]
 pub struct UdpConfig {
-    pub reliable: crate::reliable::Config,
-    pub faults: Option<super::faults::FaultConfig>,
+    /// The reliable protocol's settings, shared by every peer pair (all ranks must agree on
+    /// `window`). `max_message_size` should stay [`MAX_MESSAGE`].
+    pub reliable: reliable::Config,
+    /// Faults to inject into outgoing datagrams; `None` (or all zero) sends them untouched.
+    pub faults: Option<FaultConfig>,
+    /// Most datagrams per `sendmmsg` and per `recvmmsg` (1..=1024).
+    pub batch: usize,
+    /// When every peer is on a loopback address, datagrams of up to this size are used
+    /// instead of `reliable.max_datagram_size` (never smaller than it): loopback has no
+    /// 1500-byte MTU, and fewer, larger datagrams cost fewer system calls and checksums. The
+    /// size actually used is also capped so that a full window takes at most half the
+    /// receive buffer the kernel granted (`SO_RCVBUF`), as loopback drops what overflows it.
+    /// `None` keeps `reliable.max_datagram_size`. Ranks need not agree: every rank reads
+    /// datagrams of any size.
+    pub loopback_datagram_size: Option<usize>,
 }
+
 impl Default for UdpConfig {
+    /// LAN values: 1472-byte datagrams (65000 on loopback), messages up to [`MAX_MESSAGE`],
+    /// room for two such messages in the send buffer, batches of 32, no faults.
     fn default() -> Self {
-        todo!()
+        Self {
+            reliable: reliable::Config {
+                max_message_size: MAX_MESSAGE,
+                send_buffer: 2 * MAX_MESSAGE,
+                recv_buffer: 2 * MAX_MESSAGE,
+                ..reliable::Config::default()
+            },
+            faults: None,
+            batch: 32,
+            loopback_datagram_size: Some(LOOPBACK_DATAGRAM),
+        }
     }
 }
-#[derive(Debug)]
-pub struct UdpTransport;
+
+impl UdpConfig {
+    /// The defaults, with faults from `VOLLEY_FAULTS` if it is set.
+    pub fn from_env() -> Result<Self, String> {
+        Ok(Self {
+            faults: FaultConfig::from_env()?,
+            ..Self::default()
+        })
+    }
+}
+
+/// A datagram ready to leave: the peer slot it goes to and its bytes.
+#[derive(Debug, Clone)]
+struct Outgoing {
+    slot: usize,
+    buf: Vec<u8>,
+}
+
+/// A socket address in the form the kernel reads.
+#[derive(Clone, Copy)]
+struct RawAddr {
+    storage: libc::sockaddr_storage,
+    len: libc::socklen_t,
+}
+
+/// One network peer.
+struct Link {
+    rank: usize,
+    addr: SocketAddr,
+    raw: RawAddr,
+    peer: Peer,
+    /// Sent to or received from since the peer was last polled for datagrams.
+    dirty: bool,
+    /// The peer's `poll_timeout` when it was last polled (`u64::MAX` for none); valid while
+    /// not `dirty`, because only sends and datagrams change it between polls.
+    wake: u64,
+}
+
+/// The message headers of one `sendmmsg` or `recvmmsg` call.
+///
+/// Their pointers are written just before each call, into buffers that live at least as long
+/// as the call, and are never read by Rust code; between calls they may dangle.
+struct MsgVec {
+    hdrs: Vec<libc::mmsghdr>,
+    iovs: Vec<libc::iovec>,
+}
+
+// SAFETY: the raw pointers inside are only dereferenced by the kernel during a system call
+// made through `&mut self` right after they were set to memory the caller owns; no pointer is
+// shared with or read by another thread, so moving the struct between threads is sound.
+unsafe impl Send for MsgVec {}
+
+impl MsgVec {
+    fn new(n: usize) -> Self {
+        // SAFETY: mmsghdr and iovec are plain C structs of integers and raw pointers, for
+        // which all-zero bytes are a valid value (null pointers, zero lengths).
+        let (h, v) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        Self {
+            hdrs: vec![h; n],
+            iovs: vec![v; n],
+        }
+    }
+}
+
+/// Where `recvmmsg` writes: `batch` buffers of [`RECV_BUF`] bytes and their source addresses.
+struct RecvRing {
+    data: Box<[u8]>,
+    names: Box<[libc::sockaddr_storage]>,
+    msgs: MsgVec,
+}
+
+impl RecvRing {
+    fn new(batch: usize) -> Self {
+        // SAFETY: sockaddr_storage is a plain C struct; all-zero bytes are a valid value.
+        let name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        Self {
+            data: vec![0; batch * RECV_BUF].into_boxed_slice(),
+            names: vec![name; batch].into_boxed_slice(),
+            msgs: MsgVec::new(batch),
+        }
+    }
+
+    /// One non-blocking `recvmmsg` for up to `n` datagrams; returns how many arrived.
+    fn recv(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
+        let n = n.min(self.names.len());
+        let data = self.data.as_mut_ptr();
+        for (i, v) in self.msgs.iovs[..n].iter_mut().enumerate() {
+            v.iov_base = data.wrapping_add(i * RECV_BUF).cast();
+            v.iov_len = RECV_BUF;
+        }
+        let iovs = self.msgs.iovs.as_mut_ptr();
+        let names = self.names.as_mut_ptr();
+        for (i, h) in self.msgs.hdrs[..n].iter_mut().enumerate() {
+            h.msg_hdr.msg_name = names.wrapping_add(i).cast();
+            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_hdr.msg_iov = iovs.wrapping_add(i);
+            h.msg_hdr.msg_iovlen = 1;
+            h.msg_hdr.msg_control = std::ptr::null_mut();
+            h.msg_hdr.msg_controllen = 0;
+            h.msg_hdr.msg_flags = 0;
+            h.msg_len = 0;
+        }
+        // SAFETY: the first `n` headers were just set to point at `n` iovecs of `RECV_BUF`
+        // writable bytes each inside `self.data` and at `n` sockaddr_storage slots with their
+        // true size; all are owned by `self`, which is borrowed mutably for the whole call, so
+        // nothing else reads or writes them while the kernel does. The timeout is null (none).
+        let r = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.hdrs.as_mut_ptr(),
+                n as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+
+    /// Datagram `i` of the last call: its source (if the kernel gave a usable one), its bytes,
+    /// and whether it was truncated.
+    fn datagram(&self, i: usize) -> (Option<SocketAddr>, &[u8], bool) {
+        let h = &self.msgs.hdrs[i];
+        let len = (h.msg_len as usize).min(RECV_BUF);
+        let addr = from_raw(&self.names[i], h.msg_hdr.msg_namelen);
+        let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+        (
+            addr,
+            &self.data[i * RECV_BUF..i * RECV_BUF + len],
+            truncated,
+        )
+    }
+}
+
+/// One rank's UDP endpoint: see the [module docs](self).
+pub struct UdpTransport {
+    socket: UdpSocket,
+    local: SocketAddr,
+    job_key: u64,
+    incarnation: u64,
+    config: UdpConfig,
+    batch: usize,
+    /// The receive buffer the kernel granted (as `SO_RCVBUF` reports it).
+    rcvbuf: usize,
+    connected: bool,
+    /// The datagram size in effect (see [`UdpConfig::loopback_datagram_size`]).
+    datagram_size: usize,
+    /// Rank → index into `links`.
+    slots: Vec<Option<usize>>,
+    links: Vec<Link>,
+    by_addr: HashMap<SocketAddr, usize>,
+    /// The last address looked up and its slot: consecutive datagrams mostly share a source.
+    last_from: Option<(SocketAddr, usize)>,
+    /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
+    out: VecDeque<Outgoing>,
+    /// Spare datagram buffers, so steady traffic allocates none.
+    pool: Vec<Vec<u8>>,
+    faults: Option<FaultInjector<Outgoing>>,
+    send_msgs: MsgVec,
+    recv: RecvRing,
+    /// Counters kept here; [`NetTransport::stats`] adds those of the peers.
+    counters: NetStats,
+}
+
+impl std::fmt::Debug for UdpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpTransport")
+            .field("local", &self.local)
+            .field(
+                "peers",
+                &self
+                    .links
+                    .iter()
+                    .map(|l| (l.rank, l.addr))
+                    .collect::<Vec<_>>(),
+            )
+            .field("datagram_size", &self.datagram_size)
+            .field("queued_datagrams", &self.out.len())
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+fn invalid(what: &'static str, why: impl ToString) -> NetError {
+    NetError::Io {
+        what,
+        source: io::Error::new(io::ErrorKind::InvalidInput, why.to_string()),
+    }
+}
+
 impl UdpTransport {
-    pub fn bind(a: std::net::IpAddr, k: u64, i: u64, c: UdpConfig) -> Result<Self, NetError> {
-        todo!()
+    /// Opens this rank's socket on `addr` (a concrete address peers can reach, not the
+    /// unspecified one: incoming datagrams are matched by source address) with a port the
+    /// system picks. `incarnation` must be nonzero and differ between restarts of a rank.
+    pub fn bind(
+        addr: IpAddr,
+        job_key: u64,
+        incarnation: u64,
+        config: UdpConfig,
+    ) -> Result<Self, NetError> {
+        config
+            .reliable
+            .validate()
+            .map_err(|e| invalid("UDP config", e))?;
+        if incarnation == 0 {
+            return Err(invalid("UDP config", "incarnation must be nonzero"));
+        }
+        if config.faults.as_ref().is_some_and(|f| {
+            !(0.0..=1.0).contains(&f.drop)
+                || !(0.0..=1.0).contains(&f.dup)
+                || !(0.0..=1.0).contains(&f.reorder)
+        }) {
+            return Err(invalid(
+                "UDP config",
+                "fault probabilities must be in 0..=1",
+            ));
+        }
+        let batch = config.batch.clamp(1, MAX_BATCH);
+        // std opens sockets with SOCK_CLOEXEC, so children of this rank do not inherit it.
+        let socket = UdpSocket::bind((addr, 0)).map_err(|source| NetError::Io {
+            what: "binding the UDP socket",
+            source,
+        })?;
+        socket
+            .set_nonblocking(true)
+            .map_err(|source| NetError::Io {
+                what: "making the UDP socket non-blocking",
+                source,
+            })?;
+        let rcvbuf = enlarge_buffers(&socket);
+        let local = socket.local_addr().map_err(|source| NetError::Io {
+            what: "reading the UDP socket's address",
+            source,
+        })?;
+        let faults = config
+            .faults
+            .as_ref()
+            .filter(|f| f.is_active())
+            .map(FaultInjector::new);
+        Ok(Self {
+            socket,
+            local,
+            job_key,
+            incarnation,
+            datagram_size: config.reliable.max_datagram_size,
+            config,
+            batch,
+            rcvbuf,
+            connected: false,
+            slots: Vec::new(),
+            links: Vec::new(),
+            by_addr: HashMap::new(),
+            last_from: None,
+            out: VecDeque::new(),
+            pool: Vec::new(),
+            faults,
+            send_msgs: MsgVec::new(batch),
+            recv: RecvRing::new(batch),
+            counters: NetStats::default(),
+        })
+    }
+
+    /// The largest datagram in use, header included (known after `connect`).
+    pub fn datagram_size(&self) -> usize {
+        self.datagram_size
+    }
+
+    /// The fault injector's seed, when faults are injected (to replay a run with `seed=N`).
+    pub fn fault_seed(&self) -> Option<u64> {
+        self.faults.as_ref().map(FaultInjector::seed)
+    }
+
+    fn slot(&self, peer: usize) -> Result<usize, NetError> {
+        self.slots
+            .get(peer)
+            .copied()
+            .flatten()
+            .ok_or(NetError::NotAPeer { peer })
+    }
+
+    /// The datagram size for a job whose peers are all on loopback.
+    fn loopback_size(&self, configured: usize, wanted: usize, window: usize) -> usize {
+        let fits = self.rcvbuf / (2 * window.max(1));
+        wanted.min(fits).min(65507).max(configured)
+    }
+
+    /// Polls every peer that may have a datagram due (sent or received to since its last poll,
+    /// or a timer expired) and queues what it writes.
+    fn transmit(&mut self, now: u64) {
+        for (slot, link) in self.links.iter_mut().enumerate() {
+            if !link.dirty && link.wake > now {
+                continue;
+            }
+            link.peer.handle_timeout(now);
+            loop {
+                let mut buf = self.pool.pop().unwrap_or_default();
+                if link.peer.poll_transmit(now, &mut buf).is_none() {
+                    self.pool.push(buf);
+                    break;
+                }
+                enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+            }
+            link.dirty = false;
+            link.wake = link.peer.poll_timeout().unwrap_or(u64::MAX);
+        }
+    }
+
+    /// Queues the full datagrams `slot`'s peer can send now, leaving a partly filled last one
+    /// for the next progress (where more messages may have joined it).
+    fn transmit_full(&mut self, slot: usize, now: u64) {
+        let payload = self.datagram_size - HEADER_LEN;
+        let link = &mut self.links[slot];
+        let window = link.peer.config().window;
+        while link.peer.queued_bytes() >= payload && link.peer.in_flight() < window {
+            let mut buf = self.pool.pop().unwrap_or_default();
+            if link.peer.poll_transmit(now, &mut buf).is_none() {
+                self.pool.push(buf);
+                break;
+            }
+            enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+        }
+    }
+
+    /// Sends the queued datagrams, `batch` per system call, until the queue is empty or the
+    /// socket's buffer is full (the rest stays queued for the next call). On an unexpected
+    /// error the datagrams stay queued too, so the error comes back on the next call.
+    fn flush(&mut self) -> Result<(), NetError> {
+        let fd = self.socket.as_raw_fd();
+        while !self.out.is_empty() {
+            let n = self.out.len().min(self.batch);
+            let links = &self.links;
+            let r = send_batch(
+                &mut self.send_msgs,
+                fd,
+                self.out
+                    .iter()
+                    .take(n)
+                    .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
+            );
+            self.counters.send_calls += 1;
+            match r {
+                Ok(sent) => {
+                    for d in self.out.drain(..sent) {
+                        self.counters.packets_sent += 1;
+                        self.counters.bytes_sent += d.buf.len() as u64;
+                        self.pool.push(d.buf);
+                    }
+                }
+                Err(e) => match e.raw_os_error().unwrap_or(0) {
+                    libc::EINTR => {}
+                    libc::EAGAIN | libc::ENOBUFS => return Ok(()),
+                    // The path to this one destination is refused or down: the datagram is
+                    // lost as if on the wire, and the reliable layer retransmits it.
+                    libc::ECONNREFUSED
+                    | libc::EHOSTUNREACH
+                    | libc::ENETUNREACH
+                    | libc::EHOSTDOWN
+                    | libc::ENETDOWN
+                    | libc::EMSGSIZE
+                    | libc::EPERM
+                    | libc::EACCES
+                    | libc::EADDRNOTAVAIL => {
+                        if let Some(d) = self.out.pop_front() {
+                            self.counters.dropped += 1;
+                            self.pool.push(d.buf);
+                        }
+                    }
+                    _ => {
+                        return Err(NetError::Io {
+                            what: "sendmmsg",
+                            source: e,
+                        })
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads every datagram waiting on the socket and hands each to its peer. Returns whether
+    /// any reached a peer.
+    fn receive(&mut self, now: u64) -> Result<bool, NetError> {
+        let fd = self.socket.as_raw_fd();
+        let mut any = false;
+        loop {
+            let r = self.recv.recv(fd, self.batch);
+            self.counters.recv_calls += 1;
+            let n = match r {
+                Ok(n) => n,
+                Err(e) => match e.raw_os_error().unwrap_or(0) {
+                    libc::EAGAIN => return Ok(any),
+                    // An ICMP error reported on the socket: it says nothing about the
+                    // datagrams waiting behind it.
+                    libc::EINTR | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH => {
+                        continue
+                    }
+                    _ => {
+                        return Err(NetError::Io {
+                            what: "recvmmsg",
+                            source: e,
+                        })
+                    }
+                },
+            };
+            for i in 0..n {
+                self.counters.packets_received += 1;
+                let (addr, bytes, truncated) = self.recv.datagram(i);
+                let slot = match (addr, self.last_from) {
+                    (Some(a), Some((b, slot))) if a == b => Some(slot),
+                    (Some(a), _) => self.by_addr.get(&a).map(|&slot| {
+                        self.last_from = Some((a, slot));
+                        slot
+                    }),
+                    (None, _) => None,
+                };
+                let slot = match slot {
+                    Some(slot) if !truncated => slot,
+                    _ => {
+                        self.counters.dropped += 1;
+                        continue;
+                    }
+                };
+                let link = &mut self.links[slot];
+                // A refused datagram is counted in the peer's statistics.
+                let _ = link.peer.handle_datagram(bytes, now);
+                link.dirty = true;
+                any = true;
+            }
+            if n < self.batch {
+                return Ok(any);
+            }
+        }
+    }
+
+    /// Everything `progress` does but report failed peers.
+    fn pump(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError> {
+        if let Some(f) = &mut self.faults {
+            let out = &mut self.out;
+            f.release(now, &mut |d| out.push_back(d));
+        }
+        // Sending first puts new data on the wire before the (usually empty) receive.
+        self.transmit(now);
+        self.flush()?;
+        if self.receive(now)? {
+            // Acks that came due, or window space that acks opened, need not wait for the
+            // next call; peers with nothing to send cost no system call here.
+            self.transmit(now);
+            self.flush()?;
+        }
+        let mut n = 0;
+        for link in &mut self.links {
+            while let Some(m) = link.peer.poll_deliver() {
+                inbox.push((link.rank, m));
+                n += 1;
+            }
+        }
+        self.counters.messages_received += n as u64;
+        Ok(n)
+    }
+
+    fn first_failure(&self) -> Option<NetError> {
+        self.links.iter().find_map(|l| match l.peer.state() {
+            State::Failed(f) => Some(NetError::PeerFailed {
+                peer: l.rank,
+                why: f.to_string(),
+            }),
+            State::Active => None,
+        })
     }
 }
+
+/// Hands a datagram to the fault injector, if any, or queues it.
+fn enqueue(
+    faults: &mut Option<FaultInjector<Outgoing>>,
+    out: &mut VecDeque<Outgoing>,
+    d: Outgoing,
+    now: u64,
+) {
+    match faults {
+        Some(f) => f.submit(d, now, &mut |d| out.push_back(d)),
+        None => out.push_back(d),
+    }
+}
+
+/// One non-blocking `sendmmsg` of the given (destination, bytes) pairs, at most as many as
+/// `msgs` has room for; returns how many were sent.
+fn send_batch<'a>(
+    msgs: &mut MsgVec,
+    fd: RawFd,
+    datagrams: impl Iterator<Item = (&'a RawAddr, &'a [u8])>,
+) -> io::Result<usize> {
+    let iovs = msgs.iovs.as_mut_ptr();
+    let mut n = 0;
+    for ((h, v), (addr, bytes)) in msgs.hdrs.iter_mut().zip(&mut msgs.iovs).zip(datagrams) {
+        // The kernel only reads through these pointers when sending.
+        v.iov_base = bytes.as_ptr().cast_mut().cast();
+        v.iov_len = bytes.len();
+        h.msg_hdr.msg_name = (&addr.storage as *const libc::sockaddr_storage)
+            .cast_mut()
+            .cast();
+        h.msg_hdr.msg_namelen = addr.len;
+        h.msg_hdr.msg_iov = iovs.wrapping_add(n);
+        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_control = std::ptr::null_mut();
+        h.msg_hdr.msg_controllen = 0;
+        h.msg_hdr.msg_flags = 0;
+        h.msg_len = 0;
+        n += 1;
+    }
+    // SAFETY: the first `n` headers were just set to point at `n` iovecs, each describing a
+    // live byte slice borrowed for `'a`, and at live socket addresses with their true lengths;
+    // `sendmmsg` only reads those, and the borrows last until this function returns.
+    let r = unsafe {
+        libc::sendmmsg(
+            fd,
+            msgs.hdrs.as_mut_ptr(),
+            n as libc::c_uint,
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as usize)
+    }
+}
+
+/// Asks for large socket buffers, beyond `net.core.*mem_max` when privileged; returns the
+/// receive buffer granted. Small buffers only cost throughput, so failures are ignored.
+fn enlarge_buffers(socket: &UdpSocket) -> usize {
+    use nix::sys::socket::{getsockopt, setsockopt, sockopt};
+    if setsockopt(socket, sockopt::SndBufForce, &SOCKET_BUFFER).is_err() {
+        let _ = setsockopt(socket, sockopt::SndBuf, &SOCKET_BUFFER);
+    }
+    if setsockopt(socket, sockopt::RcvBufForce, &SOCKET_BUFFER).is_err() {
+        let _ = setsockopt(socket, sockopt::RcvBuf, &SOCKET_BUFFER);
+    }
+    getsockopt(socket, sockopt::RcvBuf).unwrap_or(212_992)
+}
+
+/// One form per address: an IPv4-mapped IPv6 address becomes IPv4, flow labels are ignored.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, v6.port())),
+            None => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), v6.port(), 0, v6.scope_id())),
+        },
+        v4 => v4,
+    }
+}
+
+/// `a` as the kernel reads it from a socket of the family of `local` (an IPv4 peer of an
+/// IPv6 socket is addressed as IPv4-mapped).
+fn to_raw(a: SocketAddr, local: SocketAddr) -> RawAddr {
+    let a = match (a, local) {
+        (SocketAddr::V4(v4), SocketAddr::V6(_)) => {
+            SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
+        }
+        (a, _) => a,
+    };
+    // SAFETY: sockaddr_storage is a plain C struct; all-zero bytes are a valid value.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = match a {
+        SocketAddr::V4(v4) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is at least as large as and aligned for every socket
+            // address type, so the write stays inside `storage` and is aligned.
+            unsafe {
+                std::ptr::from_mut(&mut storage)
+                    .cast::<libc::sockaddr_in>()
+                    .write(sin)
+            };
+            size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(v6) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            };
+            // SAFETY: as above, for sockaddr_in6.
+            unsafe {
+                std::ptr::from_mut(&mut storage)
+                    .cast::<libc::sockaddr_in6>()
+                    .write(sin6)
+            };
+            size_of::<libc::sockaddr_in6>()
+        }
+    };
+    RawAddr {
+        storage,
+        len: len as libc::socklen_t,
+    }
+}
+
+/// The address the kernel wrote into `storage` (`len` bytes of it), in canonical form.
+fn from_raw(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match storage.ss_family as libc::c_int {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the kernel wrote a sockaddr_in, `len` says all of it;
+            // sockaddr_storage is large enough and aligned for it.
+            let sin = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                sin.sin_addr.s_addr.to_ne_bytes().into(),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in6>() };
+            Some(canonical(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                0,
+                sin6.sin6_scope_id,
+            ))))
+        }
+        _ => None,
+    }
+}
+
 impl NetTransport for UdpTransport {
     fn kind(&self) -> NetKind {
-        todo!()
+        NetKind::Udp
     }
+
     fn local_addr(&self) -> SocketAddr {
-        todo!()
+        self.local
     }
+
+    /// Records the peers' addresses and creates one reliable pair per peer. When every peer
+    /// is on loopback, the datagram size is raised as [`UdpConfig::loopback_datagram_size`]
+    /// says. May be called once.
     fn connect(&mut self, me: usize, peers: &[Option<SocketAddr>]) -> Result<(), NetError> {
-        todo!()
+        if self.connected {
+            return Err(invalid("UDP connect", "connect may be called only once"));
+        }
+        let net: Vec<(usize, SocketAddr)> = peers
+            .iter()
+            .enumerate()
+            .filter(|&(r, _)| r != me)
+            .filter_map(|(r, a)| a.map(|a| (r, canonical(a))))
+            .collect();
+        let mut rc = self.config.reliable.clone();
+        if let Some(wanted) = self.config.loopback_datagram_size {
+            if !net.is_empty() && net.iter().all(|(_, a)| a.ip().is_loopback()) {
+                rc.max_datagram_size = self.loopback_size(rc.max_datagram_size, wanted, rc.window);
+            }
+        }
+        let mut slots = vec![None; peers.len()];
+        let mut links = Vec::with_capacity(net.len());
+        let mut by_addr = HashMap::with_capacity(net.len());
+        for (rank, addr) in net {
+            if by_addr.insert(addr, links.len()).is_some() {
+                return Err(invalid("UDP connect", format!("two ranks share {addr}")));
+            }
+            slots[rank] = Some(links.len());
+            links.push(Link {
+                rank,
+                addr,
+                raw: to_raw(addr, self.local),
+                peer: Peer::new(rc.clone(), self.job_key, self.incarnation)
+                    .map_err(|e| invalid("UDP config", e))?,
+                dirty: false,
+                wake: u64::MAX,
+            });
+        }
+        self.datagram_size = rc.max_datagram_size;
+        self.slots = slots;
+        self.links = links;
+        self.by_addr = by_addr;
+        self.connected = true;
+        Ok(())
     }
+
+    /// Queues `msg`; when the peer's queue fills a datagram (and the window has room), the
+    /// full datagrams are written at once, and sent once a batch of them is ready, so a long
+    /// run of sends without progress still leaves in full datagrams.
     fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
-        todo!()
+        let slot = self.slot(peer)?;
+        if msg.len() > MAX_MESSAGE {
+            return Err(NetError::TooLarge {
+                len: msg.len(),
+                max: MAX_MESSAGE,
+            });
+        }
+        let link = &mut self.links[slot];
+        match link.peer.send(msg, now) {
+            Ok(()) => {}
+            Err(SendError::WouldBlock) => {
+                self.counters.would_block += 1;
+                return Err(NetError::WouldBlock);
+            }
+            Err(SendError::TooLarge { len, max }) => return Err(NetError::TooLarge { len, max }),
+            Err(SendError::Failed(f)) => {
+                return Err(NetError::PeerFailed {
+                    peer,
+                    why: f.to_string(),
+                })
+            }
+        }
+        self.counters.messages_sent += 1;
+        link.dirty = true;
+        if link.peer.queued_bytes() >= self.datagram_size - HEADER_LEN {
+            self.transmit_full(slot, now);
+            if self.out.len() >= self.batch {
+                // The message is queued whatever happens here; an error stays with the
+                // queued datagrams and is reported by the next progress.
+                let _ = self.flush();
+            }
+        }
+        Ok(())
     }
+
+    /// Sends what is due, receives what arrived, sends the acks that came due, and appends
+    /// the delivered messages. A failed pair is reported as [`NetError::PeerFailed`] (the
+    /// lowest such rank) on every call from then on, after the call's other work is done:
+    /// messages appended to `inbox` before the error stay there.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError> {
-        todo!()
+        let n = self.pump(now, inbox)?;
+        match self.first_failure() {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
+
     fn is_idle(&self) -> bool {
-        todo!()
+        self.links.iter().all(|l| l.peer.is_idle())
+            && self.out.is_empty()
+            && self.faults.as_ref().is_none_or(FaultInjector::is_empty)
     }
+
+    /// `Some(0)` (at once) while sends or datagrams wait for a progress call.
     fn next_deadline(&self) -> Option<u64> {
-        todo!()
+        if !self.out.is_empty() || self.links.iter().any(|l| l.dirty) {
+            return Some(0);
+        }
+        self.links
+            .iter()
+            .filter_map(|l| l.peer.poll_timeout())
+            .chain(self.faults.as_ref().and_then(FaultInjector::next_release))
+            .min()
     }
-    fn readable_fd(&self) -> std::os::fd::RawFd {
-        todo!()
+
+    fn readable_fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
     }
+
+    /// Flushes, then polls (pausing 100 µs between polls) until every pair is
+    /// idle with no ack owed and nothing has arrived for a quiet time (twice the largest
+    /// retransmission timeout, within 3..=100 ms), so a peer that lost our last ack and
+    /// retransmits is answered. Fails with [`NetError::PeerFailed`] if a pair fails with our
+    /// data unacknowledged, or if data is still unacknowledged at `deadline`; a pair that
+    /// fails after everything we sent was acknowledged is not an error.
     fn close(&mut self, now: &mut dyn FnMut() -> u64, deadline: u64) -> Result<(), NetError> {
-        todo!()
+        let quiet = self
+            .links
+            .iter()
+            .map(|l| l.peer.rto().saturating_mul(2))
+            .max()
+            .unwrap_or(0)
+            .clamp(QUIET_MIN, QUIET_MAX);
+        let mut discard = Vec::new();
+        let mut last_heard = now();
+        loop {
+            let t = now();
+            for link in &mut self.links {
+                link.peer.ack_now(t);
+                link.dirty = true;
+            }
+            let heard = self.counters.packets_received;
+            self.pump(t, &mut discard)?;
+            discard.clear();
+            if self.counters.packets_received != heard {
+                last_heard = t;
+            }
+            let lost = self.links.iter().find_map(|l| match l.peer.state() {
+                State::Failed(f) if !l.peer.is_idle() => Some((l.rank, f)),
+                _ => None,
+            });
+            if let Some((peer, f)) = lost {
+                return Err(NetError::PeerFailed {
+                    peer,
+                    why: format!("{f} before acknowledging our last data"),
+                });
+            }
+            let settled =
+                self.is_idle() && self.links.iter().all(|l| l.peer.poll_timeout().is_none());
+            if settled && t.saturating_sub(last_heard) >= quiet {
+                return Ok(());
+            }
+            if t >= deadline {
+                return match self.links.iter().find(|l| !l.peer.is_idle()) {
+                    Some(l) => Err(NetError::PeerFailed {
+                        peer: l.rank,
+                        why: "data still unacknowledged when closing timed out".into(),
+                    }),
+                    None => Ok(()),
+                };
+            }
+            std::thread::sleep(LINGER_POLL);
+        }
     }
+
     fn stats(&self) -> NetStats {
-        todo!()
+        let mut s = self.counters.clone();
+        for l in &self.links {
+            let p = l.peer.stats();
+            s.retransmissions += p.retransmissions;
+            s.dropped += p.malformed_dropped
+                + p.foreign_dropped
+                + p.stale_dropped
+                + p.failed_dropped
+                + p.duplicates_dropped
+                + p.out_of_window_dropped
+                + p.recv_full_dropped;
+        }
+        s.faults_injected = self.faults.as_ref().map_or(0, FaultInjector::injected);
+        s
     }
 }
+
+#[cfg(test)]
+mod tests;

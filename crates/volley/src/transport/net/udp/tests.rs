@@ -1,0 +1,581 @@
+//! Transports on 127.0.0.1 in one process, driven alternately from one thread (except
+//! `close`, which blocks and so runs one thread per transport).
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::reliable::wire::{self, Header, Kind};
+
+const KEY: u64 = 0x766f_6c6c_6579_0001;
+const MS: u64 = 1_000_000;
+
+type Inbox = Vec<(usize, Vec<u8>)>;
+
+struct Clock(Instant);
+
+impl Clock {
+    fn new() -> Self {
+        Self(Instant::now())
+    }
+    fn now(&self) -> u64 {
+        self.0.elapsed().as_nanos() as u64
+    }
+}
+
+fn localhost() -> IpAddr {
+    IpAddr::V4(Ipv4Addr::LOCALHOST)
+}
+
+/// `n` connected transports, ranks `0..n`, incarnations `1..=n`.
+fn cluster(n: usize, config: &UdpConfig) -> Vec<UdpTransport> {
+    let mut ts: Vec<UdpTransport> = (0..n)
+        .map(|i| UdpTransport::bind(localhost(), KEY, i as u64 + 1, config.clone()).unwrap())
+        .collect();
+    let addrs: Vec<_> = ts.iter().map(|t| Some(t.local_addr())).collect();
+    for (i, t) in ts.iter_mut().enumerate() {
+        t.connect(i, &addrs).unwrap();
+    }
+    ts
+}
+
+fn with_faults(config: UdpConfig, faults: &str, seed: u64) -> UdpConfig {
+    let mut f = FaultConfig::parse(faults).unwrap();
+    f.seed = Some(seed);
+    UdpConfig {
+        faults: Some(f),
+        ..config
+    }
+}
+
+/// 1472-byte datagrams on loopback too, so small tests fragment and fill windows.
+fn lan() -> UdpConfig {
+    UdpConfig {
+        loopback_datagram_size: None,
+        ..UdpConfig::default()
+    }
+}
+
+fn splitmix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Message `seq` from `src` to `dst`: its sequence number, the pair, then bytes derived from
+/// all three, `len` bytes in all (at least 10).
+fn message(src: usize, dst: usize, seq: u64, len: usize) -> Vec<u8> {
+    let mut m = Vec::with_capacity(len.max(10));
+    m.extend_from_slice(&seq.to_le_bytes());
+    m.push(src as u8);
+    m.push(dst as u8);
+    let h = splitmix(seq ^ (src as u64) << 40 ^ (dst as u64) << 48);
+    m.extend((10..len).map(|k| (h >> (k % 8 * 8)) as u8 ^ k as u8));
+    m
+}
+
+/// Length of message `seq` of a stream: 10..=max_len, mostly short.
+fn stream_len(seq: u64, max_len: usize) -> usize {
+    10 + (splitmix(seq) % (max_len as u64 - 9)) as usize
+}
+
+/// Every transport sends `count` messages to every other one, `chunk` per peer per round
+/// (fewer when the send buffer is full); checks each delivery is the next one expected from
+/// its source, then that nothing more arrives and every transport goes idle.
+fn exchange(ts: &mut [UdpTransport], count: u64, max_len: usize, chunk: u64, limit: Duration) {
+    let n = ts.len();
+    let clock = Clock::new();
+    let mut sent = vec![vec![0u64; n]; n];
+    let mut got = vec![vec![0u64; n]; n];
+    let mut inbox = Inbox::new();
+    let done = |got: &Vec<Vec<u64>>| (0..n).all(|d| (0..n).all(|s| s == d || got[d][s] == count));
+    let check = |d: usize, inbox: &mut Inbox, got: &mut Vec<Vec<u64>>| {
+        for (s, m) in inbox.drain(..) {
+            assert_ne!(s, d);
+            let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
+            assert_eq!(
+                seq, got[d][s],
+                "rank {d} from {s}: out of order or duplicate"
+            );
+            assert_eq!(m, message(s, d, seq, stream_len(seq, max_len)));
+            got[d][s] += 1;
+        }
+    };
+    while !done(&got) {
+        assert!(
+            clock.0.elapsed() < limit,
+            "stalled: got {got:?}, stats {:?}",
+            ts.iter().map(|t| t.stats()).collect::<Vec<_>>()
+        );
+        for a in 0..n {
+            for b in (0..n).filter(|&b| b != a) {
+                let stop = (sent[a][b] + chunk).min(count);
+                while sent[a][b] < stop {
+                    let seq = sent[a][b];
+                    let m = message(a, b, seq, stream_len(seq, max_len));
+                    match ts[a].send(b, &m, clock.now()) {
+                        Ok(()) => sent[a][b] += 1,
+                        Err(NetError::WouldBlock) => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+        }
+        for (d, t) in ts.iter_mut().enumerate() {
+            t.progress(clock.now(), &mut inbox).unwrap();
+            check(d, &mut inbox, &mut got);
+        }
+    }
+    // Let the last acks and any stray retransmissions settle; nothing more may be delivered.
+    let settle = Instant::now();
+    while !ts.iter().all(|t| t.is_idle()) || settle.elapsed() < Duration::from_millis(20) {
+        assert!(clock.0.elapsed() < limit, "not idle");
+        for (d, t) in ts.iter_mut().enumerate() {
+            t.progress(clock.now(), &mut inbox).unwrap();
+            assert!(inbox.is_empty(), "rank {d}: extra delivery");
+        }
+    }
+    for (i, t) in ts.iter().enumerate() {
+        let s = t.stats();
+        assert_eq!(s.messages_sent, count * (n as u64 - 1), "rank {i}");
+        assert_eq!(s.messages_received, count * (n as u64 - 1), "rank {i}");
+    }
+}
+
+#[test]
+fn streams_100k_each_way_in_order() {
+    let mut ts = cluster(2, &UdpConfig::default());
+    // Larger datagrams on loopback (65000 when the socket buffers allow).
+    assert!(ts[0].datagram_size() > 1472, "{}", ts[0].datagram_size());
+    exchange(&mut ts, 100_000, 64, 4000, Duration::from_secs(20));
+    let s = ts[0].stats();
+    assert_eq!(s.faults_injected, 0);
+    assert!(s.packets_sent > 0 && s.packets_received > 0);
+    // Small messages travel packed: far fewer datagrams than messages.
+    assert!(s.packets_sent < 20_000, "{s:?}");
+}
+
+#[test]
+fn streams_in_order_under_faults() {
+    let config = with_faults(lan(), "drop=0.1,dup=0.05,reorder=0.1,delay_us=200", 17);
+    let mut ts = cluster(2, &config);
+    exchange(&mut ts, 100_000, 100, 2000, Duration::from_secs(20));
+    for t in &ts {
+        let s = t.stats();
+        assert!(s.faults_injected > 100, "{s:?}");
+        assert!(s.retransmissions > 0, "{s:?}");
+        // Duplicates reached the peers and were recognized.
+        assert!(s.dropped > 0, "{s:?}");
+    }
+}
+
+#[test]
+fn three_ranks_all_to_all_demultiplexed_by_address() {
+    let mut ts = cluster(3, &lan());
+    // `exchange` checks each message's source and destination bytes against the rank it
+    // was delivered from and to.
+    exchange(&mut ts, 5000, 300, 500, Duration::from_secs(10));
+}
+
+/// Pumps until `want` messages reached `ts[1]`, sends from `ts[0]`; returns them.
+fn pump_until(ts: &mut [UdpTransport], clock: &Clock, want: usize, limit: Duration) -> Inbox {
+    let start = Instant::now();
+    let mut got = Inbox::new();
+    let mut scratch = Inbox::new();
+    while got.len() < want {
+        assert!(start.elapsed() < limit, "stalled after {}", got.len());
+        ts[0].progress(clock.now(), &mut scratch).unwrap();
+        ts[1].progress(clock.now(), &mut got).unwrap();
+    }
+    got
+}
+
+fn check_sizes(config: &UdpConfig) {
+    let sizes = [0, 1, 1471, 1472, 65536, 1 << 20, MAX_MESSAGE];
+    let mut ts = cluster(2, config);
+    let clock = Clock::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let m: Vec<u8> = (0..len)
+            .map(|k| (splitmix(k as u64 ^ i as u64) >> 3) as u8)
+            .collect();
+        ts[0].send(1, &m, clock.now()).unwrap();
+    }
+    let got = pump_until(&mut ts, &clock, sizes.len(), Duration::from_secs(10));
+    assert_eq!(got.len(), sizes.len());
+    for (i, ((src, m), &len)) in got.iter().zip(&sizes).enumerate() {
+        assert_eq!(*src, 0);
+        assert_eq!(m.len(), len);
+        assert!(
+            m.iter()
+                .enumerate()
+                .all(|(k, &b)| b == (splitmix(k as u64 ^ i as u64) >> 3) as u8),
+            "message {i} corrupted"
+        );
+    }
+    let big = vec![0; MAX_MESSAGE + 1];
+    assert!(matches!(
+        ts[0].send(1, &big, clock.now()),
+        Err(NetError::TooLarge { len, max: MAX_MESSAGE }) if len == MAX_MESSAGE + 1
+    ));
+}
+
+#[test]
+fn all_sizes_intact_on_loopback_datagrams() {
+    check_sizes(&UdpConfig::default());
+}
+
+#[test]
+fn all_sizes_intact_in_lan_datagrams() {
+    check_sizes(&lan());
+}
+
+#[test]
+fn all_sizes_intact_under_loss() {
+    check_sizes(&with_faults(lan(), "drop=0.05", 5));
+    check_sizes(&with_faults(UdpConfig::default(), "drop=0.05", 6));
+}
+
+/// A valid data datagram of this protocol carrying one small message.
+fn datagram(job_key: u64, seq: u64) -> Vec<u8> {
+    let mut body = Vec::new();
+    wire::put_complete(&mut body, b"intruder");
+    let h = Header {
+        kind: Kind::Data,
+        job_key,
+        src_incarnation: 99,
+        dst_incarnation: 0,
+        seq,
+        ack: 0,
+        sack: 0,
+    };
+    let mut buf = Vec::new();
+    wire::encode(&mut buf, &h, &body);
+    buf
+}
+
+#[test]
+fn garbage_is_dropped_and_counted() {
+    // Rank 1 is a raw socket, so its datagrams reach the reliable layer; a second raw socket
+    // is no rank at all.
+    let raw = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    t.connect(0, &[None, Some(raw.local_addr().unwrap())])
+        .unwrap();
+    let to = t.local_addr();
+    let clock = Clock::new();
+    let mut inbox = Inbox::new();
+    let mut sent = 0u64;
+    let mut rng = 12345u64;
+    let valid = datagram(KEY, 1);
+    // Rounds small enough for an unprivileged socket's default receive buffer.
+    for round in 0..125 {
+        for i in 0..100u64 {
+            rng = splitmix(rng);
+            let d = match i % 5 {
+                // Random bytes of random length, now and then as long as a datagram.
+                0 | 1 => {
+                    let len = if rng & 7 == 0 {
+                        rng >> 8 & 2047
+                    } else {
+                        rng >> 8 & 127
+                    };
+                    (0..len).map(|k| splitmix(rng ^ k) as u8).collect()
+                }
+                // A valid datagram cut short (checksum fails) or with one byte flipped.
+                2 => valid[..(rng as usize % valid.len())].to_vec(),
+                3 => {
+                    let mut d = valid.clone();
+                    let at = (rng >> 8) as usize % d.len();
+                    d[at] ^= 1 << (rng & 7);
+                    d
+                }
+                // Well-formed, but another job's.
+                _ => datagram(KEY ^ (rng | 1), 1 + i),
+            };
+            let from = if round % 10 == 0 { &stranger } else { &raw };
+            from.send_to(&d, to).unwrap();
+            sent += 1;
+        }
+        // Drain between rounds so the socket buffer never overflows.
+        let start = Instant::now();
+        while t.stats().packets_received < sent {
+            assert!(start.elapsed() < Duration::from_secs(5), "datagrams lost");
+            t.progress(clock.now(), &mut inbox).unwrap();
+        }
+    }
+    t.progress(clock.now(), &mut inbox).unwrap();
+    assert!(inbox.is_empty());
+    let s = t.stats();
+    assert_eq!(s.packets_received, 12_500);
+    assert_eq!(s.dropped, 12_500, "{s:?}");
+    assert_eq!(s.packets_sent, 0, "answered garbage: {s:?}");
+    assert!(t.is_idle());
+    // And the pair still works: a valid datagram from rank 1's address is delivered.
+    raw.send_to(&valid, to).unwrap();
+    let start = Instant::now();
+    while inbox.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.progress(clock.now(), &mut inbox).unwrap();
+    }
+    assert_eq!(inbox, [(1, b"intruder".to_vec())]);
+}
+
+#[test]
+fn dead_peer_is_reported_after_the_timeout() {
+    let mut config = UdpConfig::default();
+    config.reliable.peer_timeout = 200 * MS;
+    let mut ts = cluster(2, &config);
+    let clock = Clock::new();
+    // Some traffic first, so the pair is established.
+    for i in 0..100 {
+        ts[0].send(1, &message(0, 1, i, 50), clock.now()).unwrap();
+    }
+    pump_until(&mut ts, &clock, 100, Duration::from_secs(5));
+    // Everything acknowledged, so the timeout runs from the next send.
+    let mut inbox = Inbox::new();
+    while !ts[0].is_idle() {
+        for t in ts.iter_mut() {
+            t.progress(clock.now(), &mut inbox).unwrap();
+        }
+    }
+    let b = ts.pop().unwrap();
+    drop(b);
+    let t0 = clock.now();
+    ts[0].send(1, b"anyone there?", t0).unwrap();
+    let err = loop {
+        let now = clock.now();
+        assert!(now - t0 < 2000 * MS, "no failure reported");
+        match ts[0].progress(now, &mut inbox) {
+            Ok(_) => std::thread::sleep(Duration::from_micros(200)),
+            Err(e) => break e,
+        }
+    };
+    let waited = clock.now() - t0;
+    assert!(
+        matches!(&err, NetError::PeerFailed { peer: 1, .. }),
+        "{err}"
+    );
+    assert!((200 * MS..500 * MS).contains(&waited), "{waited} ns");
+    assert!(ts[0].stats().retransmissions > 0);
+    // It stays reported, and sends to the rank fail too.
+    assert!(matches!(
+        ts[0].progress(clock.now(), &mut inbox),
+        Err(NetError::PeerFailed { peer: 1, .. })
+    ));
+    assert!(matches!(
+        ts[0].send(1, b"x", clock.now()),
+        Err(NetError::PeerFailed { peer: 1, .. })
+    ));
+}
+
+#[test]
+fn full_send_buffer_would_block_then_resumes() {
+    let mut config = lan();
+    config.reliable.max_message_size = 16 << 10;
+    config.reliable.send_buffer = 64 << 10;
+    let mut ts = cluster(2, &config);
+    let clock = Clock::new();
+    let mut accepted = 0u64;
+    while ts[0]
+        .send(1, &message(0, 1, accepted, 1000), clock.now())
+        .is_ok()
+    {
+        accepted += 1;
+        assert!(accepted < 100, "never blocked");
+    }
+    assert!(accepted >= 60, "{accepted}");
+    assert!(matches!(
+        ts[0].send(1, &message(0, 1, accepted, 1000), clock.now()),
+        Err(NetError::WouldBlock)
+    ));
+    assert_eq!(ts[0].stats().would_block, 2);
+    // Progress drains the buffer and sends resume; everything arrives once, in order.
+    let total = 1000u64;
+    let mut got = 0u64;
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    while got < total {
+        assert!(start.elapsed() < Duration::from_secs(10));
+        while accepted < total {
+            match ts[0].send(1, &message(0, 1, accepted, 1000), clock.now()) {
+                Ok(()) => accepted += 1,
+                Err(NetError::WouldBlock) => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        ts[0].progress(clock.now(), &mut inbox).unwrap();
+        assert!(inbox.is_empty());
+        ts[1].progress(clock.now(), &mut inbox).unwrap();
+        for (src, m) in inbox.drain(..) {
+            assert_eq!((src, m), (0, message(0, 1, got, 1000)));
+            got += 1;
+        }
+    }
+    assert!(ts[0].stats().would_block > 2);
+}
+
+/// Sends `count` messages each way and pumps until both sides have them all.
+fn deliver_both_ways(ts: &mut [UdpTransport], clock: &Clock, count: u64) {
+    for i in 0..count {
+        for (a, t) in ts.iter_mut().enumerate() {
+            t.send(1 - a, &message(a, 1 - a, i, 200), clock.now())
+                .unwrap();
+        }
+    }
+    let mut got = [0u64; 2];
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    while got != [count; 2] {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "stalled at {got:?}"
+        );
+        for (d, t) in ts.iter_mut().enumerate() {
+            t.progress(clock.now(), &mut inbox).unwrap();
+            got[d] += inbox.drain(..).count() as u64;
+        }
+    }
+}
+
+#[test]
+fn close_of_both_after_delivery_returns_ok_with_everything_acknowledged() {
+    // As after the runtime's finalize: every message delivered, some acks still owed (and
+    // some of them lost).
+    let mut ts = cluster(2, &with_faults(lan(), "drop=0.05", 9));
+    let clock = Clock::new();
+    deliver_both_ways(&mut ts, &clock, 2000);
+    let deadline = clock.now() + 5000 * MS;
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = ts
+            .iter_mut()
+            .map(|t| {
+                let clock = &clock;
+                s.spawn(move || t.close(&mut || clock.now(), deadline))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        r.unwrap();
+    }
+    assert!(clock.now() < deadline);
+    for t in &ts {
+        assert!(t.is_idle());
+        assert_eq!(t.stats().messages_received, 2000, "{:?}", t.stats());
+    }
+}
+
+#[test]
+fn close_flushes_and_lingers_until_acknowledged() {
+    // Rank 0 closes with everything still queued while rank 1 keeps running.
+    let mut ts = cluster(2, &with_faults(lan(), "drop=0.05", 10));
+    let clock = Clock::new();
+    for i in 0..2000 {
+        ts[0].send(1, &message(0, 1, i, 200), clock.now()).unwrap();
+    }
+    let (a, b) = ts.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    let deadline = clock.now() + 5000 * MS;
+    let mut got = 0u64;
+    let r = std::thread::scope(|s| {
+        let clock = &clock;
+        let closing = s.spawn(move || a.close(&mut || clock.now(), deadline));
+        let mut inbox = Inbox::new();
+        while !closing.is_finished() {
+            b.progress(clock.now(), &mut inbox).unwrap();
+            for (src, m) in inbox.drain(..) {
+                assert_eq!((src, m), (0, message(0, 1, got, 200)));
+                got += 1;
+            }
+        }
+        closing.join().unwrap()
+    });
+    r.unwrap();
+    assert_eq!(got, 2000);
+    assert!(ts[0].is_idle());
+    // The survivor owes nothing either, so its own close is quick.
+    let t = clock.now();
+    ts[1].close(&mut || clock.now(), t + 5000 * MS).unwrap();
+    assert!(clock.now() - t < 200 * MS);
+}
+
+#[test]
+fn close_with_unacknowledged_data_fails_at_the_deadline() {
+    let mut ts = cluster(2, &UdpConfig::default());
+    let clock = Clock::new();
+    drop(ts.pop());
+    ts[0].send(1, b"lost", clock.now()).unwrap();
+    let deadline = clock.now() + 100 * MS;
+    let r = ts[0].close(&mut || clock.now(), deadline);
+    assert!(
+        matches!(r, Err(NetError::PeerFailed { peer: 1, .. })),
+        "{r:?}"
+    );
+    assert!(clock.now() >= deadline);
+}
+
+#[test]
+fn socket_setup_and_peer_addressing() {
+    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    assert_eq!(t.local_addr().ip(), localhost());
+    assert_ne!(t.local_addr().port(), 0);
+    let fd = t.readable_fd();
+    let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
+    assert_ne!(flags & libc::FD_CLOEXEC, 0);
+    let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
+    assert_ne!(flags & libc::O_NONBLOCK, 0);
+    assert_eq!(t.kind(), NetKind::Udp);
+    assert!(UdpTransport::bind(localhost(), KEY, 0, UdpConfig::default()).is_err());
+
+    let a = SocketAddr::from((Ipv4Addr::LOCALHOST, 4000));
+    let b = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 4000));
+    t.connect(1, &[Some(a), Some(t.local_addr()), None, Some(b)])
+        .unwrap();
+    // A non-loopback peer keeps LAN datagrams.
+    assert_eq!(t.datagram_size(), 1472);
+    assert!(matches!(
+        t.send(1, b"", 0),
+        Err(NetError::NotAPeer { peer: 1 })
+    ));
+    assert!(matches!(
+        t.send(2, b"", 0),
+        Err(NetError::NotAPeer { peer: 2 })
+    ));
+    assert!(matches!(
+        t.send(4, b"", 0),
+        Err(NetError::NotAPeer { peer: 4 })
+    ));
+    t.send(0, b"x", 0).unwrap();
+    assert!(!t.is_idle());
+    assert_eq!(t.next_deadline(), Some(0));
+    assert!(t.connect(1, &[]).is_err());
+
+    let mut u = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    assert!(u.connect(0, &[None, Some(a), Some(a)]).is_err());
+}
+
+#[test]
+fn addresses_convert_both_ways() {
+    let v4 = SocketAddr::from((Ipv4Addr::new(192, 168, 1, 7), 12345));
+    let v6: SocketAddr = "[fe80::1%3]:999".parse().unwrap();
+    let mapped: SocketAddr = "[::ffff:10.1.2.3]:80".parse().unwrap();
+    let local4 = SocketAddr::from((Ipv4Addr::LOCALHOST, 1));
+    let local6: SocketAddr = "[::1]:1".parse().unwrap();
+    for a in [v4, v6] {
+        let r = to_raw(a, local4);
+        assert_eq!(from_raw(&r.storage, r.len), Some(a));
+    }
+    let r = to_raw(mapped, local4);
+    assert_eq!(
+        from_raw(&r.storage, r.len),
+        Some("10.1.2.3:80".parse().unwrap())
+    );
+    // An IPv4 peer of an IPv6 socket is addressed IPv4-mapped and read back as IPv4.
+    let r = to_raw(v4, local6);
+    assert_eq!(r.len as usize, size_of::<libc::sockaddr_in6>());
+    assert_eq!(from_raw(&r.storage, r.len), Some(v4));
+    let r = to_raw(v4, local4);
+    assert_eq!(from_raw(&r.storage, 4), None);
+}
