@@ -572,7 +572,9 @@ impl Engine {
             }
         }
         net.encode_buf.set(buf);
-        bump(&net.sent);
+        if kind != FrameKind::System {
+            bump(&net.sent);
+        }
     }
 
     /// A network failure the rank cannot recover from: report it and end the rank, as for a
@@ -623,11 +625,14 @@ impl Engine {
             loop {
                 let next = net.inbox[ch as usize].borrow_mut().pop_front();
                 let Some((src, msg)) = next else { break };
-                if self.deliver_net(src, ch, &msg).is_ok() {
-                    handled += 1;
-                    bump(&net.handled);
-                } else {
-                    bump(&self.stats.dropped);
+                match self.deliver_net(src, ch, &msg) {
+                    Ok(user) => {
+                        handled += 1;
+                        if user {
+                            bump(&net.handled);
+                        }
+                    }
+                    Err(()) => bump(&self.stats.dropped),
                 }
             }
         }
@@ -647,8 +652,9 @@ impl Engine {
         self.net_failed(e)
     }
 
-    /// Runs the handler of one network message.
-    fn deliver_net(&self, src: usize, ch: Channel, bytes: &[u8]) -> Result<(), ()> {
+    /// Runs the handler of one network message; `Ok(true)` for a user handler, `Ok(false)`
+    /// for a runtime message.
+    fn deliver_net(&self, src: usize, ch: Channel, bytes: &[u8]) -> Result<bool, ()> {
         let f = net_frame::decode(bytes).ok_or(())?;
         if f.ch != ch {
             return Err(());
@@ -656,7 +662,7 @@ impl Engine {
         let args = &f.args[..f.nargs];
         let (class, offset) = match f.kind {
             FrameKind::System if ch == Channel::Request => {
-                return self.deliver_system(src, f.handler, args)
+                return self.deliver_system(src, f.handler, args).map(|()| false)
             }
             FrameKind::Short => (MessageClass::Short, 0),
             FrameKind::MediumInline => (MessageClass::Medium, 0),
@@ -702,7 +708,7 @@ impl Engine {
         if result.is_ok() {
             self.stats.handled(ch, class);
         }
-        result
+        result.map(|()| true)
     }
 
     /// Reserves ring space (polling while there is none), writes the frame and publishes it.

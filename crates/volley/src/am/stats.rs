@@ -37,9 +37,10 @@ pub struct Stats {
 pub struct NetworkStats {
     /// Transport name (`"udp"`, `"tcp"`), empty when the rank has no network peers.
     pub transport: &'static str,
-    /// Messages (system messages included) sent through the network.
+    /// Messages sent through the network (runtime messages such as barrier notices are not
+    /// counted, as in `Stats::sent`).
     pub sent: u64,
-    /// Messages whose handler ran after arriving through the network.
+    /// Messages whose handler ran after arriving through the network (user handlers only).
     pub handled: u64,
     /// Network polls.
     pub polls: u64,
