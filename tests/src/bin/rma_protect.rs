@@ -49,6 +49,8 @@ fn seed(owner: usize, which: u64) -> u64 {
 struct Attacker<'a> {
     target: usize,
     path: &'static str,
+    /// Whether this rank maps the target's memory (same node).
+    target_local: bool,
     made: u64,
     problems: Vec<String>,
     rma: &'a Rma<'a>,
@@ -240,6 +242,7 @@ fn main() {
     let mut a = Attacker {
         target: right,
         path,
+        target_local: rt.is_local(right),
         made: 0,
         problems: Vec::new(),
         rma: &rma,
@@ -472,20 +475,18 @@ fn basic_attacks(
         a.get("get from a forged segment id", forged, 0, 8, NoSuchSegment);
     }
 
-    // Implicit puts: the refusal comes from put_nbi (direct) or from sync (AM).
+    // Implicit puts: the refusal comes from put_nbi (direct, to a rank this one maps) or from
+    // sync (AM, or a rank of another node).
+    let checked_now = a.path == "direct" && a.target_local;
     let early = rma.put_nbi(bad_key, 0, b"implicit");
     let synced = rma.sync();
     let r: Result<()> = match (early, synced) {
-        (Err(e), Ok(())) if a.path == "direct" => Err(e),
-        (Ok(()), Err(e)) if a.path == "am" => Err(e),
+        (Err(e), Ok(())) if checked_now => Err(e),
+        (Ok(()), Err(e)) if !checked_now => Err(e),
         (early, synced) => {
             a.problems.push(format!(
                 "put_nbi + sync: {early:?} then {synced:?}: expected the refusal from {}",
-                if a.path == "direct" {
-                    "put_nbi"
-                } else {
-                    "sync"
-                }
+                if checked_now { "put_nbi" } else { "sync" }
             ));
             Err(Error::Refused {
                 rank: t,
