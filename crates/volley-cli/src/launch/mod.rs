@@ -21,8 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use volley::bootstrap::rendezvous::{self, RendezvousServer};
 use volley::bootstrap::{
-    ENV_HOST_RANKS, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
-    ENV_RENDEZVOUS, ENV_SIZE,
+    ENV_HOST_CPUS, ENV_HOST_RANKS, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE,
+    ENV_NODE, ENV_RANK, ENV_RENDEZVOUS, ENV_SIZE,
 };
 
 /// What to launch and how.
@@ -194,6 +194,7 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
             .env(ENV_LOCAL_SIZE, node_size.to_string())
             .env(ENV_NODE, node.to_string())
             .env(ENV_HOST_RANKS, opts.ranks.to_string())
+            .env(ENV_HOST_CPUS, cpus.len().max(1).to_string())
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .env(ENV_JOB_ID, format!("{job_id:016x}"))
             .env(ENV_JOB_KEY, format!("{job_key:016x}"))

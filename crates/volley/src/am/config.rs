@@ -139,7 +139,10 @@ impl Config {
 
     /// Whether to yield early while waiting: explicit setting, else `VOLLEY_POLITE`, else
     /// automatic (more ranks on this host than cores this process may run on).
-    pub(crate) fn polite(&self, local_ranks: usize) -> Result<bool> {
+    ///
+    /// The cores are those the launcher's job may use (`VOLLEY_HOST_CPUS`), not this process's
+    /// own affinity mask: a rank pinned to one CPU by `--bind` is not oversubscribed.
+    pub(crate) fn polite(&self, local_ranks: usize, host_cpus: Option<usize>) -> Result<bool> {
         if let Some(p) = self.polite {
             return Ok(p);
         }
@@ -147,7 +150,8 @@ impl Config {
             Ok("1") | Ok("yes") | Ok("true") => Ok(true),
             Ok("0") | Ok("no") | Ok("false") => Ok(false),
             Ok("auto") | Err(_) => {
-                let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+                let cores = host_cpus
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
                 Ok(local_ranks > cores)
             }
             Ok(other) => Err(Error::InvalidConfig {

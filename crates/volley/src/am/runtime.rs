@@ -146,7 +146,7 @@ impl RuntimeBuilder {
         layout
             .validate()
             .map_err(|(name, value, why)| Error::InvalidConfig { name, value, why })?;
-        let polite = self.config.polite(job.host_ranks)?;
+        let polite = self.config.polite(job.host_ranks, job.host_cpus)?;
         let poll_policy = self.config.poll_policy()?;
         // Bound before the rendezvous so that its address can be published there.
         let mut net = if job.local_size < job.size {

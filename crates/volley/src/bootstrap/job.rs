@@ -21,6 +21,10 @@ pub const ENV_NODE: &str = "VOLLEY_NODE";
 /// nodes together (decides whether waiting ranks must yield the core). Absent means
 /// `VOLLEY_LOCAL_SIZE`.
 pub const ENV_HOST_RANKS: &str = "VOLLEY_HOST_RANKS";
+/// Environment variable holding the number of CPUs the job may use on this host (the
+/// launcher's affinity mask), which decides with `VOLLEY_HOST_RANKS` whether ranks are
+/// oversubscribed. Absent means this process's own mask.
+pub const ENV_HOST_CPUS: &str = "VOLLEY_HOST_CPUS";
 /// Environment variable holding the path of the launcher's rendezvous socket.
 pub const ENV_RENDEZVOUS: &str = "VOLLEY_RENDEZVOUS";
 
@@ -45,6 +49,8 @@ pub struct JobInfo {
     pub node: usize,
     /// Ranks of the job on this host (several emulated nodes may share it).
     pub host_ranks: usize,
+    /// CPUs the job may use on this host, when the launcher said.
+    pub host_cpus: Option<usize>,
 }
 
 impl JobInfo {
@@ -61,6 +67,7 @@ impl JobInfo {
             rendezvous: None,
             node: 0,
             host_ranks: 1,
+            host_cpus: None,
         }
     }
 
@@ -108,6 +115,10 @@ impl JobInfo {
                 Some(_) => num(ENV_NODE)?,
             },
             host_ranks: 0,
+            host_cpus: match get(ENV_HOST_CPUS) {
+                None => None,
+                Some(_) => Some(num(ENV_HOST_CPUS)?.max(1)),
+            },
         };
         let info = Self {
             host_ranks: match get(ENV_HOST_RANKS) {

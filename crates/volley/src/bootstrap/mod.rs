@@ -10,7 +10,7 @@
 mod job;
 pub mod rendezvous;
 
-pub use job::{random_u64, ENV_HOST_RANKS, ENV_RENDEZVOUS, ENV_SIZE};
+pub use job::{random_u64, ENV_HOST_CPUS, ENV_HOST_RANKS, ENV_RENDEZVOUS, ENV_SIZE};
 pub use job::{
     JobInfo, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
 };
