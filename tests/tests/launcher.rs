@@ -310,3 +310,27 @@ fn two_jobs_at_once_stay_apart() {
         .assert_success()
         .assert_stdout_has(&["flood: 3 ranks x 3 destinations x 5000 short requests"]);
 }
+
+#[test]
+fn politeness_follows_ranks_per_cpu_of_the_job_not_a_pinned_mask() {
+    const POLITE: &str = env!("CARGO_BIN_EXE_polite");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // --bind pins each rank to one CPU; with no more ranks than CPUs none is oversubscribed.
+    if cpus >= 2 {
+        let out = Job::raw(["run", "-n", "2", "--bind", POLITE]).output();
+        out.assert_success()
+            .assert_stdout_has(&["rank 0 polite false", "rank 1 polite false"]);
+    }
+    // More ranks than CPUs: every rank yields early, pinned or not.
+    let n = (cpus + 1).to_string();
+    for bind in [false, true] {
+        let mut args = vec!["run", "-n", &n];
+        if bind {
+            args.push("--bind");
+        }
+        args.push(POLITE);
+        let out = Job::raw(args).output();
+        out.assert_success()
+            .assert_stdout_has(&["rank 0 polite true"]);
+    }
+}
