@@ -327,7 +327,12 @@ fn label_prefixes_lines_from_every_host() {
 fn failing_rank_on_the_second_host(how: &str, code: i32, says: &str) {
     let Some(h) = Hosts::new(2) else { return };
     let script = format!("if [ $VOLLEY_RANK = 3 ]; then {how}; fi; sleep 30");
-    let out = h.run(4, &["/bin/sh", "-c", &script]).output();
+    // The sleeping ranks die at the SIGTERM of their agents, told to stop by the launcher;
+    // with a long grace a job that ended only when the launcher gave up on its agents (grace
+    // + 3 s, then SIGKILL) misses the deadline below.
+    let out = h
+        .run(4, &["--grace", "20", "/bin/sh", "-c", &script])
+        .output();
     out.assert_code(code).assert_stderr_has(&[
         &format!("volley run: rank 3 (pid "),
         &format!(" on host {} {says}; stopping the job", h.name(1)),
@@ -354,18 +359,66 @@ fn rank_killed_on_the_second_host_ends_the_job() {
     );
 }
 
+#[test]
+fn agent_joining_after_the_failure_is_stopped_too() {
+    // The first host's remote shell is slow: rank 3, on the second host, has already failed
+    // when its agent joins. That agent must still be told to stop (or the job would wait for
+    // it until the launcher gives up, and the sleeping ranks' children could outlive it).
+    let Some(h) = Hosts::new(2) else { return };
+    let scratch = common::Scratch::new("slow-rsh");
+    let rsh = scratch.path().join("slow-rsh");
+    std::fs::write(
+        &rsh,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = {} ]; then sleep 1; fi\nexec ip netns exec \"$@\"\n",
+            h.name(0)
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hosts = format!("{},{}", h.name(0), h.name(1));
+    let addr = format!("{}.1", h.prefix);
+    let out = Job::raw([
+        "run",
+        "-n",
+        "4",
+        "--hosts",
+        &hosts,
+        "--rsh",
+        rsh.to_str().unwrap(),
+        "--launcher-addr",
+        &addr,
+        "--grace",
+        "20",
+        "/bin/sh",
+        "-c",
+        // Not `exec`: each rank's sleep is a child of its shell, outside PDEATHSIG's reach.
+        "if [ $VOLLEY_RANK = 3 ]; then exit 7; fi; sleep 30; true",
+    ])
+    .output();
+    out.assert_code(7)
+        .assert_stderr_has(&["rank 3 (pid ", "exited with status 7"]);
+    assert!(
+        out.elapsed < Duration::from_secs(10),
+        "took {:?} to end the job\n{out}",
+        out.elapsed
+    );
+    h.finish();
+}
+
 /// Starts `rdv_check hang` on 2 hosts × 2 ranks and waits until every rank has passed the
-/// rendezvous; returns the job, the ranks' pids... (as `ppid` per rank: its agent).
+/// rendezvous; returns the job and, per rank, the pid of its parent (its host's agent).
 fn start_hanging_job(h: &Hosts) -> (common::Running, Vec<u32>) {
     let mut job = h.run(4, &[RDV_CHECK, "hang"]).spawn();
     let ready = job.wait_for_lines(4, Duration::from_secs(30), |l| l.starts_with("rdv: rank "));
-    let agents = ready
-        .iter()
-        .map(|l| {
-            let after = l.split(" ppid ").nth(1).expect("ppid in line");
-            after.split_whitespace().next().unwrap().parse().unwrap()
-        })
-        .collect();
+    let mut agents = vec![0u32; 4];
+    for l in &ready {
+        let word = |after: &str| -> usize {
+            let rest = l.split(after).nth(1).expect("field in line");
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        };
+        agents[word("rdv: rank ")] = word(" ppid ") as u32;
+    }
     (job, agents)
 }
 

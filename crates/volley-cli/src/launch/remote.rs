@@ -244,6 +244,13 @@ impl Agents {
 impl Drop for Agents {
     fn drop(&mut self) {
         if let Some(g) = self.pgid {
+            // An agent still there gets a moment to stop its ranks' whole process group (a
+            // rank's own children are beyond PR_SET_PDEATHSIG's reach), then goes anyway.
+            self.reap();
+            if self.list.iter().any(|a| a.rsh_status.is_none()) {
+                let _ = killpg(g, Signal::SIGTERM);
+                self.wait_all(Duration::from_secs(1));
+            }
             let _ = killpg(g, Signal::SIGKILL);
         }
         for a in &mut self.list {
@@ -414,13 +421,38 @@ pub fn launch_hosts(opts: &LaunchOptions, h: &HostOptions) -> Result<i32, Launch
             0
         }
         Err(code) => {
-            agents.broadcast(&ToAgent::Stop, None);
-            agents.wait_all(opts.grace + Duration::from_secs(3));
+            stop_agents(&mut agents, &events, opts.grace + Duration::from_secs(3));
             code
         }
     };
     drop(agents);
     Ok(code)
+}
+
+/// Tells every agent to stop its ranks, also those that join only now (their remote shell was
+/// slower than the failure), and waits up to `limit` for the remote shells to end.
+fn stop_agents(agents: &mut Agents, events: &Receiver<Event>, limit: Duration) {
+    agents.broadcast(&ToAgent::Stop, None);
+    let until = Instant::now() + limit;
+    loop {
+        agents.reap();
+        if agents.list.iter().all(|a| a.rsh_status.is_some()) || Instant::now() >= until {
+            return;
+        }
+        if let Ok(Event::Joined { conn, node, stream }) =
+            events.recv_timeout(Duration::from_millis(5))
+        {
+            if let Some(a) = agents
+                .list
+                .iter_mut()
+                .find(|a| a.node == node && a.conn.is_none())
+            {
+                a.conn = Some((conn, stream));
+                a.stderr.open();
+                a.send(&ToAgent::Stop);
+            }
+        }
+    }
 }
 
 /// Admits connections that present the token, on threads; each admitted connection's frames
