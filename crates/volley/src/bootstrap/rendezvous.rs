@@ -196,6 +196,9 @@ pub struct RendezvousServer {
     path: String,
 }
 
+/// A rank that has said hello: its connection, hello, hello bytes and descriptor.
+type Joined = (OwnedFd, Hello, Vec<u8>, OwnedFd);
+
 /// Every rank of a host has said hello; nobody has been answered yet
 /// ([`RendezvousServer::gather`]). A multi-host launcher forwards [`Gathered::hellos`] to the
 /// other hosts and answers with the whole job's hellos ([`Gathered::release`]).
@@ -203,8 +206,8 @@ pub struct RendezvousServer {
 pub struct Gathered {
     path: String,
     first: usize,
-    /// Per rank of the range, in rank order: its connection, hello, hello bytes and descriptor.
-    joined: Vec<(OwnedFd, Hello, Vec<u8>, OwnedFd)>,
+    /// Per rank of the range, in rank order.
+    joined: Vec<Joined>,
 }
 
 impl RendezvousServer {
@@ -247,8 +250,7 @@ impl RendezvousServer {
     /// and returns them unanswered: the ranks keep waiting until [`Gathered::release`].
     pub fn gather(self, on_arrival: impl Fn(usize)) -> Result<Gathered, BootstrapError> {
         let first = self.ranks.start;
-        let mut slots: Vec<Option<(OwnedFd, Hello, Vec<u8>, OwnedFd)>> =
-            self.ranks.clone().map(|_| None).collect();
+        let mut slots: Vec<Option<Joined>> = self.ranks.clone().map(|_| None).collect();
         let mut arrived = 0;
         while arrived < slots.len() {
             let raw = accept(self.listener.as_raw_fd())
