@@ -334,7 +334,7 @@ fn failing_rank_on_the_second_host(how: &str, code: i32, says: &str) {
         .run(4, &["--grace", "20", "/bin/sh", "-c", &script])
         .output();
     out.assert_code(code).assert_stderr_has(&[
-        &format!("volley run: rank 3 (pid "),
+        "volley run: rank 3 (pid ",
         &format!(" on host {} {says}; stopping the job", h.name(1)),
     ]);
     assert!(

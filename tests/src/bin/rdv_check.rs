@@ -79,7 +79,9 @@ fn main() {
         saw.join(" ")
     );
     std::io::stdout().flush().unwrap();
-    while hang {
-        std::thread::sleep(std::time::Duration::from_secs(1));
+    if hang {
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
     }
 }

@@ -455,7 +455,7 @@ mod tests {
                 })
             })
             .collect();
-        let mut all = vec![Vec::new(), Vec::new()];
+        let mut all = [Vec::new(), Vec::new()];
         for _ in 0..2 {
             let (i, h) = gathered.recv().unwrap();
             all[i] = h;
