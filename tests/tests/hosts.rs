@@ -297,6 +297,19 @@ fn rendezvous_across_hosts_gives_every_rank_all_hellos_in_order() {
 }
 
 #[test]
+fn exit_notices_reach_ranks_on_every_host() {
+    let Some(h) = Hosts::new(2) else { return };
+    // Rank 0 (first host) exits right after the rendezvous; ranks 1 (same host), 2 and 3
+    // (other host) wait for the notice of it, which only the launcher can relay.
+    let out = h.run(4, &[RDV_CHECK, "notices"]).output();
+    out.assert_success();
+    for r in 1..4 {
+        out.assert_stdout_has(&[&format!("rdv: rank {r} heard that rank 0 exited")]);
+    }
+    h.finish();
+}
+
+#[test]
 fn label_prefixes_lines_from_every_host() {
     let Some(h) = Hosts::new(2) else { return };
     let out = h

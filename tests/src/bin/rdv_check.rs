@@ -1,21 +1,24 @@
 //! The rendezvous alone, without the runtime (which needs a network transport across
-//! hosts): `rdv_check [hang]`.
+//! hosts): `rdv_check [hang|notices]`.
 //!
 //! Each rank sends a hello carrying its node and `VOLLEY_NET_ADDR` with a fresh memfd holding
 //! `rank R`, and checks what comes back: all `VOLLEY_SIZE` hellos in rank order, the
 //! descriptors of ranks on its own node being their memfds and those of other nodes' ranks
 //! not. Then it prints `rdv: rank R node N ppid P saw R0@N0/A0 R1@N1/A1 ...` (P is the process
 //! that started it: the agent, for a multi-host job) and exits 0, or with `hang` prints it and
-//! waits forever.
+//! waits forever. With `notices`, rank 0 then exits at once and every other rank waits (30 s
+//! at most) for the launcher's notice that rank 0 exited, prints `rdv: rank R heard that rank
+//! 0 exited` and exits 0.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use volley::bootstrap::rendezvous::{exchange, Hello};
+use volley::bootstrap::rendezvous::{exchange, poll_notices, Hello, Notice};
 use volley::bootstrap::JobInfo;
 use volley_tests::{arg_str, fail};
 
 fn main() {
-    let hang = arg_str(0).as_deref() == Some("hang");
+    let mode = arg_str(0).unwrap_or_default();
+    let hang = mode == "hang";
     let job = JobInfo::from_env().unwrap_or_else(|e| fail(0, 2, &format!("{e}")));
     let me = job.rank;
     let Some(path) = job.rendezvous.clone() else {
@@ -36,7 +39,7 @@ fn main() {
         pid: std::process::id(),
         blob: serde_json::json!({ "node": job.node, "addr": addr }),
     };
-    let (peers, _conn) = exchange(&path, job.size, &hello, file.as_raw_fd())
+    let (peers, conn) = exchange(&path, job.size, &hello, file.as_raw_fd())
         .unwrap_or_else(|e| fail(me, 1, &format!("{e}")));
     if peers.len() != job.size {
         fail(
@@ -79,6 +82,20 @@ fn main() {
         saw.join(" ")
     );
     std::io::stdout().flush().unwrap();
+    if mode == "notices" && me != 0 {
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let notices = poll_notices(&conn).unwrap_or_else(|e| fail(me, 1, &e.to_string()));
+            if notices.contains(&Notice::Exited { rank: 0 }) {
+                println!("rdv: rank {me} heard that rank 0 exited");
+                return;
+            }
+            if std::time::Instant::now() > until {
+                fail(me, 1, "no notice that rank 0 exited within 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
     if hang {
         loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
