@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Start N ranks of PROGRAM on this host and supervise them.
+    /// Start N ranks of PROGRAM on this host (or on several, with --hosts) and supervise them.
     Run {
         /// Number of ranks.
         #[arg(short = 'n', long = "ranks", value_name = "N")]
@@ -36,6 +36,22 @@ enum Command {
         /// transport (VOLLEY_NET=udp|tcp). Default: all ranks on one node.
         #[arg(long, value_name = "K")]
         ranks_per_node: Option<usize>,
+        /// Run on these hosts (node i = the i-th host), in blocks of consecutive ranks, through
+        /// one agent per host started with the remote shell (--rsh). Needs the same file
+        /// system (volley, the program, the working directory) on every host.
+        #[arg(long, value_name = "H1,H2,...", conflicts_with = "hostfile")]
+        hosts: Option<String>,
+        /// Like --hosts, from a file: one `HOST [slots=K]` per line, `#` comments.
+        #[arg(long, value_name = "FILE")]
+        hostfile: Option<std::path::PathBuf>,
+        /// Remote shell that runs a command on a host: `RSH HOST COMMAND...` (split on
+        /// whitespace; for example `ip netns exec` to use network namespaces as hosts).
+        #[arg(long, value_name = "CMD", default_value = "ssh")]
+        rsh: String,
+        /// Address the agents connect back to (default: this host's first non-loopback
+        /// address, or 127.0.0.1 when every host is a local name).
+        #[arg(long, value_name = "IP")]
+        launcher_addr: Option<std::net::IpAddr>,
         /// Seconds between SIGTERM and SIGKILL when stopping a failed job.
         #[arg(long, value_name = "SECS", default_value_t = 2.0)]
         grace: f64,
@@ -54,6 +70,9 @@ enum Command {
     },
     /// Print the build's limits, defaults and per-rank memory footprint.
     Info,
+    /// Internal: one host's share of a multi-host job (started by `volley run --hosts`).
+    #[command(hide = true, name = "__agent")]
+    Agent(launch::agent::AgentArgs),
     /// Internal: one rank of a benchmark (started by `volley bench`).
     #[command(hide = true, name = "__bench-rank")]
     BenchRank {
@@ -102,6 +121,10 @@ fn main() -> ExitCode {
             label,
             bind,
             ranks_per_node,
+            hosts,
+            hostfile,
+            rsh,
+            launcher_addr,
             grace,
             mut command,
         } => {
@@ -113,6 +136,32 @@ fn main() -> ExitCode {
                 eprintln!("volley run: --grace must be between 0 and 3600 seconds");
                 return ExitCode::from(2);
             }
+            let multi = hosts.is_some() || hostfile.is_some();
+            if !multi && (launcher_addr.is_some() || rsh != "ssh") {
+                eprintln!("volley run: --rsh and --launcher-addr need --hosts or --hostfile");
+                return ExitCode::from(2);
+            }
+            if multi && ranks_per_node.is_some() {
+                eprintln!("volley run: --ranks-per-node cannot be combined with --hosts");
+                return ExitCode::from(2);
+            }
+            let host_list = match (&hosts, &hostfile) {
+                (Some(list), _) => Some(launch::hosts::parse_list(list)),
+                (None, Some(file)) => Some(launch::hosts::read_file(file)),
+                (None, None) => None,
+            };
+            let host_opts = match host_list {
+                None => None,
+                Some(Err(e)) => {
+                    eprintln!("volley run: {e}");
+                    return ExitCode::from(2);
+                }
+                Some(Ok(hosts)) => Some(launch::remote::HostOptions {
+                    hosts,
+                    rsh,
+                    launcher_addr,
+                }),
+            };
             let program = command.remove(0);
             let opts = launch::LaunchOptions {
                 ranks,
@@ -124,7 +173,11 @@ fn main() -> ExitCode {
                 program,
                 args: command,
             };
-            match launch::launch(&opts) {
+            let result = match &host_opts {
+                Some(h) => launch::remote::launch_hosts(&opts, h),
+                None => launch::launch(&opts),
+            };
+            match result {
                 Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
                 Err(e) => {
                     eprintln!("volley run: {e}");
@@ -132,6 +185,7 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Agent(args) => ExitCode::from(launch::agent::main(args)),
         Command::Bench { which } => bench::main(which),
         Command::Info => {
             info::print();

@@ -17,17 +17,16 @@ fn pump<R: Read + Send + 'static>(rank: usize, from: R, to_stderr: bool) -> Join
             if !line.ends_with(b"\n") {
                 line.push(b'\n');
             }
-            let prefix = format!("[{rank}] ");
-            // One write per line under the stream lock, so lines from ranks never interleave.
+            let mut out = format!("[{rank}] ").into_bytes();
+            out.extend_from_slice(&line);
+            // One write per line, under the stream lock: lines of ranks never interleave, not
+            // even when several agents of a multi-host job write into one pipe (a write of up
+            // to PIPE_BUF bytes is atomic).
             let _ = if to_stderr {
-                let mut e = std::io::stderr().lock();
-                e.write_all(prefix.as_bytes())
-                    .and_then(|_| e.write_all(&line))
+                std::io::stderr().lock().write_all(&out)
             } else {
                 let mut o = std::io::stdout().lock();
-                o.write_all(prefix.as_bytes())
-                    .and_then(|_| o.write_all(&line))
-                    .and_then(|_| o.flush())
+                o.write_all(&out).and_then(|_| o.flush())
             };
         }
     })

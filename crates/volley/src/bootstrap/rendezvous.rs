@@ -13,6 +13,7 @@ use nix::sys::socket::{
 };
 use serde::{Deserialize, Serialize};
 use std::io::{IoSlice, IoSliceMut};
+use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
@@ -186,27 +187,47 @@ pub fn poll_notices(conn: &OwnedFd) -> Result<Vec<Notice>, BootstrapError> {
     }
 }
 
-/// The launcher side of the rendezvous.
+/// The launcher side of the rendezvous (or, in a job spanning several hosts, one host's agent:
+/// it serves the ranks of its host, which are a contiguous range of the job's ranks).
 #[derive(Debug)]
 pub struct RendezvousServer {
     listener: OwnedFd,
-    size: usize,
+    ranks: Range<usize>,
     path: String,
 }
 
+/// A rank that has said hello: its connection, hello, hello bytes and descriptor.
+type Joined = (OwnedFd, Hello, Vec<u8>, OwnedFd);
+
+/// Every rank of a host has said hello; nobody has been answered yet
+/// ([`RendezvousServer::gather`]). A multi-host launcher forwards [`Gathered::hellos`] to the
+/// other hosts and answers with the whole job's hellos ([`Gathered::release`]).
+#[derive(Debug)]
+pub struct Gathered {
+    path: String,
+    first: usize,
+    /// Per rank of the range, in rank order.
+    joined: Vec<Joined>,
+}
+
 impl RendezvousServer {
-    /// Binds a listening socket at `path` for a job of `size` ranks.
+    /// Binds a listening socket at `path` for a job of `size` ranks, all served here.
     pub fn bind(path: &Path, size: usize) -> Result<Self, BootstrapError> {
+        Self::bind_ranks(path, 0..size)
+    }
+
+    /// Binds a listening socket at `path` for the ranks `ranks` of a job (those of one host).
+    pub fn bind_ranks(path: &Path, ranks: Range<usize>) -> Result<Self, BootstrapError> {
         let p = path.display().to_string();
         let listener =
             seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
         let addr = UnixAddr::new(path).map_err(|e| rdv_err(&p, e.to_string()))?;
         bind(listener.as_raw_fd(), &addr).map_err(|e| rdv_err(&p, format!("bind: {e}")))?;
-        let backlog = Backlog::new(size.clamp(1, 4096) as i32).unwrap_or(Backlog::MAXCONN);
+        let backlog = Backlog::new(ranks.len().clamp(1, 4096) as i32).unwrap_or(Backlog::MAXCONN);
         listen(&listener, backlog).map_err(|e| rdv_err(&p, format!("listen: {e}")))?;
         Ok(Self {
             listener,
-            size,
+            ranks,
             path: p,
         })
     }
@@ -220,10 +241,18 @@ impl RendezvousServer {
     /// Like [`RendezvousServer::serve`], calling `on_arrival(n)` after the n-th hello so the
     /// launcher can tell "not started" from "waiting for a rank that is gone".
     pub fn serve_with(self, on_arrival: impl Fn(usize)) -> Result<Vec<OwnedFd>, BootstrapError> {
-        let mut conns: Vec<Option<(OwnedFd, Vec<u8>, OwnedFd)>> =
-            (0..self.size).map(|_| None).collect();
+        let gathered = self.gather(on_arrival)?;
+        let all = gathered.hellos();
+        gathered.release(&all)
+    }
+
+    /// Waits for the hello of every rank of the range (calling `on_arrival(n)` after the n-th)
+    /// and returns them unanswered: the ranks keep waiting until [`Gathered::release`].
+    pub fn gather(self, on_arrival: impl Fn(usize)) -> Result<Gathered, BootstrapError> {
+        let first = self.ranks.start;
+        let mut slots: Vec<Option<Joined>> = self.ranks.clone().map(|_| None).collect();
         let mut arrived = 0;
-        while arrived < self.size {
+        while arrived < slots.len() {
             let raw = accept(self.listener.as_raw_fd())
                 .map_err(|e| rdv_err(&self.path, format!("accept: {e}")))?;
             // SAFETY: accept returned a fresh descriptor that nothing else owns.
@@ -241,33 +270,90 @@ impl RendezvousServer {
                     format!("rank {} sent no descriptor", hello.rank),
                 )
             })?;
-            let slot = conns.get_mut(hello.rank).ok_or_else(|| {
-                rdv_err(
-                    &self.path,
-                    format!("hello from rank {} outside the job", hello.rank),
-                )
-            })?;
+            let slot = hello
+                .rank
+                .checked_sub(first)
+                .and_then(|i| slots.get_mut(i))
+                .ok_or_else(|| {
+                    rdv_err(
+                        &self.path,
+                        format!("hello from rank {} outside the job", hello.rank),
+                    )
+                })?;
             if slot.is_some() {
                 return Err(rdv_err(
                     &self.path,
                     format!("two ranks claim rank {}", hello.rank),
                 ));
             }
-            *slot = Some((conn, bytes, fd));
+            *slot = Some((conn, hello, bytes, fd));
             arrived += 1;
             on_arrival(arrived);
         }
-        let conns: Vec<(OwnedFd, Vec<u8>, OwnedFd)> = conns.into_iter().flatten().collect();
-        for (conn, _, _) in &conns {
-            for (_, bytes, fd) in &conns {
+        Ok(Gathered {
+            path: self.path,
+            first,
+            joined: slots.into_iter().flatten().collect(),
+        })
+    }
+}
+
+impl Gathered {
+    /// The hellos of this host's ranks, in rank order.
+    pub fn hellos(&self) -> Vec<Hello> {
+        self.joined.iter().map(|(_, h, _, _)| h.clone()).collect()
+    }
+
+    /// Answers every rank gathered here with `all`, the hellos of the whole job in rank order.
+    /// The hellos of this host's ranks travel with their own descriptors; every other rank's
+    /// (on another host, where its descriptor means nothing) with a descriptor of `/dev/null`,
+    /// because [`exchange`] expects one descriptor per hello and the runtime ignores those of
+    /// ranks on other nodes. Returns the open connections.
+    pub fn release(self, all: &[Hello]) -> Result<Vec<OwnedFd>, BootstrapError> {
+        if let Some((i, h)) = all.iter().enumerate().find(|(i, h)| h.rank != *i) {
+            return Err(rdv_err(
+                &self.path,
+                format!("hello of rank {} in place {i} of the job's list", h.rank),
+            ));
+        }
+        let own = self.first..self.first + self.joined.len();
+        if own.end > all.len() {
+            return Err(rdv_err(
+                &self.path,
+                format!(
+                    "the job's list has {} hellos, fewer than rank {}",
+                    all.len(),
+                    own.end - 1
+                ),
+            ));
+        }
+        let null = std::fs::File::open("/dev/null")
+            .map_err(|e| BootstrapError::os("opening /dev/null", e))?;
+        let mut messages: Vec<(Vec<u8>, RawFd)> = Vec::with_capacity(all.len());
+        for h in all {
+            messages.push(if own.contains(&h.rank) {
+                let (_, _, bytes, fd) = &self.joined[h.rank - self.first];
+                (bytes.clone(), fd.as_raw_fd())
+            } else {
+                let bytes =
+                    serde_json::to_vec(h).map_err(|e| rdv_err(&self.path, e.to_string()))?;
+                (bytes, null.as_raw_fd())
+            });
+        }
+        for (conn, _, _, _) in &self.joined {
+            for (bytes, fd) in &messages {
                 // A rank that died after its hello cannot be told; the launcher sees its exit
                 // and ends the job, so keep serving the others.
-                if send_msg(conn.as_raw_fd(), bytes, Some(fd.as_raw_fd())).is_err() {
+                if send_msg(conn.as_raw_fd(), bytes, Some(*fd)).is_err() {
                     break;
                 }
             }
         }
-        Ok(conns.into_iter().map(|(conn, _, _)| conn).collect())
+        Ok(self
+            .joined
+            .into_iter()
+            .map(|(conn, _, _, _)| conn)
+            .collect())
     }
 }
 
@@ -322,6 +408,68 @@ mod tests {
             );
         }
         assert_eq!(server.join().unwrap().len(), 3);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn two_hosts_gather_apart_and_release_the_whole_list() {
+        // Ranks 0 and 1 on "host" A, rank 2 on "host" B: each host gathers its own ranks, the
+        // lists are joined as a multi-host launcher does, and every rank gets all three hellos
+        // with the real descriptor for ranks of its host only.
+        let dir = std::env::temp_dir().join(format!("volley-rdv-hosts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let hosts = [(dir.join("a.sock"), 0..2), (dir.join("b.sock"), 2..3)];
+        let (to_main, gathered) = std::sync::mpsc::channel();
+        let mut releases = Vec::new();
+        for (i, (path, ranks)) in hosts.iter().enumerate() {
+            let server = RendezvousServer::bind_ranks(path, ranks.clone()).unwrap();
+            let to_main = to_main.clone();
+            let (to_host, all) = std::sync::mpsc::channel::<Vec<Hello>>();
+            releases.push(to_host);
+            std::thread::spawn(move || {
+                let g = server.gather(|_| {}).unwrap();
+                to_main.send((i, g.hellos())).unwrap();
+                g.release(&all.recv().unwrap()).unwrap()
+            });
+        }
+        let ranks: Vec<_> = (0..3)
+            .map(|rank| {
+                let path = hosts[usize::from(rank >= 2)].0.display().to_string();
+                std::thread::spawn(move || {
+                    let file = tempfile_with(format!("rank{rank}").as_bytes());
+                    let hello = Hello {
+                        rank,
+                        pid: std::process::id(),
+                        blob: serde_json::json!(rank),
+                    };
+                    let (peers, _conn) = exchange(&path, 3, &hello, file.as_raw_fd()).unwrap();
+                    peers
+                        .into_iter()
+                        .map(|p| {
+                            let f = std::fs::File::from(p.fd);
+                            let mut buf = [0u8; 16];
+                            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+                            (p.hello.rank, String::from_utf8(buf[..n].to_vec()).unwrap())
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all = [Vec::new(), Vec::new()];
+        for _ in 0..2 {
+            let (i, h) = gathered.recv().unwrap();
+            all[i] = h;
+        }
+        let all: Vec<Hello> = all.concat();
+        for r in &releases {
+            r.send(all.clone()).unwrap();
+        }
+        let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
+        let s = |x: &str| x.to_string();
+        let host_a = vec![(0, s("rank0")), (1, s("rank1")), (2, s(""))];
+        assert_eq!(got[0], host_a);
+        assert_eq!(got[1], host_a);
+        assert_eq!(got[2], vec![(0, s("")), (1, s("")), (2, s("rank2"))]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

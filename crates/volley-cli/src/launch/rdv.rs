@@ -1,0 +1,126 @@
+//! One host's side of the rendezvous, served on a thread: the socket in a private 0700
+//! temporary directory, the ranks' connections once they have joined, and the exit notices
+//! relayed to them.
+
+use std::ops::Range;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use volley::bootstrap::rendezvous::{self, Hello, RendezvousServer};
+
+/// Turns the hellos of this host's ranks into the whole job's hellos, in rank order: the
+/// identity on a single host; a round trip through the launcher for an agent.
+pub type Complete = Box<dyn FnOnce(Vec<Hello>) -> Result<Vec<Hello>, String> + Send>;
+
+/// What the owner and the rendezvous thread share.
+#[derive(Default)]
+struct Link {
+    /// The ranks' connections, once every rank has been answered.
+    conns: Vec<OwnedFd>,
+    /// Ranks that have exited with status 0 (replayed to connections handed over later).
+    exited: Vec<usize>,
+    /// Why the rendezvous failed, if it did.
+    error: Option<String>,
+}
+
+/// Removes a directory however its owner leaves.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The rendezvous of one host's ranks.
+pub struct HostRendezvous {
+    sock: PathBuf,
+    arrived: Arc<AtomicUsize>,
+    link: Arc<Mutex<Link>>,
+    _dir: TempDir,
+}
+
+impl HostRendezvous {
+    /// Creates `$TMPDIR/<dir_name>` (0700) with the socket for the ranks `ranks`, and serves
+    /// it on a thread: once they have all said hello, `complete` gives the job's hellos and
+    /// every rank is answered.
+    pub fn start(dir_name: &str, ranks: Range<usize>, complete: Complete) -> Result<Self, String> {
+        let dir = std::env::temp_dir().join(dir_name);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        let dir = TempDir(dir);
+        let sock = dir.0.join("rendezvous.sock");
+        let server = RendezvousServer::bind_ranks(&sock, ranks).map_err(|e| e.to_string())?;
+        // Hellos received so far. All of this host's ranks have joined once it reaches their
+        // number, which happens before any of them is released from the rendezvous, so no
+        // rank can exit "early" after it.
+        let arrived = Arc::new(AtomicUsize::new(0));
+        let link: Arc<Mutex<Link>> = Arc::default();
+        {
+            let (arrived, link, sock, dir) =
+                (arrived.clone(), link.clone(), sock.clone(), dir.0.clone());
+            std::thread::spawn(move || {
+                let result = server
+                    .gather(|n| arrived.store(n, Ordering::Release))
+                    .map_err(|e| e.to_string())
+                    .and_then(|gathered| {
+                        // Every rank is connected: the socket is no longer needed, so nothing
+                        // is left in the file system even if this process is killed outright.
+                        let _ = std::fs::remove_file(&sock);
+                        let _ = std::fs::remove_dir(&dir);
+                        let all = complete(gathered.hellos())?;
+                        gathered.release(&all).map_err(|e| e.to_string())
+                    });
+                let mut link = link.lock().unwrap_or_else(|e| e.into_inner());
+                match result {
+                    Ok(conns) => {
+                        // Ranks that exited before the connections were handed over.
+                        for &rank in &link.exited {
+                            rendezvous::notify_exit(&conns, rank);
+                        }
+                        link.conns = conns;
+                    }
+                    Err(e) => link.error = Some(e),
+                }
+            });
+        }
+        Ok(Self {
+            sock,
+            arrived,
+            link,
+            _dir: dir,
+        })
+    }
+
+    /// The socket's path, for `VOLLEY_RENDEZVOUS`.
+    pub fn socket(&self) -> &Path {
+        &self.sock
+    }
+
+    /// How many of this host's ranks have said hello.
+    pub fn arrived(&self) -> usize {
+        self.arrived.load(Ordering::Acquire)
+    }
+
+    /// Why the rendezvous failed, once.
+    pub fn take_error(&self) -> Option<String> {
+        self.lock().error.take()
+    }
+
+    /// Tells this host's ranks that `rank` (of any host) has exited with status 0: ranks still
+    /// waiting on it fail loudly if it left without finalizing, instead of waiting forever.
+    /// Before the connections are handed over, the notice is replayed then.
+    pub fn notify_exit(&self, rank: usize) {
+        let mut link = self.lock();
+        link.exited.push(rank);
+        rendezvous::notify_exit(&link.conns, rank);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Link> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}

@@ -1,0 +1,165 @@
+//! What the launcher and its agents say to each other over their TCP connection (one JSON
+//! document per frame, after a 4-byte big-endian length), and the encoding of the agent's
+//! command-line words.
+
+use super::status::RankStatus;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use volley::bootstrap::rendezvous::Hello;
+
+/// Largest frame: the whole job's hellos (a few hundred bytes per rank).
+const MAX_FRAME: usize = 256 << 20;
+
+/// Agent to launcher.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToLauncher {
+    /// First frame: the job's secret (from the agent's standard input) and which node this is.
+    Auth {
+        /// The launcher's one-time token.
+        token: String,
+        /// The agent's node index.
+        node: usize,
+    },
+    /// The hellos of every rank of this host, in rank order (sent once all have arrived).
+    Hellos(Vec<Hello>),
+    /// A rank of this host ended.
+    Exited {
+        /// The rank.
+        rank: usize,
+        /// Its pid on this host.
+        pid: u32,
+        /// How.
+        status: RankStatus,
+    },
+    /// The agent cannot go on (its ranks are stopped).
+    Failed(String),
+}
+
+/// Launcher to agent.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ToAgent {
+    /// Every rank of the job has said hello: the job's hellos, in rank order.
+    Hellos(Vec<Hello>),
+    /// A rank of another host exited with status 0.
+    Exited(usize),
+    /// Stop the ranks (SIGTERM, SIGKILL after the grace period) and leave.
+    Stop,
+}
+
+/// Writes one frame (a single write call, so frames of several threads sharing a locked
+/// stream do not interleave).
+pub fn write_frame(w: &mut impl Write, msg: &impl Serialize) -> std::io::Result<()> {
+    let body = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame)?;
+    w.flush()
+}
+
+/// Reads one frame; `Ok(None)` at a clean end of stream between frames.
+pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> std::io::Result<Option<T>> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Ok(None),
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+}
+
+/// Bytes that pass through every remote shell unchanged: `ssh` joins its arguments into a
+/// line for the remote shell, `ip netns exec` passes them as they are.
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"_./:=,@+-".contains(&b)
+}
+
+/// A word for the agent's command line: itself if plain, else `%` and its bytes in hex (`%`
+/// is not plain, so a plain word never starts with it).
+pub fn encode_word(w: &OsStr) -> String {
+    let b = w.as_bytes();
+    if !b.is_empty() && b.iter().all(|&c| is_plain(c)) {
+        return w.to_string_lossy().into_owned();
+    }
+    let mut s = String::with_capacity(1 + 2 * b.len());
+    s.push('%');
+    for c in b {
+        s.push_str(&format!("{c:02x}"));
+    }
+    s
+}
+
+/// The inverse of [`encode_word`].
+pub fn decode_word(w: &str) -> Result<OsString, String> {
+    let Some(hex) = w.strip_prefix('%') else {
+        return Ok(w.into());
+    };
+    if hex.len() % 2 != 0 {
+        return Err(format!("bad encoded word {w:?}"));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
+        .collect::<Result<Vec<u8>, _>>()
+        .map(OsString::from_vec)
+        .map_err(|_| format!("bad encoded word {w:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_round_trip_and_plain_ones_stay_readable() {
+        for w in [
+            "",
+            "a b",
+            "echo $X; 'q'",
+            "%41",
+            "plain-word_1.0:x=y,z",
+            "-c",
+            "é\n",
+        ] {
+            let e = encode_word(OsStr::new(w));
+            assert!(e.bytes().all(|b| is_plain(b) || b == b'%'), "{e}");
+            assert_eq!(decode_word(&e).unwrap(), OsStr::new(w));
+        }
+        assert_eq!(encode_word(OsStr::new("/bin/sh")), "/bin/sh");
+        assert!(decode_word("%4").is_err());
+    }
+
+    #[test]
+    fn frames_round_trip_and_end_cleanly() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, &ToAgent::Exited(3)).unwrap();
+        write_frame(&mut buf, &ToAgent::Stop).unwrap();
+        let mut r = &buf[..];
+        assert!(matches!(
+            read_frame(&mut r).unwrap(),
+            Some(ToAgent::Exited(3))
+        ));
+        assert!(matches!(read_frame(&mut r).unwrap(), Some(ToAgent::Stop)));
+        assert!(read_frame::<ToAgent>(&mut r).unwrap().is_none());
+        let mut cut = &buf[..6];
+        assert!(read_frame::<ToAgent>(&mut cut).is_err());
+    }
+}
