@@ -68,12 +68,16 @@ const FAULTS: &str = "drop=0.05,dup=0.02,reorder=0.05,delay_us=200";
 
 /// Runs `program` on `ranks` ranks, one per node, over real UDP with injected faults; the
 /// program checks its own results, and the counters must show that faults were injected.
-fn under_faults(ranks: usize, per_node: usize, program: &str, args: &[&str]) {
+fn under_faults(ranks: usize, per_node: usize, program: &str, args: &[&str], env: &[(&str, &str)]) {
     let n = ranks.to_string();
     let rpn = per_node.to_string();
     let mut argv = vec!["run", "-n", &n, "--ranks-per-node", &rpn, program];
     argv.extend_from_slice(args);
-    let out = Job::raw(argv)
+    let mut job = Job::raw(argv);
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job
         .env("VOLLEY_NET", "udp")
         .env("VOLLEY_FAULTS", FAULTS)
         .env("VOLLEY_STATS", "1")
@@ -91,22 +95,22 @@ fn under_faults(ranks: usize, per_node: usize, program: &str, args: &[&str]) {
 
 #[test]
 fn pingpong_over_udp_with_loss_duplication_reordering_and_delay() {
-    under_faults(2, 1, PINGPONG, &["20000", "8"]);
+    under_faults(2, 1, PINGPONG, &["20000", "8"], &[]);
 }
 
 #[test]
 fn fetch_add_over_udp_with_faults_on_mixed_nodes() {
-    under_faults(4, 2, FETCH_ADD, &["500"]);
+    under_faults(4, 2, FETCH_ADD, &["500"], &[]);
 }
 
 #[test]
 fn payload_integrity_over_udp_with_faults() {
-    under_faults(2, 1, PAYLOAD, &[]);
+    under_faults(2, 1, PAYLOAD, &[], &[]);
 }
 
 #[test]
 fn put_get_over_udp_with_faults() {
-    under_faults(3, 1, RMA_PUTGET, &[]);
+    under_faults(3, 1, RMA_PUTGET, &[], &[("VOLLEY_SEGMENT_BYTES", "20M")]);
 }
 
 #[test]
