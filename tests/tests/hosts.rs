@@ -644,7 +644,6 @@ fn routes_across_two_hosts(net: &str) {
 }
 
 #[test]
-#[ignore = "needs the network transports (merged separately)"]
 fn runtime_job_across_two_hosts_over_udp_and_tcp() {
     routes_across_two_hosts("udp");
     routes_across_two_hosts("tcp");

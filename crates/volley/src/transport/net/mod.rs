@@ -55,7 +55,7 @@ pub struct NetStats {
     pub messages_sent: u64,
     /// Messages appended to an inbox by `progress`.
     pub messages_received: u64,
-    /// System calls that sent (sendmmsg / writev).
+    /// System calls that sent (UDP sendmmsg, TCP gathering sendmsg).
     pub send_calls: u64,
     /// System calls that received (recvmmsg / read), empty ones included.
     pub recv_calls: u64,
