@@ -27,6 +27,9 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+/// Sends closer together than this share a flush (about the cost of one send system call).
+const FLUSH_INTERVAL_NS: u64 = 2_000;
+
 /// `local_of` entry of a rank not on this node.
 const REMOTE: u32 = u32::MAX;
 
@@ -113,6 +116,8 @@ struct NetRoute {
     encode_buf: Cell<Vec<u8>>,
     policy: RefCell<NetPollState>,
     epoch: Instant,
+    /// When queued messages were last pushed out.
+    last_flush: Cell<u64>,
     polls: Cell<u64>,
     empty_polls: Cell<u64>,
     /// Messages sent and handled through the network.
@@ -221,6 +226,7 @@ impl Engine {
             encode_buf: Cell::new(Vec::new()),
             policy: RefCell::new(NetPollState::new(policy)),
             epoch: Instant::now(),
+            last_flush: Cell::new(0),
             polls: Cell::new(0),
             empty_polls: Cell::new(0),
             sent: Cell::new(0),
@@ -555,9 +561,17 @@ impl Engine {
         let mut backoff = Backoff::new(self.polite);
         let mut blocked = false;
         loop {
-            let sent = net.transport.borrow_mut().send(dest, &buf, net.now());
+            let now = net.now();
+            let sent = net.transport.borrow_mut().send(dest, &buf, now);
             match sent {
-                Ok(()) => break,
+                Ok(()) => {
+                    // A message alone leaves at once; messages sent in a quick run share the
+                    // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
+                    if now.saturating_sub(net.last_flush.get()) >= FLUSH_INTERVAL_NS {
+                        self.flush_net_at(now);
+                    }
+                    break;
+                }
                 Err(NetError::WouldBlock) => {
                     if !blocked {
                         blocked = true;
@@ -574,6 +588,25 @@ impl Engine {
         net.encode_buf.set(buf);
         if kind != FrameKind::System {
             bump(&net.sent);
+        }
+    }
+
+    /// Pushes out what the network transport has queued.
+    #[inline]
+    pub(crate) fn flush_net(&self) {
+        if let Some(net) = &self.net {
+            self.flush_net_at(net.now());
+        }
+    }
+
+    fn flush_net_at(&self, now: u64) {
+        let Some(net) = &self.net else { return };
+        let result = net.transport.borrow_mut().flush(now);
+        // From the flush's end: a flush that takes longer than the interval must not make
+        // every following send flush again.
+        net.last_flush.set(net.now());
+        if let Err(e) = result {
+            self.net_peer_failed(e);
         }
     }
 
@@ -599,7 +632,9 @@ impl Engine {
         };
         if force || net.policy.borrow_mut().tick() {
             let mut scratch = net.scratch.take();
-            let result = net.transport.borrow_mut().progress(net.now(), &mut scratch);
+            let now = net.now();
+            net.last_flush.set(now);
+            let result = net.transport.borrow_mut().progress(now, &mut scratch);
             bump(&net.polls);
             if scratch.is_empty() {
                 bump(&net.empty_polls);
@@ -1010,6 +1045,9 @@ impl Engine {
     /// Polls until `cond` holds.
     #[inline]
     pub(crate) fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        // A wait whose condition already holds polls nothing: what this rank queued for the
+        // network (a barrier notice, say) must still leave now, not at some later poll.
+        self.flush_net();
         let mut backoff = Backoff::new(self.polite);
         while !cond() {
             if self.poll(true) == 0 {

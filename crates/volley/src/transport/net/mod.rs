@@ -7,9 +7,10 @@
 //! - [`tcp`]: one stream per peer pair, length-prefixed frames, non-blocking, vectored writes.
 //!
 //! The contract both keep (the AM engine relies on it):
-//! - [`NetTransport::send`] only queues (or writes at once when that costs no extra system
-//!   call); everything queued is on its way after the next [`NetTransport::progress`]. A send
-//!   refused with [`NetError::WouldBlock`] queued nothing: progress and retry.
+//! - [`NetTransport::send`] only queues (or writes at once when a datagram's worth or more is
+//!   queued); everything queued is on its way after the next [`NetTransport::flush`] or
+//!   [`NetTransport::progress`]. A send refused with [`NetError::WouldBlock`] queued nothing:
+//!   progress and retry.
 //! - [`NetTransport::progress`] transmits what is queued, takes in what arrived, runs timers,
 //!   and appends each delivered message to `inbox` as `(source rank, bytes)`, in order per
 //!   source. It never blocks.
@@ -139,6 +140,10 @@ pub trait NetTransport: std::fmt::Debug {
     /// Transmits, receives and runs timers without blocking; appends delivered messages to
     /// `inbox`. Returns the number of messages appended.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;
+
+    /// Transmits what is queued (and, UDP, what timers made due) without receiving: one
+    /// system call when something is queued, none otherwise.
+    fn flush(&mut self, now: u64) -> Result<(), NetError>;
 
     /// Whether everything sent has left this rank for good: UDP: acknowledged by every peer;
     /// TCP: written to the kernel.

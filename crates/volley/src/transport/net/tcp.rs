@@ -1040,6 +1040,13 @@ impl NetTransport for TcpTransport {
         Ok(())
     }
 
+    fn flush(&mut self, _now: u64) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.flush_all()
+    }
+
     fn progress(
         &mut self,
         _now: u64,

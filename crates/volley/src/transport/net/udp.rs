@@ -816,6 +816,11 @@ impl NetTransport for UdpTransport {
         }
     }
 
+    fn flush(&mut self, now: u64) -> Result<(), NetError> {
+        self.transmit(now);
+        UdpTransport::flush(self)
+    }
+
     fn is_idle(&self) -> bool {
         self.links.iter().all(|l| l.peer.is_idle())
             && self.out.is_empty()
