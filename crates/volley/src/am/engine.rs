@@ -620,6 +620,11 @@ impl Engine {
             self.me
         );
         let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        // A peer that died is usually seen here before its launcher has reaped it: give the
+        // launcher a moment to stop this rank and name the rank that really failed.
+        if self.launcher.is_some() {
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        }
         std::process::exit(70);
     }
 
