@@ -223,6 +223,8 @@ pub struct UdpTransport {
     /// The receive buffer the kernel granted (as `SO_RCVBUF` reports it).
     rcvbuf: usize,
     connected: bool,
+    /// Connected to its only peer: sends carry no address.
+    single: bool,
     /// The datagram size in effect (see [`UdpConfig::loopback_datagram_size`]).
     datagram_size: usize,
     /// Rank → index into `links`.
@@ -327,6 +329,7 @@ impl UdpTransport {
             batch,
             rcvbuf,
             connected: false,
+            single: false,
             slots: Vec::new(),
             links: Vec::new(),
             by_addr: HashMap::new(),
@@ -409,7 +412,9 @@ impl UdpTransport {
         while !self.out.is_empty() {
             let n = self.out.len().min(self.batch);
             let links = &self.links;
+            let single = self.single;
             let r = send_batch(
+                single,
                 &mut self.send_msgs,
                 fd,
                 self.out
@@ -563,8 +568,10 @@ fn enqueue(
 }
 
 /// One non-blocking `sendmmsg` of the given (destination, bytes) pairs, at most as many as
-/// `msgs` has room for; returns how many were sent.
+/// `msgs` has room for (without addresses when the socket is connected: `single`); returns how
+/// many were sent.
 fn send_batch<'a>(
+    single: bool,
     msgs: &mut MsgVec,
     fd: RawFd,
     datagrams: impl Iterator<Item = (&'a RawAddr, &'a [u8])>,
@@ -579,6 +586,10 @@ fn send_batch<'a>(
             .cast_mut()
             .cast();
         h.msg_hdr.msg_namelen = addr.len;
+        if single {
+            h.msg_hdr.msg_name = std::ptr::null_mut();
+            h.msg_hdr.msg_namelen = 0;
+        }
         h.msg_hdr.msg_iov = iovs.wrapping_add(n);
         h.msg_hdr.msg_iovlen = 1;
         h.msg_hdr.msg_control = std::ptr::null_mut();
@@ -756,6 +767,19 @@ impl NetTransport for UdpTransport {
                 dirty: false,
                 wake: u64::MAX,
             });
+        }
+        // With one peer the socket can be connected: the kernel then skips the route lookup
+        // on every send and the socket lookup on every receive (measured: round trip 1.5 to
+        // 1.3 x the raw floor), and datagrams from anyone else are dropped before they reach
+        // us. With several peers one socket cannot be connected.
+        if links.len() == 1 {
+            self.socket
+                .connect(links[0].addr)
+                .map_err(|e| NetError::Io {
+                    what: "connecting the UDP socket to its one peer",
+                    source: e,
+                })?;
+            self.single = true;
         }
         self.datagram_size = rc.max_datagram_size;
         self.slots = slots;

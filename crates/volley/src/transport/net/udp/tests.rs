@@ -255,14 +255,53 @@ fn datagram(job_key: u64, seq: u64) -> Vec<u8> {
 }
 
 #[test]
-fn garbage_is_dropped_and_counted() {
-    // Rank 1 is a raw socket, so its datagrams reach the reliable layer; a second raw socket
-    // is no rank at all.
+fn single_peer_socket_ignores_strangers() {
     let raw = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
     t.connect(0, &[None, Some(raw.local_addr().unwrap())])
         .unwrap();
+    let to = t.local_addr();
+    let clock = Clock::new();
+    let mut inbox = Inbox::new();
+    for _ in 0..100 {
+        stranger.send_to(&datagram(KEY, 1), to).unwrap();
+    }
+    // The peer's own datagram comes after the strangers' and is the only one received.
+    raw.send_to(&datagram(KEY, 1), to).unwrap();
+    let start = Instant::now();
+    while t.stats().packets_received == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the peer's datagram was lost"
+        );
+        t.progress(clock.now(), &mut inbox).unwrap();
+    }
+    for _ in 0..10 {
+        t.progress(clock.now(), &mut inbox).unwrap();
+    }
+    assert_eq!(t.stats().packets_received, 1, "{:?}", t.stats());
+}
+
+#[test]
+fn garbage_is_dropped_and_counted() {
+    // Rank 1 is a raw socket, so its datagrams reach the reliable layer; a second raw socket
+    // is no rank at all.
+    // A silent rank 2 keeps the socket unconnected (with one peer the kernel itself drops
+    // strangers' datagrams, which `single_peer_socket_ignores_strangers` checks).
+    let raw = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let silent = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    t.connect(
+        0,
+        &[
+            None,
+            Some(raw.local_addr().unwrap()),
+            Some(silent.local_addr().unwrap()),
+        ],
+    )
+    .unwrap();
     let to = t.local_addr();
     let clock = Clock::new();
     let mut inbox = Inbox::new();
