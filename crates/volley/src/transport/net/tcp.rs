@@ -1183,7 +1183,7 @@ impl NetTransport for TcpTransport {
     }
 
     fn stats(&self) -> NetStats {
-        self.stats.clone()
+        self.stats
     }
 }
 

@@ -924,7 +924,7 @@ impl NetTransport for UdpTransport {
     }
 
     fn stats(&self) -> NetStats {
-        let mut s = self.counters.clone();
+        let mut s = self.counters;
         for l in &self.links {
             let p = l.peer.stats();
             s.retransmissions += p.retransmissions;
