@@ -197,6 +197,37 @@ impl RecvRing {
         }
     }
 
+    /// One non-blocking `recv` of one datagram on a connected socket (no source address to
+    /// fill in, one message header fewer to copy): the cheaper call for a socket with one
+    /// peer, whose polls mostly find nothing. Returns 0 or 1.
+    fn recv_one(&mut self, fd: RawFd, from: &RawAddr) -> io::Result<usize> {
+        // SAFETY: the first RECV_BUF bytes of `self.data` are writable and owned by `self`,
+        // borrowed mutably for the call.
+        let r = unsafe {
+            libc::recv(
+                fd,
+                self.data.as_mut_ptr().cast(),
+                RECV_BUF,
+                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // With MSG_TRUNC the kernel returns the datagram's real length.
+        let h = &mut self.msgs.hdrs[0];
+        h.msg_len = (r as usize).min(RECV_BUF) as libc::c_uint;
+        h.msg_hdr.msg_flags = if r as usize > RECV_BUF {
+            libc::MSG_TRUNC
+        } else {
+            0
+        };
+        // The connected peer is the only possible source.
+        self.names[0] = from.storage;
+        h.msg_hdr.msg_namelen = from.len;
+        Ok(1)
+    }
+
     /// Datagram `i` of the last call: its source (if the kernel gave a usable one), its bytes,
     /// and whether it was truncated.
     fn datagram(&self, i: usize) -> (Option<SocketAddr>, &[u8], bool) {
@@ -413,15 +444,27 @@ impl UdpTransport {
             let n = self.out.len().min(self.batch);
             let links = &self.links;
             let single = self.single;
-            let r = send_batch(
-                single,
-                &mut self.send_msgs,
-                fd,
-                self.out
-                    .iter()
-                    .take(n)
-                    .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
-            );
+            let r = if single && n == 1 {
+                // One datagram on a connected socket: `send` copies no message header.
+                let d = &self.out[0].buf;
+                // SAFETY: `d` is a live byte slice for the duration of the call.
+                let r = unsafe { libc::send(fd, d.as_ptr().cast(), d.len(), libc::MSG_DONTWAIT) };
+                if r < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(1)
+                }
+            } else {
+                send_batch(
+                    single,
+                    &mut self.send_msgs,
+                    fd,
+                    self.out
+                        .iter()
+                        .take(n)
+                        .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
+                )
+            };
             self.counters.send_calls += 1;
             match r {
                 Ok(sent) => {
@@ -468,7 +511,11 @@ impl UdpTransport {
         let fd = self.socket.as_raw_fd();
         let mut any = false;
         loop {
-            let r = self.recv.recv(fd, self.batch);
+            let r = if self.single {
+                self.recv.recv_one(fd, &self.links[0].raw)
+            } else {
+                self.recv.recv(fd, self.batch)
+            };
             self.counters.recv_calls += 1;
             let n = match r {
                 Ok(n) => n,
@@ -511,7 +558,7 @@ impl UdpTransport {
                 link.dirty = true;
                 any = true;
             }
-            if n < self.batch {
+            if n < self.batch || self.single {
                 return Ok(any);
             }
         }
