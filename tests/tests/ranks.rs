@@ -13,6 +13,7 @@ const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
 const STATS: &str = env!("CARGO_BIN_EXE_stats");
 const MISMATCH: &str = env!("CARGO_BIN_EXE_mismatch");
 const BARRIER: &str = env!("CARGO_BIN_EXE_barrier");
+const CRITICAL: &str = env!("CARGO_BIN_EXE_critical");
 
 /// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
 /// them the 8-rank ones took up to a minute.
@@ -210,4 +211,13 @@ fn handler_table_mismatch_fails_the_job() {
         !out.stderr.contains("unexpected error"),
         "some rank failed with another error:\n{out}"
     );
+}
+
+#[test]
+fn critical_sections_defer_handlers_and_keep_order() {
+    Job::run(3, CRITICAL, &["20000"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["critical: 40000 requests handled in order"]);
 }

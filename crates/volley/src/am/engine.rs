@@ -78,6 +78,8 @@ pub(crate) struct Engine {
     pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
     pub(crate) stats: StatCells,
     depth: Cell<u64>,
+    /// Nesting depth of critical sections: no handler runs while it is above 0.
+    critical: Cell<u32>,
     pub(crate) polite: bool,
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
@@ -253,6 +255,7 @@ impl Engine {
             replies,
             stats: StatCells::default(),
             depth: Cell::new(0),
+            critical: Cell::new(0),
             polite,
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
@@ -333,6 +336,60 @@ impl Engine {
 
     pub(crate) fn in_handler(&self) -> bool {
         self.depth.get() > 0
+    }
+
+    pub(crate) fn in_critical(&self) -> bool {
+        self.critical.get() > 0
+    }
+
+    /// Enters a critical section: a plain counter write, no system call, no lock.
+    #[inline]
+    pub(crate) fn enter_critical(&self) {
+        self.critical.set(self.critical.get() + 1);
+    }
+
+    /// Leaves a critical section; at the outermost exit, runs the handlers of what arrived
+    /// meanwhile (in arrival order per source and channel, as any poll does).
+    #[inline]
+    pub(crate) fn leave_critical(&self) {
+        let depth = self.critical.get() - 1;
+        self.critical.set(depth);
+        // Single-threaded: nothing can slip in between the flag clear and this check.
+        if depth == 0 && !self.in_handler() && self.pending() {
+            self.deliver_deferred();
+        }
+    }
+
+    /// Whether anything waits to be handled: a frame at the head of a ring, or a message the
+    /// network already took in.
+    fn pending(&self) -> bool {
+        self.rx.iter().flatten().any(RxRing::ready)
+            || self
+                .net
+                .as_ref()
+                .is_some_and(|n| n.inbox.iter().any(|q| !q.borrow().is_empty()))
+    }
+
+    /// A send to this rank's own full ring inside a critical section: only this rank could
+    /// drain it, and it may not run handlers now.
+    #[cold]
+    #[inline(never)]
+    fn self_deadlock(&self) -> ! {
+        panic!(
+            "volley: rank {}: a send to itself inside a critical section found its own ring \
+             full; only the handlers this section holds back could empty it",
+            self.me
+        )
+    }
+
+    #[cold]
+    fn deliver_deferred(&self) {
+        // Drain what is there, bounded so that a steady stream cannot hold the caller.
+        for _ in 0..64 {
+            if self.poll(true) == 0 && !self.pending() {
+                break;
+            }
+        }
     }
 
     fn check_dest(&self, dest: usize) -> Result<()> {
@@ -657,6 +714,9 @@ impl Engine {
             }
         }
         let mut handled = 0;
+        if self.critical.get() > 0 {
+            return 0;
+        }
         for (ch, wanted) in [(Channel::Reply, true), (Channel::Request, requests)] {
             if !wanted {
                 continue;
@@ -783,6 +843,9 @@ impl Engine {
             if let Some(pos) = reserved {
                 break pos;
             }
+            if dest == self.me_local && self.critical.get() > 0 {
+                self.self_deadlock();
+            }
             if !blocked {
                 blocked = true;
                 bump(&self.stats.blocked_sends);
@@ -818,6 +881,12 @@ impl Engine {
     #[inline]
     pub(crate) fn poll(&self, requests: bool) -> usize {
         bump(&self.stats.polls);
+        if self.critical.get() > 0 {
+            // Handlers wait for the section to end; the network still takes in what arrives
+            // (and acknowledges it) so that peers do not time out.
+            self.poll_net(requests, false);
+            return 0;
+        }
         let nlocal = self.local_ranks.len();
         let start = self.poll_start.get();
         self.poll_start

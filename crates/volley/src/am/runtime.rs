@@ -398,6 +398,16 @@ impl Runtime {
     }
 
     #[inline(always)]
+    fn critical_guard(&self, what: &'static str) {
+        if self.engine.in_critical() {
+            panic!(
+                "volley: {what} called inside a critical section; it would wait for handlers \
+                 that cannot run until the section ends"
+            );
+        }
+    }
+
+    #[inline(always)]
     fn send_guard(&self, what: &'static str) -> Result<()> {
         self.guard(what);
         if self.finalized.get() {
@@ -449,10 +459,44 @@ impl Runtime {
         self.engine.poll(true)
     }
 
+    /// Runs `f` as a critical section: no handler runs inside it, neither in polls nor in
+    /// sends that wait for room. Messages that arrive meanwhile stay queued and their handlers
+    /// run when the outermost section ends (in arrival order per source, as always). Entering
+    /// and leaving with nothing pending is a counter write and a few loads: no system call,
+    /// no lock.
+    ///
+    /// Inside, `poll` returns 0 and `wait_until` and `barrier` panic (they would wait for
+    /// handlers that cannot run). Sends work, but a send that finds the target's ring full
+    /// waits for the target to drain it without serving anyone: two ranks that flood each other
+    /// from critical sections can deadlock, as with interrupts disabled on both sides.
+    ///
+    /// In the default inline progress mode any stretch of code without runtime calls is
+    /// already a critical section; `critical` makes that explicit and also covers sends and
+    /// polls. Sections nest; inside a handler (already atomic) `f` simply runs.
+    pub fn critical<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Leave<'a>(&'a Engine);
+        impl Drop for Leave<'_> {
+            fn drop(&mut self) {
+                self.0.leave_critical();
+            }
+        }
+        self.engine.enter_critical();
+        let leave = Leave(&self.engine);
+        let r = f();
+        drop(leave);
+        r
+    }
+
+    /// Whether the caller is inside a critical section.
+    pub fn in_critical(&self) -> bool {
+        self.engine.in_critical()
+    }
+
     /// Polls until `cond()` is true. `cond` is typically a flag set by a reply handler.
     #[inline]
     pub fn wait_until(&self, cond: impl FnMut() -> bool) {
         self.guard("wait_until");
+        self.critical_guard("wait_until");
         self.engine.wait_until(cond)
     }
 
@@ -460,6 +504,7 @@ impl Runtime {
     /// Messages; handlers keep running meanwhile).
     pub fn barrier(&self) {
         self.guard("barrier");
+        self.critical_guard("barrier");
         let size = self.size();
         let epoch = self.barrier_epoch.get();
         self.barrier_epoch.set(epoch + 1);
@@ -532,6 +577,7 @@ impl Runtime {
     /// (except while panicking, when the launcher ends the job instead).
     pub fn finalize(&self) {
         self.guard("finalize");
+        self.critical_guard("finalize");
         if self.finalized.replace(true) {
             return;
         }

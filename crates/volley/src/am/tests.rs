@@ -227,3 +227,53 @@ fn sends_after_finalize_are_refused() {
     ));
     rt.finalize(); // idempotent
 }
+
+#[test]
+fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
+    let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut b = Runtime::builder();
+    let (i, s) = (inside.clone(), seen.clone());
+    let note = b.request_handler("note", move |m, _| {
+        assert!(
+            !i.load(Ordering::Relaxed),
+            "a handler ran inside a critical section"
+        );
+        s.lock().unwrap().push(m.arg(0));
+    });
+    let rt = b.build().unwrap();
+    let handled_before = rt.stats().handled_on(Channel::Request);
+    let inner = rt.critical(|| {
+        inside.store(true, Ordering::Relaxed);
+        assert!(rt.in_critical());
+        for k in 0..40 {
+            // More than one ring drain and more than a few slots: sends poll for room.
+            rt.request_short(0, note, &[k]).unwrap();
+            assert_eq!(rt.poll(), 0, "poll ran handlers inside the section");
+        }
+        // Nested sections do not end the outer one.
+        rt.critical(|| rt.request_short(0, note, &[40]).unwrap());
+        assert!(seen.lock().unwrap().is_empty());
+        inside.store(false, Ordering::Relaxed);
+        7
+    });
+    assert_eq!(inner, 7);
+    assert!(!rt.in_critical());
+    // Everything that arrived meanwhile ran when the section ended, in send order.
+    assert_eq!(*seen.lock().unwrap(), (0..=40).collect::<Vec<u64>>());
+    assert_eq!(rt.stats().handled_on(Channel::Request) - handled_before, 41);
+}
+
+#[test]
+fn waiting_inside_a_critical_section_is_refused() {
+    let rt = Runtime::builder().build().unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        rt.critical(|| rt.wait_until(|| true));
+    }));
+    let msg = r.unwrap_err();
+    let msg = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.contains("critical section"), "{msg}");
+    // The section ended with the unwind.
+    assert!(!rt.in_critical());
+    rt.wait_until(|| true);
+}
