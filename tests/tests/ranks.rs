@@ -14,6 +14,7 @@ const STATS: &str = env!("CARGO_BIN_EXE_stats");
 const MISMATCH: &str = env!("CARGO_BIN_EXE_mismatch");
 const BARRIER: &str = env!("CARGO_BIN_EXE_barrier");
 const CRITICAL: &str = env!("CARGO_BIN_EXE_critical");
+const BLOCK_WAIT: &str = env!("CARGO_BIN_EXE_block_wait");
 
 /// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
 /// them the 8-rank ones took up to a minute.
@@ -220,4 +221,53 @@ fn critical_sections_defer_handlers_and_keep_order() {
         .output()
         .assert_success()
         .assert_stdout_has(&["critical: 40000 requests handled in order"]);
+}
+
+#[test]
+fn blocking_waits_sleep_and_are_woken_without_losing_a_wake_up() {
+    // Rank 1 sleeps 2 s with under 5% of a core, then 20000 sleep/wake races; over shared
+    // memory here, over UDP and TCP when the suite runs with VOLLEY_TEST_NET.
+    Job::run(2, BLOCK_WAIT, &["20000", "2000"])
+        .env("VOLLEY_WAIT", "block")
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["block_wait: 20000 sleep/wake rounds completed"]);
+}
+
+#[test]
+fn blocking_waits_on_a_node_with_network_peers() {
+    // 4 ranks in 2 nodes: rank 1's wait is woken through its doorbell, every rank also has
+    // network peers (whatever VOLLEY_NET says, udp by default).
+    Job::raw([
+        "run",
+        "-n",
+        "4",
+        "--ranks-per-node",
+        "2",
+        BLOCK_WAIT,
+        "5000",
+        "1000",
+    ])
+    .env("VOLLEY_WAIT", "block")
+    .timeout(HEAVY)
+    .output()
+    .assert_success()
+    .assert_stdout_has(&["block_wait: 5000 sleep/wake rounds completed"]);
+}
+
+#[test]
+fn wait_modes_must_agree() {
+    let out = Job::run(2, BLOCK_WAIT, &["1", "1"])
+        .env("VOLLEY_WAIT", "sometimes")
+        .output();
+    assert_ne!(out.code(), Some(0));
+    out.assert_stderr_has(&["VOLLEY_WAIT"]);
+    // Rank 1 alone blocks: its senders would never ring its doorbell, so init refuses.
+    let script = format!(
+        "if [ \"$VOLLEY_RANK\" = 1 ]; then export VOLLEY_WAIT=block; fi; exec {BLOCK_WAIT} 1 1"
+    );
+    let out = Job::run(2, "/bin/sh", &["-c", &script]).output();
+    assert_ne!(out.code(), Some(0), "{out}");
+    out.assert_stderr_has(&["VOLLEY_WAIT=block", "VOLLEY_WAIT=spin"]);
 }

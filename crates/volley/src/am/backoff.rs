@@ -52,6 +52,12 @@ impl Backoff {
         }
     }
 
+    /// Whether the spinning phase is over (block mode then sleeps instead of yielding).
+    #[inline(always)]
+    pub(crate) fn spun_out(&self) -> bool {
+        self.empty >= self.limit
+    }
+
     /// Called after a poll that made progress.
     #[inline(always)]
     pub(crate) fn reset(&mut self) {

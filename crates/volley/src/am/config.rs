@@ -23,6 +23,7 @@ pub(crate) struct Config {
     pub(crate) medium_buffers: Option<usize>,
     pub(crate) segment_bytes: Option<usize>,
     pub(crate) polite: Option<bool>,
+    pub(crate) block: Option<bool>,
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -129,6 +130,23 @@ impl Config {
                     value: format!("{v} ({why})"),
                     why: "expected drop=P,dup=P,reorder=P,delay_us=N,seed=N",
                 }),
+        }
+    }
+
+    /// `VOLLEY_WAIT=spin|block` (default spin): whether waits sleep in the kernel once they
+    /// have spun for a while.
+    pub(crate) fn block(&self) -> Result<bool> {
+        if let Some(b) = self.block {
+            return Ok(b);
+        }
+        match env_nonempty("VOLLEY_WAIT").as_deref() {
+            None | Some("spin") => Ok(false),
+            Some("block") => Ok(true),
+            Some(other) => Err(Error::InvalidConfig {
+                name: "VOLLEY_WAIT",
+                value: other.to_string(),
+                why: "expected spin or block",
+            }),
         }
     }
 

@@ -27,6 +27,12 @@ use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
 use std::time::Instant;
 
+/// Longest single sleep of a blocked wait (then the job's health is checked).
+const SLEEP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
+/// Longest sleep of a rank that has both node-mates and network peers: the doorbell wakes it
+/// for shared-memory traffic, the network is looked at after at most this long.
+const MIXED_NETWORK_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
+
 /// Sends closer together than this share a flush (about the cost of one send system call).
 const FLUSH_INTERVAL_NS: u64 = 2_000;
 
@@ -81,6 +87,8 @@ pub(crate) struct Engine {
     /// Nesting depth of critical sections: no handler runs while it is above 0.
     critical: Cell<u32>,
     pub(crate) polite: bool,
+    /// `VOLLEY_WAIT=block`.
+    block: bool,
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
@@ -145,6 +153,8 @@ pub(crate) struct Routes {
     pub(crate) net: Option<Box<dyn NetTransport>>,
     /// When to poll the network.
     pub(crate) poll_policy: PollPolicy,
+    /// Waits sleep once they have spun; senders ring doorbells.
+    pub(crate) block: bool,
 }
 
 /// One incoming ring and this rank's consumer state for it.
@@ -186,6 +196,7 @@ impl Engine {
             local_ranks,
             net,
             poll_policy,
+            block,
         } = routes;
         let mut local_of = vec![REMOTE; size];
         for (l, &r) in local_ranks.iter().enumerate() {
@@ -257,6 +268,7 @@ impl Engine {
             depth: Cell::new(0),
             critical: Cell::new(0),
             polite,
+            block,
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
             finalized_peers: Cell::new(0),
@@ -875,6 +887,9 @@ impl Engine {
             nslots: nslots as u8,
         };
         ring.publish(pos, header.encode(pos, self.key));
+        if self.block {
+            self.regions[dest].doorbell().ring_if_asleep();
+        }
     }
 
     /// Polls this rank's rings: replies always, requests if `requests`. Returns frames handled.
@@ -1125,11 +1140,60 @@ impl Engine {
         let mut backoff = Backoff::new(self.polite);
         while !cond() {
             if self.poll(true) == 0 {
-                self.idle(&mut backoff);
+                if self.block && backoff.spun_out() {
+                    // Stays spun out: after a sleep that brought nothing, sleep again at once
+                    // (spinning again would cost 16k polls, system calls on a network).
+                    self.sleep_until_traffic();
+                } else {
+                    self.idle(&mut backoff);
+                }
             } else {
                 backoff.reset();
             }
         }
+    }
+
+    /// Block mode: sleeps in the kernel until traffic arrives (or a bounded time passes; the
+    /// caller polls and checks its condition either way).
+    #[cold]
+    #[inline(never)]
+    fn sleep_until_traffic(&self) {
+        // Nobody may wait on us while we sleep: return every credit and send what is queued.
+        self.flush_credit();
+        self.flush_net();
+        let bell = self.own().doorbell();
+        let seen = bell.prepare();
+        if self.pending() {
+            bell.awake();
+            return;
+        }
+        let mut timeout = SLEEP_MAX;
+        if let Some(net) = &self.net {
+            let transport = net.transport.borrow();
+            if let Some(d) = transport.next_deadline() {
+                timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
+            }
+            if self.local_ranks.len() == 1 {
+                // Only the network can bring anything: sleep on its descriptor.
+                let mut pfd = libc::pollfd {
+                    fd: transport.readable_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                drop(transport);
+                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+                // SAFETY: one valid pollfd on this stack frame for the duration of the call.
+                unsafe { libc::poll(&mut pfd, 1, ms) };
+                bell.awake();
+                self.check_health();
+                return;
+            }
+            // Shared memory rings the doorbell; the network is checked at least this often.
+            timeout = timeout.min(MIXED_NETWORK_SLEEP);
+        }
+        bell.sleep(seen, timeout);
+        bell.awake();
+        self.check_health();
     }
 
     /// Takes one barrier arrival for (epoch, round), waiting for it.

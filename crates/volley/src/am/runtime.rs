@@ -61,6 +61,8 @@ struct EndpointInfo {
     node: usize,
     /// Network transport name and address, when the job spans several nodes.
     net: Option<(String, SocketAddr)>,
+    /// `VOLLEY_WAIT=block`: senders must ring doorbells, so all ranks must agree.
+    block: bool,
 }
 
 impl RuntimeBuilder {
@@ -111,6 +113,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Sleep in the kernel once a wait has spun for a while, woken by traffic (default: spin,
+    /// or `VOLLEY_WAIT=spin|block`). Every rank must choose the same.
+    pub fn block_when_idle(&mut self, block: bool) -> &mut Self {
+        self.config.block = Some(block);
+        self
+    }
+
     /// Yield the core early while waiting (default: automatic, on when this host runs more
     /// ranks than this process has cores; or `VOLLEY_POLITE=0|1|auto`).
     pub fn polite(&mut self, polite: bool) -> &mut Self {
@@ -148,6 +157,7 @@ impl RuntimeBuilder {
             .map_err(|(name, value, why)| Error::InvalidConfig { name, value, why })?;
         let polite = self.config.polite(job.host_ranks, job.host_cpus)?;
         let poll_policy = self.config.poll_policy()?;
+        let block = self.config.block()?;
         // Bound before the rendezvous so that its address can be published there.
         let mut net = if job.local_size < job.size {
             Some(bind_network(&self.config, &job)?)
@@ -163,6 +173,7 @@ impl RuntimeBuilder {
             net: net
                 .as_ref()
                 .map(|n| (n.kind().name().to_string(), n.local_addr())),
+            block,
         };
         let (regions, local_ranks, conn) = match &job.rendezvous {
             None => (vec![own], vec![0], None),
@@ -231,6 +242,7 @@ impl RuntimeBuilder {
             local_ranks,
             net,
             poll_policy,
+            block,
         };
         let engine = Engine::new(
             job.rank,
@@ -293,6 +305,21 @@ fn check_agreement(
                 theirs: format!("{name}={y}"),
             });
         }
+    }
+    if mine.block != theirs.block {
+        let mode = |b: bool| {
+            if b {
+                "VOLLEY_WAIT=block"
+            } else {
+                "VOLLEY_WAIT=spin"
+            }
+        };
+        return Err(Error::ConfigMismatch {
+            me,
+            rank,
+            mine: mode(mine.block).into(),
+            theirs: mode(theirs.block).into(),
+        });
     }
     if !same_node {
         if let (Some((x, _)), Some((y, _))) = (&mine.net, &theirs.net) {

@@ -13,6 +13,8 @@
 //! Trust model (seed 001 §3.3): ranks of one job on one host trust each other; the job key in
 //! every frame header guards against misdirected frames, not against a malicious peer.
 
+#[cfg(not(loom))]
+pub mod doorbell;
 pub mod frame;
 #[cfg(not(loom))]
 mod region;

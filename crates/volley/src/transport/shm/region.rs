@@ -100,6 +100,9 @@ impl Layout {
     }
 }
 
+/// Where, in the header page, the owner's doorbell lives (its own cache line).
+const DOORBELL_OFFSET: usize = 64;
+
 /// The fixed header at the start of a region, checked when a peer maps it.
 #[repr(C)]
 struct RegionHeader {
@@ -231,6 +234,24 @@ impl Region {
         // SAFETY: the region starts with HEADER_BYTES >= size_of::<RegionHeader>() bytes,
         // page-aligned, zero-initialized by the kernel (a valid bit pattern for atomics).
         unsafe { &*self.base.as_ptr().cast::<RegionHeader>() }
+    }
+
+    /// The owner's doorbell (for `VOLLEY_WAIT=block`).
+    pub fn doorbell(&self) -> &super::doorbell::Doorbell {
+        const _: () = assert!(
+            DOORBELL_OFFSET >= std::mem::size_of::<RegionHeader>()
+                && DOORBELL_OFFSET + 64 <= UPPER_OFFSET
+        );
+        // SAFETY: the doorbell's 64 bytes lie in the header page between the fixed header and
+        // the upper layers' bytes, 64-aligned (the mapping is page-aligned), zero-initialized by
+        // the kernel, which is a valid value for its atomics; the mapping outlives `&self`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(DOORBELL_OFFSET)
+                .cast::<super::doorbell::Doorbell>()
+        }
     }
 
     /// The descriptor to hand to peers.
