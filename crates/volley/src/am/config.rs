@@ -24,6 +24,7 @@ pub(crate) struct Config {
     pub(crate) segment_bytes: Option<usize>,
     pub(crate) polite: Option<bool>,
     pub(crate) block: Option<bool>,
+    pub(crate) watchdog: Option<std::time::Duration>,
 }
 
 fn env_nonempty(name: &str) -> Option<String> {
@@ -147,6 +148,25 @@ impl Config {
                 value: other.to_string(),
                 why: "expected spin or block",
             }),
+        }
+    }
+
+    /// `VOLLEY_WATCHDOG_MS=N`: report handlers running longer than N ms (default: off).
+    pub(crate) fn watchdog(&self) -> Result<Option<std::time::Duration>> {
+        if let Some(d) = self.watchdog {
+            return Ok(Some(d));
+        }
+        match env_nonempty("VOLLEY_WATCHDOG_MS") {
+            None => Ok(None),
+            Some(v) => match v.parse::<u64>() {
+                Ok(0) => Ok(None),
+                Ok(ms) => Ok(Some(std::time::Duration::from_millis(ms))),
+                Err(_) => Err(Error::InvalidConfig {
+                    name: "VOLLEY_WATCHDOG_MS",
+                    value: v,
+                    why: "expected a number of milliseconds (0 = off)",
+                }),
+            },
         }
     }
 

@@ -14,6 +14,7 @@ use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
 use super::net_frame;
 use super::poll_policy::{NetPollState, PollPolicy};
 use super::stats::{bump, NetworkStats, StatCells, Stats};
+use super::watchdog::Watchdog;
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
 use crate::transport::net::{NetError, NetTransport};
@@ -89,6 +90,7 @@ pub(crate) struct Engine {
     pub(crate) polite: bool,
     /// `VOLLEY_WAIT=block`.
     block: bool,
+    watchdog: Option<Watchdog>,
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
@@ -155,6 +157,8 @@ pub(crate) struct Routes {
     pub(crate) poll_policy: PollPolicy,
     /// Waits sleep once they have spun; senders ring doorbells.
     pub(crate) block: bool,
+    /// Report handlers that run longer than this.
+    pub(crate) watchdog: Option<std::time::Duration>,
 }
 
 /// One incoming ring and this rank's consumer state for it.
@@ -197,6 +201,7 @@ impl Engine {
             net,
             poll_policy,
             block,
+            watchdog,
         } = routes;
         let mut local_of = vec![REMOTE; size];
         for (l, &r) in local_ranks.iter().enumerate() {
@@ -232,6 +237,11 @@ impl Engine {
         } else {
             poll_policy
         };
+        let watchdog = watchdog.map(|limit| {
+            let req = requests.iter().map(|(n, _)| n.clone()).collect();
+            let rep = replies.iter().map(|(n, _)| n.clone()).collect();
+            Watchdog::start(me, limit, [req, rep])
+        });
         let net = net.map(|t| NetRoute {
             transport: RefCell::new(t),
             inbox: Default::default(),
@@ -269,6 +279,7 @@ impl Engine {
             critical: Cell::new(0),
             polite,
             block,
+            watchdog,
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
             finalized_peers: Cell::new(0),
@@ -1088,6 +1099,10 @@ impl Engine {
         if depth > self.stats.max_nesting.get() {
             self.stats.max_nesting.set(depth);
         }
+        let watched = self.watchdog.as_ref().filter(|_| depth == 1);
+        if let Some(w) = watched {
+            w.begin(ch, index);
+        }
         let found = match ch {
             Channel::Request => self.requests.get(index as usize).map(|(_, f)| {
                 f(
@@ -1100,6 +1115,9 @@ impl Engine {
             }),
             Channel::Reply => self.replies.get(index as usize).map(|(_, f)| f(msg)),
         };
+        if let Some(w) = watched {
+            w.end();
+        }
         self.depth.set(depth - 1);
         found.ok_or(())
     }
@@ -1215,6 +1233,14 @@ impl Engine {
             let line = format!("volley: rank {}: closing the network: {e}\n", self.me);
             let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         }
+    }
+
+    /// What the watchdog reported so far.
+    #[cfg(test)]
+    pub(crate) fn watchdog_reports(&self) -> Vec<String> {
+        self.watchdog
+            .as_ref()
+            .map_or_else(Vec::new, Watchdog::reports)
     }
 
     /// All counters of this rank.

@@ -43,6 +43,7 @@ mod net_frame;
 mod poll_policy;
 mod runtime;
 mod stats;
+mod watchdog;
 
 #[cfg(test)]
 mod tests;

@@ -120,6 +120,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Report, by name, any handler that runs longer than `limit` (default: off, or
+    /// `VOLLEY_WATCHDOG_MS`). A thread per rank watches; handlers pay two stores each.
+    pub fn watchdog(&mut self, limit: std::time::Duration) -> &mut Self {
+        self.config.watchdog = Some(limit);
+        self
+    }
+
     /// Yield the core early while waiting (default: automatic, on when this host runs more
     /// ranks than this process has cores; or `VOLLEY_POLITE=0|1|auto`).
     pub fn polite(&mut self, polite: bool) -> &mut Self {
@@ -158,6 +165,7 @@ impl RuntimeBuilder {
         let polite = self.config.polite(job.host_ranks, job.host_cpus)?;
         let poll_policy = self.config.poll_policy()?;
         let block = self.config.block()?;
+        let watchdog = self.config.watchdog()?;
         // Bound before the rendezvous so that its address can be published there.
         let mut net = if job.local_size < job.size {
             Some(bind_network(&self.config, &job)?)
@@ -243,6 +251,7 @@ impl RuntimeBuilder {
             net,
             poll_policy,
             block,
+            watchdog,
         };
         let engine = Engine::new(
             job.rank,

@@ -277,3 +277,31 @@ fn waiting_inside_a_critical_section_is_refused() {
     assert!(!rt.in_critical());
     rt.wait_until(|| true);
 }
+
+#[test]
+fn watchdog_names_a_handler_that_runs_too_long_while_it_runs() {
+    let mut b = Runtime::builder();
+    let quick = b.request_handler("quick", |_, _| {});
+    let slow = b.request_handler("dawdler", |_, _| {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+    });
+    b.watchdog(std::time::Duration::from_millis(50));
+    let rt = b.build().unwrap();
+    for _ in 0..1000 {
+        rt.request_short(0, quick, &[]).unwrap();
+        rt.poll();
+    }
+    assert!(rt.engine().watchdog_reports().is_empty());
+    rt.request_short(0, slow, &[]).unwrap();
+    rt.poll();
+    let reports = rt.engine().watchdog_reports();
+    assert_eq!(
+        reports.len(),
+        1,
+        "one report per slow invocation: {reports:?}"
+    );
+    assert!(
+        reports[0].contains("request handler \"dawdler\"") && reports[0].contains("limit 50 ms"),
+        "{reports:?}"
+    );
+}
