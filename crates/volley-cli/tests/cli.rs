@@ -147,3 +147,69 @@ fn bench_rejects_bad_arguments() {
         );
     }
 }
+
+#[test]
+fn bench_am_over_each_network_reports_its_floor() {
+    for (transport, floor) in [("udp", "udp_raw_rtt_ns"), ("tcp", "tcp_raw_rtt_ns")] {
+        let (code, out, err) = run(
+            &[
+                "bench",
+                "am",
+                "--transport",
+                transport,
+                "--reps",
+                "1",
+                "--scale",
+                "0.05",
+                "--json",
+                "-",
+            ],
+            Duration::from_secs(240),
+        );
+        assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+        assert_eq!(doc["transport"], transport, "{doc}");
+        for key in [
+            floor,
+            "am_short_rtt_ns",
+            "am_flood_ns_per_msg",
+            "long_gbps_1MiB",
+        ] {
+            let v = doc[key].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
+        }
+        assert!(doc["am_medium_rtt_ns"]
+            .as_array()
+            .is_some_and(|a| a.len() == 6));
+    }
+    let (code, _, err) = run(
+        &["bench", "rma", "--transport", "udp"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("only --transport shm"), "{err}");
+}
+
+#[test]
+fn bench_progress_reports_modes_and_the_granularity_sweep() {
+    let (code, out, err) = run(
+        &[
+            "bench", "progress", "--reps", "1", "--scale", "0.05", "--json", "-",
+        ],
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    for key in ["rtt_inline_ns", "rtt_block_ns", "wakeup_ns"] {
+        let v = doc[key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
+    }
+    assert!(doc["rtt_thread_ns"].is_null(), "{doc}");
+    let g = doc["granularity"].as_array().expect("granularity array");
+    assert_eq!(g.len(), 6, "{doc}");
+    assert!(g
+        .iter()
+        .all(|e| e["mode"] == "inline" && e["ns_per_iteration"].as_f64().is_some_and(|x| x > 0.0)));
+    // The last entry is "never polls".
+    assert!(g[5]["compute_ns"].is_null(), "{doc}");
+}

@@ -3,6 +3,7 @@
 
 mod am;
 mod floor;
+mod progress;
 mod rma;
 
 use clap::Subcommand;
@@ -17,6 +18,9 @@ pub enum BenchCommand {
     Am(BenchArgs),
     /// One-sided put, get and atomics between two local ranks, on the direct and AM paths.
     Rma(BenchArgs),
+    /// Progress engines: round trip per wait mode, wake-up of a sleeping rank, and seed 004's
+    /// polling-granularity experiment.
+    Progress(BenchArgs),
 }
 
 /// Options every benchmark takes.
@@ -83,13 +87,14 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
     let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
         BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
         BenchCommand::Rma(a) => ("rma", a, bench_rma, print_rma_table),
+        BenchCommand::Progress(a) => ("progress", a, bench_progress, print_progress_table),
     };
     if !(args.scale > 0.0 && args.scale <= 100.0) {
         eprintln!("volley bench: --scale must be in (0, 100]");
         return ExitCode::from(2);
     }
-    if name == "rma" && args.transport != Transport::Shm {
-        eprintln!("volley bench rma: only --transport shm is supported");
+    if name != "am" && args.transport != Transport::Shm {
+        eprintln!("volley bench {name}: only --transport shm is supported");
         return ExitCode::from(2);
     }
     match bench(args.reps as usize, args.scale, args.transport) {
@@ -107,6 +112,8 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "am" => am::run(out, scale, reps),
         "rma-direct" => rma::run(out, volley::rma::RmaPath::Direct, scale, reps),
         "rma-am" => rma::run(out, volley::rma::RmaPath::ActiveMessages, scale, reps),
+        "progress-spin" => progress::run(out, scale, reps, false),
+        "progress-block" => progress::run(out, scale, reps, true),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
@@ -125,6 +132,7 @@ fn run_ranks(
     scale: f64,
     reps: usize,
     transport: Transport,
+    extra_env: &[(&str, &str)],
 ) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?;
     let out = std::env::temp_dir().join(format!(
@@ -141,11 +149,14 @@ fn run_ranks(
         } else {
             1
         },
-        env: if transport == Transport::Shm {
-            Vec::new()
-        } else {
-            vec![("VOLLEY_NET".into(), transport.name().into())]
-        },
+        env: extra_env
+            .iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .chain(
+                (transport != Transport::Shm)
+                    .then(|| ("VOLLEY_NET".into(), transport.name().into())),
+            )
+            .collect(),
         grace: std::time::Duration::from_secs(2),
         program: exe.into_os_string(),
         args: vec![
@@ -168,8 +179,8 @@ fn run_ranks(
 
 fn bench_rma(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
     let memcpy = rma::memcpy_gbps(reps, scale);
-    let direct = run_ranks("rma-direct", 2, scale, reps, Transport::Shm)?;
-    let am = run_ranks("rma-am", 2, scale, reps, Transport::Shm)?;
+    let direct = run_ranks("rma-direct", 2, scale, reps, Transport::Shm, &[])?;
+    let am = run_ranks("rma-am", 2, scale, reps, Transport::Shm, &[])?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
     let mut doc = med(&direct);
     let get =
@@ -288,7 +299,7 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
             (key, ns, scale * NETWORK_SCALE)
         }
     };
-    let raw = run_ranks("am", 2, rank_scale, reps, transport)?;
+    let raw = run_ranks("am", 2, rank_scale, reps, transport, &[])?;
     let runs = raw["reps"].as_array().cloned().unwrap_or_default();
     let mut doc = median_of_reps(&runs);
     let get =
@@ -325,6 +336,90 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
     );
     doc.insert("runs".into(), json!(runs));
     Ok(Value::Object(doc))
+}
+
+fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
+    let spin = run_ranks(
+        "progress-spin",
+        2,
+        scale,
+        reps,
+        Transport::Shm,
+        &[("VOLLEY_WAIT", "spin")],
+    )?;
+    let block = run_ranks(
+        "progress-block",
+        2,
+        scale,
+        reps,
+        Transport::Shm,
+        &[("VOLLEY_WAIT", "block")],
+    )?;
+    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
+    let (spin, block) = (med(&spin), med(&block));
+    let granularity: Vec<Value> = spin
+        .get("granularity")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            let size = e["size"].as_u64().unwrap_or(0);
+            json!({
+                "mode": "inline",
+                "compute_ns": if size == 0 { Value::Null } else { json!(size) },
+                "ns_per_iteration": e["ns_per_iteration"],
+            })
+        })
+        .collect();
+    Ok(json!({
+        "rtt_inline_ns": spin.get("rtt_ns"),
+        "rtt_block_ns": block.get("rtt_ns"),
+        "rtt_thread_ns": Value::Null,
+        "wakeup_ns": block.get("wakeup_ns"),
+        "granularity": granularity,
+        "work_ns_per_rank_and_iteration": 2_000_000,
+        "thread_mode": "not built yet: no figures",
+        "reps": reps,
+        "scale": scale,
+    }))
+}
+
+fn print_progress_table(doc: &Value, w: &mut dyn Write) {
+    let f = |k: &str| doc[k].as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        w,
+        "volley bench progress: 2 ranks on one host, pinned; median of {} repetitions",
+        doc["reps"]
+    );
+    let inline = f("rtt_inline_ns");
+    let _ = writeln!(w, "  {:<34} {:>12.1} ns", "rtt_inline_ns (spin)", inline);
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.2} x inline",
+        "rtt_block_ns",
+        f("rtt_block_ns"),
+        f("rtt_block_ns") / inline
+    );
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.1} x inline (responder asleep in the kernel)",
+        "wakeup_ns",
+        f("wakeup_ns"),
+        f("wakeup_ns") / inline
+    );
+    let _ = writeln!(w, "  {:<34} {:>12}", "rtt_thread_ns", "not built");
+    let _ = writeln!(
+        w,
+        "  polling granularity (2 ms of compute per rank and iteration; 2.0 ms = parallel, 4.0 ms = serialized):"
+    );
+    for e in doc["granularity"].as_array().into_iter().flatten() {
+        let g = match e["compute_ns"].as_u64() {
+            Some(g) => format!("{} us between polls", g / 1000),
+            None => "never polls".into(),
+        };
+        let ns = e["ns_per_iteration"].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(w, "    inline  {g:<26} {:>8.3} ms per iteration", ns / 1e6);
+    }
 }
 
 fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> ExitCode {
