@@ -289,12 +289,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
         reps_out.push(bench.one_rep(&mut phase));
     }
     if bench.rt.rank() == 0 {
-        let doc = json!({ "reps": reps_out });
-        std::fs::write(
-            out,
-            serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+        super::write_reps(out, reps_out)?;
     }
     Ok(())
 }

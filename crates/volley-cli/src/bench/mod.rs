@@ -125,6 +125,16 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
     }
 }
 
+/// Rank 0 of a benchmark job: writes every repetition's figures for the launching command.
+fn write_reps(out: &std::path::Path, reps: Vec<Value>) -> Result<(), String> {
+    let doc = json!({ "reps": reps });
+    std::fs::write(
+        out,
+        serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("writing {}: {e}", out.display()))
+}
+
 /// Launches `ranks` copies of this executable as benchmark ranks and returns rank 0's output.
 fn run_ranks(
     which: &str,

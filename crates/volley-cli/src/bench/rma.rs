@@ -108,12 +108,7 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
     }
     rt.barrier();
     if rt.rank() == 0 {
-        let doc = json!({ "reps": runs });
-        std::fs::write(
-            out,
-            serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
-        )
-        .map_err(|e| format!("writing {}: {e}", out.display()))?;
+        super::write_reps(out, runs)?;
     }
     Ok(())
 }
