@@ -19,6 +19,12 @@ pub fn arg_u64(i: usize, default: u64) -> u64 {
     }
 }
 
+/// Joins the job, or exits with status 2 and the reason (every rank program starts so).
+pub fn join(b: RuntimeBuilder) -> Runtime {
+    b.build()
+        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")))
+}
+
 /// The `i`-th command-line argument (after the program name), if any.
 pub fn arg_str(i: usize) -> Option<String> {
     std::env::args().nth(i + 1)

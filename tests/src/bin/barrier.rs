@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use volley::Runtime;
-use volley_tests::{arg_u64, fail};
+use volley_tests::{arg_u64, fail, join};
 
 fn main() {
     let rounds = arg_u64(0, 300);
@@ -48,9 +48,7 @@ fn main() {
                 .expect("barrier: reply failed");
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
 
     for i in 0..rounds {

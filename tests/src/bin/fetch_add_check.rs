@@ -13,7 +13,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use volley::Runtime;
-use volley_tests::{arg_u64, fail};
+use volley_tests::{arg_u64, fail, join};
 
 #[derive(Default)]
 struct Collected {
@@ -85,9 +85,7 @@ fn main() {
             }
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
     let total = k * size as u64;
     if rank == 0 {

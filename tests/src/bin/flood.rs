@@ -18,7 +18,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 use volley::{MessageClass, Runtime};
-use volley_tests::{arg_str, arg_u64, check_pattern, fail, fill_pattern, mix, PerRank};
+use volley_tests::{arg_str, arg_u64, check_pattern, fail, fill_pattern, join, mix, PerRank};
 
 /// Check word `j` of message `k` from `src` to `dst` on channel `ch`.
 fn word(ch: u64, src: usize, dst: usize, k: u64, j: usize) -> u64 {
@@ -143,9 +143,7 @@ fn main() {
             }
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
     me.set(rank).unwrap();
     handled.init(size);

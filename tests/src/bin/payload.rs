@@ -19,7 +19,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use volley::{MessageClass, Runtime};
-use volley_tests::{check_pattern, checksum, fail, fill_pattern, mix};
+use volley_tests::{check_pattern, checksum, fail, fill_pattern, join, mix};
 
 /// Largest size of the sweeps.
 const SWEEP_MAX: usize = 8192;
@@ -224,9 +224,7 @@ fn main() {
                 .expect("payload: reply_short failed");
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
     let peer = match (rank, size) {
         (_, 1) => 0,

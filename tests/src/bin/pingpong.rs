@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 use volley::Runtime;
-use volley_tests::{arg_u64, fail, mix};
+use volley_tests::{arg_u64, fail, join, mix};
 
 fn value(i: u64) -> u64 {
     mix(i ^ 0x5151_5151)
@@ -70,9 +70,7 @@ fn main() {
                 .expect("pingpong: reply_short failed");
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
     let partner = if size > 1 { 1 } else { 0 };
 

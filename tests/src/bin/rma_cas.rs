@@ -12,7 +12,7 @@
 
 use volley::rma::{AtomicOp, Perms, Rma};
 use volley::Runtime;
-use volley_tests::{arg_u64, check_exactly_0_to, fail, path_name, Gather};
+use volley_tests::{arg_u64, check_exactly_0_to, fail, join, path_name, Gather};
 
 /// The counter's word offset (not 0).
 const COUNTER: usize = 24;
@@ -29,9 +29,7 @@ fn main() {
     let mut b = Runtime::builder();
     let setup = Rma::register(&mut b);
     let gather = Gather::register(&mut b, "rma-cas-gather");
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     assert!(size <= 64, "rma_cas: at most 64 ranks (one bit each)");

@@ -10,7 +10,7 @@
 
 use volley::rma::{AtomicOp, Perms, Rma};
 use volley::Runtime;
-use volley_tests::{arg_u64, check_exactly_0_to, fail, mix, path_name, Gather};
+use volley_tests::{arg_u64, check_exactly_0_to, fail, join, mix, path_name, Gather};
 
 /// Words in the segment; the counter is one of them, the others are guards.
 const WORDS: usize = 16;
@@ -27,9 +27,7 @@ fn main() {
     let mut b = Runtime::builder();
     let setup = Rma::register(&mut b);
     let gather = Gather::register(&mut b, "rma-fadd-gather");
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     let path = path_name(rma.path());

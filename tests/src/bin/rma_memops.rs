@@ -29,7 +29,9 @@
 use std::sync::{Arc, Mutex};
 use volley::rma::{FifoRef, FifoStatus, Perms, Rma, SegmentRef};
 use volley::Runtime;
-use volley_tests::{arg_u64, check_pattern, fail, fill_pattern, mix, path_name, pattern_byte};
+use volley_tests::{
+    arg_u64, check_pattern, fail, fill_pattern, join, mix, path_name, pattern_byte,
+};
 
 const CAPACITY: usize = 4;
 const ENTRY: usize = 16;
@@ -173,9 +175,7 @@ fn main() {
             .unwrap()
             .push((sig.src(), sig.offset(), sig.len(), ok));
     });
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     if size < 2 {

@@ -18,7 +18,7 @@
 
 use volley::rma::{Perms, Refusal, Rma, SegmentRef};
 use volley::{Error, Runtime};
-use volley_tests::{check_pattern, fail, fill_pattern, mix, path_name};
+use volley_tests::{check_pattern, fail, fill_pattern, join, mix, path_name};
 
 const NB_ITEMS: usize = 1200;
 const NBI_ITEMS: usize = 2000;
@@ -68,9 +68,7 @@ fn seed(area: u64, writer: usize, i: usize) -> u64 {
 fn main() {
     let mut b = Runtime::builder();
     let setup = Rma::register(&mut b);
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     let path = path_name(rma.path());

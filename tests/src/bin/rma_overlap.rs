@@ -11,7 +11,7 @@
 
 use volley::rma::{Perms, Rma};
 use volley::Runtime;
-use volley_tests::{fail, mix, path_name, pattern_byte};
+use volley_tests::{fail, join, mix, path_name, pattern_byte};
 
 /// Stripe widths and stripes per rank of the two striped areas.
 const STRIPES: [(usize, usize); 2] = [(13, 97), (70_001, 2)];
@@ -67,9 +67,7 @@ fn pattern(w: &Write) -> Vec<u8> {
 fn main() {
     let mut b = Runtime::builder();
     let setup = Rma::register(&mut b);
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     let path = path_name(rma.path());

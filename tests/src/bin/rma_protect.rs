@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use volley::rma::{AtomicOp, Perms, Refusal, Rma, SegmentRef};
 use volley::{Error, Result, Runtime};
-use volley_tests::{arg_str, checksum, fail, fill_pattern, mix, path_name};
+use volley_tests::{arg_str, checksum, fail, fill_pattern, join, mix, path_name};
 
 const RW_LEN: usize = 4160;
 const ALL_LEN: usize = 300_000;
@@ -126,9 +126,7 @@ fn main() {
             tally.store(m.arg(0), Ordering::Relaxed);
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     let path = path_name(rma.path());

@@ -15,7 +15,7 @@
 
 use volley::rma::{Perms, Rma, SegmentRef};
 use volley::Runtime;
-use volley_tests::{check_pattern, fail, fill_pattern, mix, path_name, pattern_byte};
+use volley_tests::{check_pattern, fail, fill_pattern, join, mix, path_name, pattern_byte};
 
 const SIZES: [usize; 14] = [
     0,
@@ -81,9 +81,7 @@ fn fill_background(owner: usize, start: usize, out: &mut [u8]) {
 fn main() {
     let mut b = Runtime::builder();
     let setup = Rma::register(&mut b);
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let rma = setup.attach(&rt);
     let (rank, size) = (rt.rank(), rt.size());
     let path = path_name(rma.path());

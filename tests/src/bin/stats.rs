@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use volley::transport::Channel;
 use volley::{MessageClass, RequestHandler, Runtime, Stats};
-use volley_tests::{arg_u64, fail};
+use volley_tests::{arg_u64, fail, join};
 
 /// Bytes of each long payload.
 const LONG_BYTES: usize = 100;
@@ -58,9 +58,7 @@ fn main() {
             .expect("stats: reply failed");
         })
     };
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")));
+    let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
     me.set(rank).unwrap();
     let p = size as u64;
