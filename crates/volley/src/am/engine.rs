@@ -145,8 +145,8 @@ impl NetRoute {
     }
 }
 
-/// How one rank's peers are reached, as the runtime sets it up.
-pub(crate) struct Routes {
+/// What the runtime hands the engine: how peers are reached and how to wait.
+pub(crate) struct EngineSetup {
     /// Regions of the ranks on this node, by local index (this rank's own included).
     pub(crate) regions: Vec<Region>,
     /// Global rank of each local index.
@@ -189,20 +189,20 @@ impl Engine {
         me: usize,
         size: usize,
         key: u64,
-        routes: Routes,
+        setup: EngineSetup,
         requests: Vec<(String, Box<RequestFn>)>,
         replies: Vec<(String, Box<ReplyFn>)>,
         polite: bool,
         launcher: Option<OwnedFd>,
     ) -> Self {
-        let Routes {
+        let EngineSetup {
             regions,
             local_ranks,
             net,
             poll_policy,
             block,
             watchdog,
-        } = routes;
+        } = setup;
         let mut local_of = vec![REMOTE; size];
         for (l, &r) in local_ranks.iter().enumerate() {
             local_of[r] = l as u32;

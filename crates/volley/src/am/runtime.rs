@@ -11,7 +11,7 @@ use crate::transport::Channel;
 
 /// Most handlers of each kind (request, reply): indices are 16 bits.
 pub const MAX_HANDLERS: usize = 1 << 16;
-use super::engine::Routes;
+use super::engine::EngineSetup;
 use crate::transport::net::{
     tcp::{TcpConfig, TcpTransport},
     udp::{UdpConfig, UdpTransport},
@@ -245,7 +245,7 @@ impl RuntimeBuilder {
                 (regions, local_ranks, Some(conn))
             }
         };
-        let routes = Routes {
+        let setup = EngineSetup {
             regions,
             local_ranks,
             net,
@@ -257,7 +257,7 @@ impl RuntimeBuilder {
             job.rank,
             job.size,
             job.job_key,
-            routes,
+            setup,
             self.requests,
             self.replies,
             polite,
@@ -662,11 +662,6 @@ impl Runtime {
     /// memory (and, on the direct path, one-sided operations touch its memory directly);
     /// `false` for ranks reached through the network and for ranks outside the job.
     pub fn is_local(&self, rank: usize) -> bool {
-        self.maps(rank)
-    }
-
-    /// Whether this rank maps `rank`'s memory (same node).
-    pub(crate) fn maps(&self, rank: usize) -> bool {
         self.engine.region_of(rank).is_some()
     }
 

@@ -367,7 +367,7 @@ impl<'rt> Rma<'rt> {
     /// ranks of this node. Ranks on other nodes are always served by handlers at the target,
     /// which use the same atomic instructions, so the two paths mix safely on one segment.
     fn direct(&self, rank: usize) -> bool {
-        self.path == RmaPath::Direct && self.rt.maps(rank)
+        self.path == RmaPath::Direct && self.rt.is_local(rank)
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
