@@ -783,12 +783,12 @@ impl Engine {
             return Err(());
         }
         let args = &f.args[..f.nargs];
-        let (class, offset) = match f.kind {
+        let (class, payload, offset): (MessageClass, &[u8], usize) = match f.kind {
             FrameKind::System if ch == Channel::Request => {
                 return self.deliver_system(src, f.handler, args).map(|()| false)
             }
-            FrameKind::Short => (MessageClass::Short, 0),
-            FrameKind::MediumInline => (MessageClass::Medium, 0),
+            FrameKind::Short => (MessageClass::Short, &[], 0),
+            FrameKind::MediumInline => (MessageClass::Medium, f.payload, 0),
             FrameKind::Long => {
                 let seg = self.own();
                 let offset = usize::try_from(f.offset).map_err(|_| ())?;
@@ -798,27 +798,17 @@ impl Engine {
                 {
                     return Err(());
                 }
-                // SAFETY: bounds checked against our own segment, which stays mapped.
-                // Writing before the handler runs is the long message's contract.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        f.payload.as_ptr(),
-                        seg.segment_ptr().add(offset),
-                        f.payload.len(),
-                    );
-                }
-                (MessageClass::Long, offset)
+                // SAFETY: bounds checked against our own segment, which stays mapped. Writing
+                // before the handler runs is the long message's contract; the handler then
+                // sees the segment's copy, as on the shared-memory path.
+                let placed = unsafe {
+                    let dst = seg.segment_ptr().add(offset);
+                    std::ptr::copy_nonoverlapping(f.payload.as_ptr(), dst, f.payload.len());
+                    std::slice::from_raw_parts(dst, f.payload.len())
+                };
+                (MessageClass::Long, placed, offset)
             }
             _ => return Err(()),
-        };
-        let payload = if class == MessageClass::Long {
-            // SAFETY: the range was checked above; handlers see the segment copy, as on the
-            // shared-memory path.
-            unsafe {
-                std::slice::from_raw_parts(self.own().segment_ptr().add(offset), f.payload.len())
-            }
-        } else {
-            f.payload
         };
         let msg = Message {
             src,
