@@ -21,8 +21,13 @@
 pub mod am;
 #[cfg(not(loom))]
 pub mod bootstrap;
+/// The critical-section word alone, for the loom model (the rest of `am` is not built then).
+#[cfg(loom)]
+#[path = "am/critical.rs"]
+mod critical_model;
 #[cfg(not(loom))]
 mod error;
+pub(crate) mod futex;
 #[cfg(not(loom))]
 pub mod reliable;
 #[cfg(not(loom))]

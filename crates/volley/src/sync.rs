@@ -2,9 +2,9 @@
 //! so the same ring code runs in the model checker and in production.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// An `UnsafeCell` with loom's closure-based access API, so loom can track every access.
 #[cfg(loom)]
@@ -34,4 +34,22 @@ impl<T> UnsafeCell<T> {
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())
     }
+}
+
+/// A spin-wait hint (under loom, a point where the model may switch threads).
+#[inline(always)]
+pub(crate) fn spin_hint() {
+    #[cfg(loom)]
+    loom::hint::spin_loop();
+    #[cfg(not(loom))]
+    std::hint::spin_loop();
+}
+
+/// Gives up the core to another thread.
+#[inline]
+pub(crate) fn yield_now() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    std::thread::yield_now();
 }

@@ -24,6 +24,7 @@ pub(crate) struct Config {
     pub(crate) segment_bytes: Option<usize>,
     pub(crate) polite: Option<bool>,
     pub(crate) block: Option<bool>,
+    pub(crate) progress_thread: Option<bool>,
     pub(crate) watchdog: Option<std::time::Duration>,
 }
 
@@ -147,6 +148,23 @@ impl Config {
                 name: "VOLLEY_WAIT",
                 value: other.to_string(),
                 why: "expected spin or block",
+            }),
+        }
+    }
+
+    /// `VOLLEY_PROGRESS=inline|thread` (default inline): whether a progress thread polls and
+    /// runs handlers while the program computes.
+    pub(crate) fn progress_thread(&self) -> Result<bool> {
+        if let Some(t) = self.progress_thread {
+            return Ok(t);
+        }
+        match env_nonempty("VOLLEY_PROGRESS").as_deref() {
+            None | Some("inline") => Ok(false),
+            Some("thread") => Ok(true),
+            Some(other) => Err(Error::InvalidConfig {
+                name: "VOLLEY_PROGRESS",
+                value: other.to_string(),
+                why: "expected inline or thread",
             }),
         }
     }

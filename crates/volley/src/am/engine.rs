@@ -1,8 +1,10 @@
 //! The engine: injects frames into peers' rings, polls this rank's rings and runs handlers.
 //!
-//! Everything here runs on the rank's one thread; state lives in `Cell`s so that handlers can
-//! run while a send is blocked (a blocked request send polls requests and replies; a blocked
-//! reply send polls replies only, whose handlers cannot send, so nesting stops at depth 2).
+//! State lives in `Cell`s so that handlers can run while a send is blocked (a blocked request
+//! send polls requests and replies; a blocked reply send polls replies only, whose handlers
+//! cannot send, so nesting stops at depth 2). One thread at a time uses the engine: the rank's
+//! own thread in inline progress mode; in thread mode, whichever of the rank thread and the
+//! progress thread holds the engine lock (see `progress.rs`).
 //!
 //! Each peer is reached by one route: the rings of the shared-memory transport when it is on
 //! this rank's node (this rank included: the loopback path), the network transport otherwise.
@@ -10,9 +12,11 @@
 //! user sees uses global ranks.
 
 use super::backoff::Backoff;
+use super::critical::CriticalState;
 use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
 use super::net_frame;
 use super::poll_policy::{NetPollState, PollPolicy};
+use super::progress::ThreadSync;
 use super::stats::{bump, NetworkStats, StatCells, Stats};
 use super::watchdog::Watchdog;
 use crate::bootstrap::rendezvous::{self, Notice};
@@ -85,11 +89,19 @@ pub(crate) struct Engine {
     pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
     pub(crate) stats: StatCells,
     depth: Cell<u64>,
-    /// Nesting depth of critical sections: no handler runs while it is above 0.
-    critical: Cell<u32>,
+    /// Critical sections of the rank thread: no handler runs while one is open (except on
+    /// the progress thread while it holds the word's busy bit; the section waits for those).
+    critical: CriticalState,
+    /// The progress thread is running handlers (it holds the critical word's busy bit).
+    serving: Cell<bool>,
     pub(crate) polite: bool,
     /// `VOLLEY_WAIT=block`.
     block: bool,
+    /// By local index: whether that rank's doorbell must be rung after sending to it (it may
+    /// sleep: block mode or a progress thread).
+    bells: Vec<bool>,
+    /// The engine lock and the rank thread's state, in thread progress mode.
+    thread: Option<ThreadSync>,
     watchdog: Option<Watchdog>,
     poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
@@ -102,6 +114,60 @@ pub(crate) struct Engine {
     finalized_from: Vec<Cell<bool>>,
     /// The rendezvous connection, on which the launcher reports ranks that exited.
     launcher: Option<OwnedFd>,
+}
+
+/// The engine as the rank thread and its progress thread share it.
+#[derive(Debug)]
+pub(crate) struct SharedEngine(Engine);
+
+// SAFETY: the engine's `Cell` state, raw ring pointers and transport are used by one thread at a
+// time. In inline mode that is the rank's thread alone: the `Runtime` holding the only handle
+// is neither `Send` nor `Sync`. In thread mode the rank thread and the progress thread touch
+// that state only while holding the engine lock (`ThreadSync`); what they touch without it is
+// atomic (the critical word, the lock's hints, doorbells) or immutable after construction
+// (rank numbers, regions' addresses, handler tables, which are `Send + Sync`).
+unsafe impl Send for SharedEngine {}
+// SAFETY: as above.
+unsafe impl Sync for SharedEngine {}
+
+impl SharedEngine {
+    pub(crate) fn new(engine: Engine) -> Self {
+        Self(engine)
+    }
+
+    /// The engine. Callers other than the runtime's own thread must hold the engine lock for
+    /// anything but the atomic and immutable parts (see the `Sync` note).
+    #[inline(always)]
+    pub(crate) fn get(&self) -> &Engine {
+        &self.0
+    }
+}
+
+/// What one round of the progress thread found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Served {
+    /// Handlers ran.
+    Handled,
+    /// Nothing to do.
+    Nothing,
+    /// A critical section holds handlers back.
+    Deferred,
+}
+
+/// How a rank with nothing to do sleeps, decided under the engine lock and carried out
+/// without it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SleepPlan {
+    /// On the doorbell, after `Doorbell::prepare` returned `seen`.
+    Bell {
+        seen: u32,
+        timeout: std::time::Duration,
+    },
+    /// On the network socket (a rank alone on its node).
+    Socket {
+        fd: std::os::fd::RawFd,
+        timeout: std::time::Duration,
+    },
 }
 
 impl std::fmt::Debug for Engine {
@@ -155,8 +221,12 @@ pub(crate) struct EngineSetup {
     pub(crate) net: Option<Box<dyn NetTransport>>,
     /// When to poll the network.
     pub(crate) poll_policy: PollPolicy,
-    /// Waits sleep once they have spun; senders ring doorbells.
+    /// Waits sleep once they have spun.
     pub(crate) block: bool,
+    /// By local index: whether that rank wants its doorbell rung (see `Engine::bells`).
+    pub(crate) bells: Vec<bool>,
+    /// A progress thread will share the engine.
+    pub(crate) thread: bool,
     /// Report handlers that run longer than this.
     pub(crate) watchdog: Option<std::time::Duration>,
 }
@@ -201,8 +271,11 @@ impl Engine {
             net,
             poll_policy,
             block,
+            bells,
+            thread,
             watchdog,
         } = setup;
+        assert_eq!(bells.len(), local_ranks.len());
         let mut local_of = vec![REMOTE; size];
         for (l, &r) in local_ranks.iter().enumerate() {
             local_of[r] = l as u32;
@@ -276,9 +349,12 @@ impl Engine {
             replies,
             stats: StatCells::default(),
             depth: Cell::new(0),
-            critical: Cell::new(0),
+            critical: CriticalState::default(),
+            serving: Cell::new(false),
             polite,
             block,
+            bells,
+            thread: thread.then(ThreadSync::default),
             watchdog,
             poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
@@ -292,7 +368,7 @@ impl Engine {
     /// Fails loudly if a peer has exited without finalizing: nothing it owed us can arrive, so
     /// waiting on would hang. Called from long waits only.
     #[cold]
-    fn check_health(&self) {
+    pub(crate) fn check_health(&self) {
         let Some(conn) = &self.launcher else {
             return;
         };
@@ -362,25 +438,40 @@ impl Engine {
     }
 
     pub(crate) fn in_critical(&self) -> bool {
-        self.critical.get() > 0
+        self.critical.depth() > 0
     }
 
-    /// Enters a critical section: a plain counter write, no system call, no lock.
+    /// The engine lock and rank-thread state, in thread progress mode.
+    #[inline(always)]
+    pub(crate) fn thread_sync(&self) -> Option<&ThreadSync> {
+        self.thread.as_ref()
+    }
+
+    /// Whether handlers must wait: a critical section is open and this is not the progress
+    /// thread finishing the handlers it began before the section (the section waits for it).
+    #[inline(always)]
+    fn handlers_held(&self) -> bool {
+        self.critical.depth() > 0 && !self.serving.get()
+    }
+
+    /// The rank thread enters a critical section. Inline mode: a plain counter write. Thread
+    /// mode: one atomic operation, and a wait if the progress thread is running handlers.
     #[inline]
     pub(crate) fn enter_critical(&self) {
-        self.critical.set(self.critical.get() + 1);
+        self.critical.enter(self.thread.is_some());
     }
 
-    /// Leaves a critical section; at the outermost exit, runs the handlers of what arrived
-    /// meanwhile (in arrival order per source and channel, as any poll does).
+    /// The rank thread leaves a critical section. Returns true when the outermost section
+    /// ended with messages waiting: the caller then runs [`Engine::deliver_deferred`] (under
+    /// the engine lock in thread mode).
     #[inline]
-    pub(crate) fn leave_critical(&self) {
-        let depth = self.critical.get() - 1;
-        self.critical.set(depth);
-        // Single-threaded: nothing can slip in between the flag clear and this check.
-        if depth == 0 && !self.in_handler() && self.pending() {
-            self.deliver_deferred();
+    pub(crate) fn leave_critical(&self) -> bool {
+        let deferred = self.critical.leave(self.thread.is_some());
+        if self.thread.is_some() {
+            return deferred;
         }
+        // Inline: single-threaded, nothing can slip in between the flag clear and this check.
+        self.critical.depth() == 0 && !self.in_handler() && self.pending()
     }
 
     /// Whether anything waits to be handled: a frame at the head of a ring, or a message the
@@ -406,7 +497,7 @@ impl Engine {
     }
 
     #[cold]
-    fn deliver_deferred(&self) {
+    pub(crate) fn deliver_deferred(&self) {
         // Drain what is there, bounded so that a steady stream cannot hold the caller.
         for _ in 0..64 {
             if self.poll(true) == 0 && !self.pending() {
@@ -737,7 +828,7 @@ impl Engine {
             }
         }
         let mut handled = 0;
-        if self.critical.get() > 0 {
+        if self.handlers_held() {
             return 0;
         }
         for (ch, wanted) in [(Channel::Reply, true), (Channel::Request, requests)] {
@@ -856,7 +947,7 @@ impl Engine {
             if let Some(pos) = reserved {
                 break pos;
             }
-            if dest == self.me_local && self.critical.get() > 0 {
+            if dest == self.me_local && self.handlers_held() {
                 self.self_deadlock();
             }
             if !blocked {
@@ -888,7 +979,7 @@ impl Engine {
             nslots: nslots as u8,
         };
         ring.publish(pos, header.encode(pos, self.key));
-        if self.block {
+        if self.bells[dest] {
             self.regions[dest].doorbell().ring_if_asleep();
         }
     }
@@ -897,9 +988,10 @@ impl Engine {
     #[inline]
     pub(crate) fn poll(&self, requests: bool) -> usize {
         bump(&self.stats.polls);
-        if self.critical.get() > 0 {
+        if self.handlers_held() {
             // Handlers wait for the section to end; the network still takes in what arrives
             // (and acknowledges it) so that peers do not time out.
+            self.critical.defer(self.thread.is_some());
             self.poll_net(requests, false);
             return 0;
         }
@@ -1151,7 +1243,16 @@ impl Engine {
                 if self.block && backoff.spun_out() {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).
-                    self.sleep_until_traffic();
+                    match &self.thread {
+                        None => self.sleep_until_traffic(),
+                        Some(sync) => {
+                            // The progress thread serves meanwhile and wakes us after
+                            // handlers ran (only a handler can make `cond` true).
+                            self.flush_credit();
+                            self.flush_net();
+                            sync.sleep_until_handled(SLEEP_MAX);
+                        }
+                    }
                 } else {
                     self.idle(&mut backoff);
                 }
@@ -1166,42 +1267,92 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn sleep_until_traffic(&self) {
-        // Nobody may wait on us while we sleep: return every credit and send what is queued.
+        if let Some(plan) = self.prepare_sleep(false) {
+            self.sleep(plan);
+            self.check_health();
+        }
+    }
+
+    /// Gets ready to sleep until traffic arrives: returns every credit, sends what is queued
+    /// (nobody may wait on a sleeper), announces the sleep on the doorbell and decides where to
+    /// sleep; `None` if something is already waiting. `progress_thread`: the sleeper is a
+    /// progress thread, which must also notice the rank thread's sends to itself.
+    pub(crate) fn prepare_sleep(&self, progress_thread: bool) -> Option<SleepPlan> {
         self.flush_credit();
         self.flush_net();
         let bell = self.own().doorbell();
         let seen = bell.prepare();
         if self.pending() {
             bell.awake();
-            return;
+            return None;
         }
         let mut timeout = SLEEP_MAX;
-        if let Some(net) = &self.net {
-            let transport = net.transport.borrow();
-            if let Some(d) = transport.next_deadline() {
-                timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
+        let Some(net) = &self.net else {
+            return Some(SleepPlan::Bell { seen, timeout });
+        };
+        let transport = net.transport.borrow();
+        if let Some(d) = transport.next_deadline() {
+            timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
+        }
+        if self.local_ranks.len() == 1 {
+            // Only the network can bring anything (but the rank thread's messages to itself,
+            // which ring the doorbell: a progress thread looks at it this often).
+            if progress_thread {
+                timeout = timeout.min(MIXED_NETWORK_SLEEP);
             }
-            if self.local_ranks.len() == 1 {
-                // Only the network can bring anything: sleep on its descriptor.
+            return Some(SleepPlan::Socket {
+                fd: transport.readable_fd(),
+                timeout,
+            });
+        }
+        // Shared memory rings the doorbell; the network is checked at least this often.
+        timeout = timeout.min(MIXED_NETWORK_SLEEP);
+        Some(SleepPlan::Bell { seen, timeout })
+    }
+
+    /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lock
+    /// is not held). Returns true if the sleep lasted most of its timeout (nothing woke it).
+    pub(crate) fn sleep(&self, plan: SleepPlan) -> bool {
+        let bell = self.own().doorbell();
+        let t = Instant::now();
+        let timeout = match plan {
+            SleepPlan::Bell { seen, timeout } => {
+                bell.sleep(seen, timeout);
+                timeout
+            }
+            SleepPlan::Socket { fd, timeout } => {
                 let mut pfd = libc::pollfd {
-                    fd: transport.readable_fd(),
+                    fd,
                     events: libc::POLLIN,
                     revents: 0,
                 };
-                drop(transport);
                 let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
                 // SAFETY: one valid pollfd on this stack frame for the duration of the call.
                 unsafe { libc::poll(&mut pfd, 1, ms) };
-                bell.awake();
-                self.check_health();
-                return;
+                timeout
             }
-            // Shared memory rings the doorbell; the network is checked at least this often.
-            timeout = timeout.min(MIXED_NETWORK_SLEEP);
-        }
-        bell.sleep(seen, timeout);
+        };
         bell.awake();
-        self.check_health();
+        t.elapsed() >= timeout / 2
+    }
+
+    /// The progress thread's round (under the engine lock): polls and runs handlers unless a
+    /// critical section holds them back.
+    pub(crate) fn serve(&self) -> Served {
+        if !self.critical.begin_handlers() {
+            // Not even a network poll: by now the section may have ended, and a poll would
+            // then run handlers without the busy bit. The section's end delivers.
+            return Served::Deferred;
+        }
+        self.serving.set(true);
+        let handled = self.poll(true);
+        self.serving.set(false);
+        self.critical.end_handlers();
+        if handled > 0 {
+            Served::Handled
+        } else {
+            Served::Nothing
+        }
     }
 
     /// Takes one barrier arrival for (epoch, round), waiting for it.

@@ -37,10 +37,12 @@
 
 mod backoff;
 mod config;
+mod critical;
 mod engine;
 mod handler;
 mod net_frame;
 mod poll_policy;
+mod progress;
 mod runtime;
 mod stats;
 mod watchdog;

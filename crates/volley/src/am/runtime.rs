@@ -1,8 +1,9 @@
 //! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
 
 use super::config::Config;
-use super::engine::{Engine, SystemOp, MAX_BARRIER_ROUNDS};
+use super::engine::{Engine, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
+use super::progress::ProgressThread;
 use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
@@ -18,9 +19,11 @@ use crate::transport::net::{
     NetKind, NetTransport,
 };
 use serde::{Deserialize, Serialize};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
+use std::sync::Arc;
 
 /// Registers handlers and settings, then joins the job with [`RuntimeBuilder::build`].
 ///
@@ -61,8 +64,10 @@ struct EndpointInfo {
     node: usize,
     /// Network transport name and address, when the job spans several nodes.
     net: Option<(String, SocketAddr)>,
-    /// `VOLLEY_WAIT=block`: senders must ring doorbells, so all ranks must agree.
+    /// `VOLLEY_WAIT=block`: all ranks must agree.
     block: bool,
+    /// `VOLLEY_PROGRESS=thread`: this rank has a progress thread (ranks may differ).
+    thread: bool,
 }
 
 impl RuntimeBuilder {
@@ -120,6 +125,13 @@ impl RuntimeBuilder {
         self
     }
 
+    /// Run a progress thread that polls and runs handlers while the program computes
+    /// (default: inline progress only, or `VOLLEY_PROGRESS=inline|thread`). Ranks may differ.
+    pub fn progress_thread(&mut self, thread: bool) -> &mut Self {
+        self.config.progress_thread = Some(thread);
+        self
+    }
+
     /// Report, by name, any handler that runs longer than `limit` (default: off, or
     /// `VOLLEY_WATCHDOG_MS`). A thread per rank watches; handlers pay two stores each.
     pub fn watchdog(&mut self, limit: std::time::Duration) -> &mut Self {
@@ -165,6 +177,7 @@ impl RuntimeBuilder {
         let polite = self.config.polite(job.host_ranks, job.host_cpus)?;
         let poll_policy = self.config.poll_policy()?;
         let block = self.config.block()?;
+        let thread = self.config.progress_thread()?;
         let watchdog = self.config.watchdog()?;
         // Bound before the rendezvous so that its address can be published there.
         let mut net = if job.local_size < job.size {
@@ -182,9 +195,10 @@ impl RuntimeBuilder {
                 .as_ref()
                 .map(|n| (n.kind().name().to_string(), n.local_addr())),
             block,
+            thread,
         };
-        let (regions, local_ranks, conn) = match &job.rendezvous {
-            None => (vec![own], vec![0], None),
+        let (regions, local_ranks, bells, conn) = match &job.rendezvous {
+            None => (vec![own], vec![0], vec![block || thread], None),
             Some(path) => {
                 let hello = rendezvous::Hello {
                     rank: job.rank,
@@ -196,6 +210,7 @@ impl RuntimeBuilder {
                 let mut own = Some(own);
                 let mut regions = Vec::with_capacity(job.local_size);
                 let mut local_ranks = Vec::with_capacity(job.local_size);
+                let mut bells = Vec::with_capacity(job.local_size);
                 let mut addrs = vec![None; job.size];
                 for peer in peers {
                     let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
@@ -220,6 +235,7 @@ impl RuntimeBuilder {
                         continue;
                     }
                     local_ranks.push(r);
+                    bells.push(theirs.block || theirs.thread);
                     if r == job.rank {
                         regions.push(own.take().expect("own hello comes once"));
                     } else {
@@ -242,7 +258,7 @@ impl RuntimeBuilder {
                     net.connect(job.rank, &addrs)
                         .map_err(|e| Error::Network(e.to_string()))?;
                 }
-                (regions, local_ranks, Some(conn))
+                (regions, local_ranks, bells, Some(conn))
             }
         };
         let setup = EngineSetup {
@@ -251,6 +267,8 @@ impl RuntimeBuilder {
             net,
             poll_policy,
             block,
+            bells,
+            thread,
             watchdog,
         };
         let engine = Engine::new(
@@ -263,11 +281,16 @@ impl RuntimeBuilder {
             polite,
             conn,
         );
+        let shared = Arc::new(SharedEngine::new(engine));
+        let progress = thread.then(|| ProgressThread::start(shared.clone()));
         Ok(Runtime {
-            engine,
+            shared,
+            progress: RefCell::new(progress),
+            held: Cell::new(false),
             job,
             barrier_epoch: Cell::new(0),
             finalized: Cell::new(false),
+            not_send: PhantomData,
         })
     }
 }
@@ -365,10 +388,17 @@ fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn NetTransport>>
 
 /// One rank's endpoint in a job: send Active Messages, poll, wait, synchronize.
 ///
-/// **When handlers run.** Handlers run only inside calls to this runtime: [`Runtime::poll`],
-/// [`Runtime::wait_until`], [`Runtime::barrier`], and inside a send that cannot inject at once
-/// (it polls while it waits for ring credit). Code between those calls is never interrupted by a
-/// handler, so it needs no locks against handlers (seed 000's "free critical sections").
+/// **When handlers run.** In the default inline progress mode, handlers run only inside calls
+/// to this runtime: [`Runtime::poll`], [`Runtime::wait_until`], [`Runtime::barrier`], and
+/// inside a send that cannot inject at once (it polls while it waits for ring credit). Code
+/// between those calls is never interrupted by a handler, so it needs no locks against
+/// handlers (seed 000's "free critical sections").
+///
+/// With a progress thread ([`RuntimeBuilder::progress_thread`], `VOLLEY_PROGRESS=thread`),
+/// handlers also run on that thread while the program computes, so a rank that never polls
+/// still serves requests and one-sided operations. Handlers stay atomic with respect to each
+/// other; code that must not overlap a handler goes in [`Runtime::critical`]. Whatever a
+/// handler did is visible to the program once a later runtime call (a poll, a wait) returns.
 ///
 /// **Deadlock freedom.** Requests and replies travel on separate rings. A blocked request send
 /// polls requests and replies; a blocked reply send polls replies only, whose handlers cannot
@@ -384,10 +414,39 @@ fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn NetTransport>>
 /// handler" is enforced.
 #[derive(Debug)]
 pub struct Runtime {
-    engine: Engine,
+    shared: Arc<SharedEngine>,
+    /// The progress thread, in thread mode (stopped at finalize or drop).
+    progress: RefCell<Option<ProgressThread>>,
+    /// Whether this (the rank's) thread holds the engine lock, in thread mode: calls made
+    /// while it does (a wait's condition that sends, say) do not take it again.
+    held: Cell<bool>,
     job: JobInfo,
     barrier_epoch: Cell<u64>,
     finalized: Cell<bool>,
+    /// The rank's thread drives the runtime: not `Send`, not `Sync`.
+    not_send: PhantomData<*const ()>,
+}
+
+/// The rank thread's hold on the engine for one runtime call (thread mode); released on drop.
+struct Entered<'a> {
+    rt: &'a Runtime,
+    owned: bool,
+}
+
+impl Drop for Entered<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if self.owned {
+            self.rt.held.set(false);
+            let sync = self
+                .rt
+                .engine()
+                .thread_sync()
+                .expect("owned implies thread mode");
+            // SAFETY: `owned` means this call took the lock in `Runtime::enter`.
+            unsafe { sync.leave() };
+        }
+    }
 }
 
 impl Runtime {
@@ -423,19 +482,44 @@ impl Runtime {
 
     /// Whether waiting loops yield the core early (see [`RuntimeBuilder::polite`]).
     pub fn is_polite(&self) -> bool {
-        self.engine.polite
+        self.engine().polite
+    }
+
+    /// Whether a progress thread serves this rank (see [`RuntimeBuilder::progress_thread`]).
+    pub fn has_progress_thread(&self) -> bool {
+        self.engine().thread_sync().is_some()
+    }
+
+    #[inline(always)]
+    pub(crate) fn engine(&self) -> &Engine {
+        self.shared.get()
+    }
+
+    /// Takes the engine for one call: in thread mode, the engine lock (unless this thread
+    /// already holds it); in inline mode, nothing.
+    #[inline(always)]
+    fn enter(&self) -> Entered<'_> {
+        let owned = match self.engine().thread_sync() {
+            Some(sync) if !self.held.get() => {
+                sync.enter();
+                self.held.set(true);
+                true
+            }
+            _ => false,
+        };
+        Entered { rt: self, owned }
     }
 
     #[inline(always)]
     fn guard(&self, what: &'static str) {
-        if self.engine.in_handler() {
+        if self.engine().in_handler() {
             called_from_handler(what);
         }
     }
 
     #[inline(always)]
     fn critical_guard(&self, what: &'static str) {
-        if self.engine.in_critical() {
+        if self.engine().in_critical() {
             panic!(
                 "volley: {what} called inside a critical section; it would wait for handlers \
                  that cannot run until the section ends"
@@ -455,8 +539,9 @@ impl Runtime {
     /// Sends a short request: `handler` runs at `dest` with `args` (at most 16).
     #[inline]
     pub fn request_short(&self, dest: usize, handler: RequestHandler, args: &[u64]) -> Result<()> {
+        let _e = self.enter();
         self.send_guard("request_short")?;
-        self.engine
+        self.engine()
             .send_short(dest, Channel::Request, handler.0, args)
     }
 
@@ -468,8 +553,9 @@ impl Runtime {
         args: &[u64],
         payload: &[u8],
     ) -> Result<()> {
+        let _e = self.enter();
         self.send_guard("request_medium")?;
-        self.engine
+        self.engine()
             .send_medium(dest, Channel::Request, handler.0, args, payload)
     }
 
@@ -483,16 +569,18 @@ impl Runtime {
         payload: &[u8],
         offset: usize,
     ) -> Result<()> {
+        let _e = self.enter();
         self.send_guard("request_long")?;
-        self.engine
+        self.engine()
             .send_long(dest, Channel::Request, handler.0, args, payload, offset)
     }
 
     /// Runs the handlers of every message that has arrived; returns how many ran.
     #[inline]
     pub fn poll(&self) -> usize {
+        let _e = self.enter();
         self.guard("poll");
-        self.engine.poll(true)
+        self.engine().poll(true)
     }
 
     /// Runs `f` as a critical section: no handler runs inside it, neither in polls nor in
@@ -508,16 +596,21 @@ impl Runtime {
     ///
     /// In the default inline progress mode any stretch of code without runtime calls is
     /// already a critical section; `critical` makes that explicit and also covers sends and
-    /// polls. Sections nest; inside a handler (already atomic) `f` simply runs.
+    /// polls. With a progress thread, `critical` is how code keeps handlers out: entering
+    /// waits for a handler that is running to finish, and leaving with nothing pending is
+    /// one atomic operation. Sections nest; inside a handler (already atomic) `f` simply runs.
     pub fn critical<R>(&self, f: impl FnOnce() -> R) -> R {
-        struct Leave<'a>(&'a Engine);
+        struct Leave<'a>(&'a Runtime);
         impl Drop for Leave<'_> {
             fn drop(&mut self) {
-                self.0.leave_critical();
+                if self.0.engine().leave_critical() {
+                    let _e = self.0.enter();
+                    self.0.engine().deliver_deferred();
+                }
             }
         }
-        self.engine.enter_critical();
-        let leave = Leave(&self.engine);
+        self.engine().enter_critical();
+        let leave = Leave(self);
         let r = f();
         drop(leave);
         r
@@ -525,20 +618,22 @@ impl Runtime {
 
     /// Whether the caller is inside a critical section.
     pub fn in_critical(&self) -> bool {
-        self.engine.in_critical()
+        self.engine().in_critical()
     }
 
     /// Polls until `cond()` is true. `cond` is typically a flag set by a reply handler.
     #[inline]
     pub fn wait_until(&self, cond: impl FnMut() -> bool) {
+        let _e = self.enter();
         self.guard("wait_until");
         self.critical_guard("wait_until");
-        self.engine.wait_until(cond)
+        self.engine().wait_until(cond)
     }
 
     /// Waits until every rank has called `barrier` (a dissemination barrier over Active
     /// Messages; handlers keep running meanwhile).
     pub fn barrier(&self) {
+        let _e = self.enter();
         self.guard("barrier");
         self.critical_guard("barrier");
         let size = self.size();
@@ -549,9 +644,9 @@ impl Runtime {
         while dist < size {
             debug_assert!(round < MAX_BARRIER_ROUNDS);
             let peer = (self.rank() + dist) % size;
-            self.engine
+            self.engine()
                 .send_system(peer, SystemOp::Barrier, &[epoch, round as u64]);
-            self.engine.await_barrier_arrival(epoch, round);
+            self.engine().await_barrier_arrival(epoch, round);
             dist *= 2;
             round += 1;
         }
@@ -559,12 +654,13 @@ impl Runtime {
 
     /// A snapshot of this rank's counters.
     pub fn stats(&self) -> Stats {
-        self.engine.stats()
+        let _e = self.enter();
+        self.engine().stats()
     }
 
     /// Bytes in this rank's segment.
     pub fn segment_len(&self) -> usize {
-        self.engine.own().segment_len()
+        self.engine().own().segment_len()
     }
 
     fn segment_range(&self, offset: usize, len: usize) -> Result<()> {
@@ -585,7 +681,7 @@ impl Runtime {
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {
             std::ptr::copy_nonoverlapping(
-                self.engine.own().segment_ptr().add(offset),
+                self.engine().own().segment_ptr().add(offset),
                 buf.as_mut_ptr(),
                 buf.len(),
             );
@@ -600,7 +696,7 @@ impl Runtime {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 data.as_ptr(),
-                self.engine.own().segment_ptr().add(offset),
+                self.engine().own().segment_ptr().add(offset),
                 data.len(),
             );
         }
@@ -612,11 +708,13 @@ impl Runtime {
     /// still send to it. Afterwards sends fail with [`Error::Finalized`]. Called by `Drop`
     /// (except while panicking, when the launcher ends the job instead).
     pub fn finalize(&self) {
+        let entered = self.enter();
         self.guard("finalize");
         self.critical_guard("finalize");
         if self.finalized.replace(true) {
             return;
         }
+        let engine = self.engine();
         // Two phases. Finalize says "no more requests from me"; a rank that has every other
         // rank's Finalize has handled every request sent to it (rings are FIFO) and injected
         // every reply, and says so with FinalizeAck. Exiting only after every FinalizeAck means
@@ -624,17 +722,21 @@ impl Runtime {
         let others = self.size() - 1;
         let peers = || (0..self.size()).filter(|&p| p != self.rank());
         for peer in peers() {
-            self.engine.send_system(peer, SystemOp::Finalize, &[]);
+            engine.send_system(peer, SystemOp::Finalize, &[]);
         }
-        self.engine
-            .wait_until(|| self.engine.finalized_peers.get() >= others);
+        engine.wait_until(|| engine.finalized_peers.get() >= others);
         for peer in peers() {
-            self.engine.send_system(peer, SystemOp::FinalizeAck, &[]);
+            engine.send_system(peer, SystemOp::FinalizeAck, &[]);
         }
-        self.engine
-            .wait_until(|| self.engine.finalize_acks.get() >= others);
-        self.engine.flush_credit();
-        self.engine.close_net();
+        engine.wait_until(|| engine.finalize_acks.get() >= others);
+        // Nothing more will arrive that needs a handler: stop the progress thread (it needs
+        // the lock to finish its round, so let go first). The rest runs on this thread alone.
+        drop(entered);
+        if let Some(mut progress) = self.progress.borrow_mut().take() {
+            progress.stop();
+        }
+        engine.flush_credit();
+        engine.close_net();
         if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
             // One write, so lines of different ranks never interleave.
             let line = format!("volley stats rank {}: {}\n", self.rank(), self.stats());
@@ -642,16 +744,11 @@ impl Runtime {
         }
     }
 
-    #[cfg(test)]
-    pub(crate) fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// Direct access to `rank`'s memory, for layers above (one-sided operations): the base
     /// and length of its segment area and its upper-layer table bytes, or `None` when the
     /// transport to `rank` cannot map it.
     pub(crate) fn direct_memory(&self, rank: usize) -> Option<DirectMemory> {
-        self.engine.region_of(rank).map(|r| DirectMemory {
+        self.engine().region_of(rank).map(|r| DirectMemory {
             segment: r.segment_ptr(),
             segment_len: r.segment_len(),
             table: r.upper_ptr(),
@@ -662,7 +759,7 @@ impl Runtime {
     /// memory (and, on the direct path, one-sided operations touch its memory directly);
     /// `false` for ranks reached through the network and for ranks outside the job.
     pub fn is_local(&self, rank: usize) -> bool {
-        self.engine.region_of(rank).is_some()
+        self.engine().region_of(rank).is_some()
     }
 
     /// The job key (for keys every rank derives alike).
@@ -689,6 +786,10 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         if !std::thread::panicking() {
             self.finalize();
+        }
+        // After a panic (no finalize), still stop the progress thread before the engine goes.
+        if let Some(mut progress) = self.progress.get_mut().take() {
+            progress.stop();
         }
     }
 }

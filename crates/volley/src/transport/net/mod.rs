@@ -122,7 +122,9 @@ pub enum NetError {
 /// Life cycle: create bound to a local address (before the rendezvous, so the address can be
 /// published), [`NetTransport::connect`] with every rank's address (after the rendezvous),
 /// then any number of `send`/`progress` calls, then [`NetTransport::close`].
-pub trait NetTransport: std::fmt::Debug {
+///
+/// `Send`: a rank's progress thread may drive the transport (one thread at a time).
+pub trait NetTransport: std::fmt::Debug + Send {
     /// Which transport this is.
     fn kind(&self) -> NetKind;
 

@@ -20,6 +20,7 @@
 //! The futex is a shared one (no `FUTEX_PRIVATE_FLAG`): the word lives in a `memfd` mapping
 //! that several processes share.
 
+use crate::futex::{self, Scope};
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::time::Duration;
 
@@ -45,7 +46,7 @@ impl Doorbell {
     #[cold]
     fn ring(&self) {
         self.bell.fetch_add(1, Ordering::Release);
-        futex(&self.bell, libc::FUTEX_WAKE, i32::MAX as u32, None);
+        futex::wake_all(&self.bell, Scope::Shared);
     }
 
     /// Owner side, before its last check for traffic: announces sleep and returns the bell
@@ -61,38 +62,19 @@ impl Doorbell {
     /// Owner side: sleeps until rung (after `prepare` returned `seen`) or `timeout` passes.
     /// Spurious returns are possible; the caller rechecks.
     pub fn sleep(&self, seen: u32, timeout: Duration) {
-        futex(&self.bell, libc::FUTEX_WAIT, seen, Some(timeout));
+        futex::wait(&self.bell, seen, Some(timeout), Scope::Shared);
+    }
+
+    /// Wakes the owner's sleeping threads whether or not they announced sleep (to stop a
+    /// progress thread).
+    pub fn wake_owner(&self) {
+        self.ring();
     }
 
     /// Owner side: awake again (senders stop ringing).
     #[inline]
     pub fn awake(&self) {
         self.asleep.store(0, Ordering::Relaxed);
-    }
-}
-
-fn futex(word: &AtomicU32, op: libc::c_int, val: u32, timeout: Option<Duration>) {
-    let ts = timeout.map(|t| libc::timespec {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_nsec: t.subsec_nanos() as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: `word` is a live, aligned 32-bit atomic (in a shared mapping that outlives the
-    // call); the timeout, when given, points at a timespec on this stack frame. FUTEX_WAIT and
-    // FUTEX_WAKE read nothing else. Errors (EAGAIN: the bell moved; EINTR; ETIMEDOUT) all mean
-    // "recheck", which every caller does.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            op,
-            val,
-            ts_ptr,
-            std::ptr::null::<u32>(),
-            0u32,
-        );
     }
 }
 
