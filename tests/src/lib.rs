@@ -25,31 +25,48 @@ pub fn join(b: RuntimeBuilder) -> Runtime {
         .unwrap_or_else(|e| fail(0, 2, &format!("build: {e}")))
 }
 
+/// This rank's place in the job, read before `build()`: with a progress thread, handlers may
+/// run as soon as `build()` returns, so state they need must be ready before it.
+pub fn job() -> volley::bootstrap::JobInfo {
+    volley::bootstrap::JobInfo::from_env()
+        .unwrap_or_else(|e| fail(0, 2, &format!("job environment: {e}")))
+}
+
 /// The `i`-th command-line argument (after the program name), if any.
 pub fn arg_str(i: usize) -> Option<String> {
     std::env::args().nth(i + 1)
 }
 
-/// A table of counters, one per rank, sized once the job size is known.
+/// A table of counters, one per rank.
 ///
-/// Handlers are registered before `build()` tells us the job size, but they only run inside
-/// runtime calls made after `build()`, so `init` right after `build()` is early enough. Handlers
-/// run on the rank's single thread, so relaxed atomics suffice; they are atomics only because
-/// handlers must be `Sync`.
+/// Handlers are registered before `build()` tells us the job size, and with a progress thread
+/// (`VOLLEY_PROGRESS=thread`) they may run as soon as `build()` returns, even before the
+/// program's next line; so the table sizes itself at first use from the job's `VOLLEY_SIZE`
+/// (1 for a bare run). Relaxed atomics suffice: what a handler did is visible to the program
+/// after the runtime call that ran it (or, with a progress thread, after any later runtime
+/// call); they are atomics because handlers must be `Sync`.
 #[derive(Debug, Default)]
 pub struct PerRank(OnceLock<Box<[AtomicU64]>>);
 
 impl PerRank {
-    /// Sizes the table (once).
+    fn table(&self) -> &[AtomicU64] {
+        self.0.get_or_init(|| {
+            let n = std::env::var("VOLLEY_SIZE")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1);
+            (0..n).map(|_| AtomicU64::new(0)).collect()
+        })
+    }
+
+    /// Checks that the table has one counter per rank of a job of `n` ranks.
     pub fn init(&self, n: usize) {
-        self.0
-            .set((0..n).map(|_| AtomicU64::new(0)).collect())
-            .expect("PerRank::init called twice");
+        assert_eq!(self.table().len(), n, "PerRank sized for another job");
     }
 
     /// The counter of rank `r`.
     pub fn at(&self, r: usize) -> &AtomicU64 {
-        &self.0.get().expect("PerRank used before init")[r]
+        &self.table()[r]
     }
 
     /// Current value for rank `r`.
@@ -64,9 +81,7 @@ impl PerRank {
 
     /// All values.
     pub fn values(&self) -> Vec<u64> {
-        self.0
-            .get()
-            .expect("PerRank used before init")
+        self.table()
             .iter()
             .map(|a| a.load(Ordering::Relaxed))
             .collect()

@@ -15,6 +15,7 @@ const MISMATCH: &str = env!("CARGO_BIN_EXE_mismatch");
 const BARRIER: &str = env!("CARGO_BIN_EXE_barrier");
 const CRITICAL: &str = env!("CARGO_BIN_EXE_critical");
 const BLOCK_WAIT: &str = env!("CARGO_BIN_EXE_block_wait");
+const BUSY_TARGET: &str = env!("CARGO_BIN_EXE_busy_target");
 
 /// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
 /// them the 8-rank ones took up to a minute.
@@ -224,6 +225,30 @@ fn critical_sections_defer_handlers_and_keep_order() {
 }
 
 #[test]
+fn a_progress_thread_serves_a_rank_that_computes_without_polling() {
+    // Rank 1 (with a progress thread) computes without runtime calls until rank 0 has done
+    // 2000 request/replies and 2000 gets through handlers at rank 1; in any wait mode, and
+    // over UDP and TCP when the suite runs with VOLLEY_TEST_NET.
+    Job::run(2, BUSY_TARGET, &["2000", "60"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["busy_target: served 2000 requests and 2000 gets while computing"]);
+}
+
+#[test]
+fn without_a_progress_thread_a_computing_rank_serves_nobody() {
+    // The same program with rank 1's progress thread off (the control): rank 0 cannot finish
+    // while rank 1 computes, so rank 1 gives up after its limit and fails.
+    Job::run(2, BUSY_TARGET, &["2000", "2"])
+        .env("BUSY_TARGET_INLINE", "1")
+        .timeout(HEAVY)
+        .output()
+        .assert_code(1)
+        .assert_stderr_has(&["busy_target: rank 0 did not finish while rank 1 computed"]);
+}
+
+#[test]
 fn blocking_waits_sleep_and_are_woken_without_losing_a_wake_up() {
     // Rank 1 sleeps 2 s with under 5% of a core, then 20000 sleep/wake races; over shared
     // memory here, over UDP and TCP when the suite runs with VOLLEY_TEST_NET.
@@ -254,6 +279,23 @@ fn blocking_waits_on_a_node_with_network_peers() {
     .output()
     .assert_success()
     .assert_stdout_has(&["block_wait: 5000 sleep/wake rounds completed"]);
+}
+
+#[test]
+fn progress_modes_may_differ_between_ranks_but_must_be_known() {
+    let out = Job::run(2, PINGPONG, &["10"])
+        .env("VOLLEY_PROGRESS", "sometimes")
+        .output();
+    assert_eq!(out.code(), Some(2), "{out}");
+    out.assert_stderr_has(&["VOLLEY_PROGRESS", "expected inline or thread"]);
+    // Only rank 1 has a progress thread: its peers ring its doorbell, the job runs.
+    let script = format!(
+        "if [ \"$VOLLEY_RANK\" = 1 ]; then export VOLLEY_PROGRESS=thread; fi; exec {PINGPONG} 20000"
+    );
+    Job::run(2, "/bin/sh", &["-c", &script])
+        .timeout(HEAVY)
+        .output()
+        .assert_success();
 }
 
 #[test]

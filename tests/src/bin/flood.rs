@@ -85,8 +85,9 @@ fn main() {
             &format!("unknown mode {other:?}; expected short or medium"),
         ),
     };
-    // Filled in right after build (handlers only run inside runtime calls, after build).
+    // Set before build: with a progress thread, handlers may run as soon as build returns.
     let me = Arc::new(std::sync::OnceLock::<usize>::new());
+    me.set(volley_tests::job().rank).unwrap();
     let handled = Arc::new(PerRank::default());
     let replies = Arc::new(PerRank::default());
 
@@ -145,7 +146,6 @@ fn main() {
     };
     let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
-    me.set(rank).unwrap();
     handled.init(size);
     replies.init(size);
 

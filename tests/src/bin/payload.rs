@@ -104,10 +104,24 @@ fn next(counter: &AtomicU64, got: u64, what: &str) {
     counter.store(expect + 1, Ordering::Relaxed);
 }
 
+/// Ranks 0 and 1 exchange (a lone rank talks to itself); the others stay idle.
+fn peer_of(rank: usize, size: usize) -> usize {
+    match (rank, size) {
+        (_, 1) => 0,
+        (0, _) => 1,
+        (1, _) => 0,
+        _ => usize::MAX,
+    }
+}
+
 fn main() {
     let long_sizes: Vec<usize> = (0..=SWEEP_MAX).collect();
     let c = Arc::new(Counters::default());
-    let me = Arc::new(OnceLock::<(usize, usize)>::new()); // (rank, peer)
+    // (rank, peer), set before build: with a progress thread, handlers may run as soon as
+    // build returns.
+    let me = Arc::new(OnceLock::<(usize, usize)>::new());
+    let job = volley_tests::job();
+    me.set((job.rank, peer_of(job.rank, job.size))).unwrap();
 
     let mut b = Runtime::builder();
     let med_echo = {
@@ -226,13 +240,7 @@ fn main() {
     };
     let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
-    let peer = match (rank, size) {
-        (_, 1) => 0,
-        (0, _) => 1,
-        (1, _) => 0,
-        _ => usize::MAX, // idle
-    };
-    me.set((rank, peer)).unwrap();
+    let peer = peer_of(rank, size);
     let seg = rt.segment_len();
     if seg < SEGMENT_NEEDED {
         fail(

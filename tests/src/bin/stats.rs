@@ -31,8 +31,10 @@ fn main() {
     let nm = arg_u64(1, 50);
     let nl = arg_u64(2, 20);
     let replies = Arc::new(AtomicU64::new(0));
-    // This rank, once known (for the long reply offsets).
+    // This rank (for the long reply offsets), set before build: with a progress thread,
+    // handlers may run as soon as build returns.
     let me = Arc::new(OnceLock::<usize>::new());
+    me.set(volley_tests::job().rank).unwrap();
 
     let mut b = Runtime::builder();
     let rep = {
@@ -60,7 +62,6 @@ fn main() {
     };
     let rt = join(b);
     let (rank, size) = (rt.rank(), rt.size());
-    me.set(rank).unwrap();
     let p = size as u64;
     // The transport's name and the polling interval are settings, not counters.
     let counters = |mut s: Stats| {

@@ -36,6 +36,9 @@ pub struct RuntimeBuilder {
     replies: Vec<(String, Box<ReplyFn>)>,
     config: Config,
     duplicate: Option<String>,
+    /// Run with this rank's memory once built, before any handler can run (layers above
+    /// attach their handlers' state here).
+    after_build: Vec<Box<dyn FnOnce(DirectMemory)>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -98,6 +101,12 @@ impl RuntimeBuilder {
         self.note_name(name);
         self.replies.push((name.to_string(), Box::new(handler)));
         ReplyHandler((self.replies.len() - 1) as u16)
+    }
+
+    /// Runs `f` with this rank's memory at the end of `build`, before a progress thread
+    /// starts (so before any handler runs).
+    pub(crate) fn after_build(&mut self, f: impl FnOnce(DirectMemory) + 'static) {
+        self.after_build.push(Box::new(f));
     }
 
     /// Slots per ring (power of two, 8..=16384; default 64, or `VOLLEY_RING_SLOTS`).
@@ -281,17 +290,26 @@ impl RuntimeBuilder {
             polite,
             conn,
         );
-        let shared = Arc::new(SharedEngine::new(engine));
-        let progress = thread.then(|| ProgressThread::start(shared.clone()));
-        Ok(Runtime {
-            shared,
-            progress: RefCell::new(progress),
+        let rt = Runtime {
+            shared: Arc::new(SharedEngine::new(engine)),
+            progress: RefCell::new(None),
             held: Cell::new(false),
             job,
             barrier_epoch: Cell::new(0),
             finalized: Cell::new(false),
             not_send: PhantomData,
-        })
+        };
+        let own = rt
+            .direct_memory(rt.rank())
+            .expect("a rank can always address its own region");
+        for f in self.after_build {
+            f(own);
+        }
+        // From here on handlers may run at any time.
+        if thread {
+            *rt.progress.borrow_mut() = Some(ProgressThread::start(rt.shared.clone()));
+        }
+        Ok(rt)
     }
 }
 

@@ -7,6 +7,7 @@ use crate::transport::shm::frame::{FrameHeader, FrameKind};
 use crate::transport::Channel;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 #[test]
 fn loopback_request_reply_runs_both_handlers() {
@@ -228,11 +229,13 @@ fn sends_after_finalize_are_refused() {
     rt.finalize(); // idempotent
 }
 
-#[test]
-fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
+/// Sends into a critical section, and checks that no handler ran inside it and that everything
+/// ran in send order once it ended.
+fn critical_section_defers_handlers(progress_thread: bool) {
     let inside = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let seen = Arc::new(Mutex::new(Vec::new()));
     let mut b = Runtime::builder();
+    b.progress_thread(progress_thread);
     let (i, s) = (inside.clone(), seen.clone());
     let note = b.request_handler("note", move |m, _| {
         assert!(
@@ -242,6 +245,7 @@ fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
         s.lock().unwrap().push(m.arg(0));
     });
     let rt = b.build().unwrap();
+    assert_eq!(rt.has_progress_thread(), progress_thread);
     let handled_before = rt.stats().handled_on(Channel::Request);
     let inner = rt.critical(|| {
         inside.store(true, Ordering::Relaxed);
@@ -253,6 +257,11 @@ fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
         }
         // Nested sections do not end the outer one.
         rt.critical(|| rt.request_short(0, note, &[40]).unwrap());
+        // Time for a progress thread to try (and be held back).
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            std::hint::spin_loop();
+        }
         assert!(seen.lock().unwrap().is_empty());
         inside.store(false, Ordering::Relaxed);
         7
@@ -262,6 +271,51 @@ fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
     // Everything that arrived meanwhile ran when the section ended, in send order.
     assert_eq!(*seen.lock().unwrap(), (0..=40).collect::<Vec<u64>>());
     assert_eq!(rt.stats().handled_on(Channel::Request) - handled_before, 41);
+}
+
+#[test]
+fn critical_section_defers_handlers_and_delivers_them_in_order_after() {
+    critical_section_defers_handlers(false);
+}
+
+#[test]
+fn critical_section_holds_back_the_progress_thread_too() {
+    critical_section_defers_handlers(true);
+}
+
+#[test]
+fn a_progress_thread_runs_handlers_while_the_program_computes() {
+    let got = Arc::new(AtomicU64::new(0));
+    let ran_on = Arc::new(Mutex::new(None));
+    let mut b = Runtime::builder();
+    b.progress_thread(true);
+    let g = got.clone();
+    let done = b.reply_handler("done", move |m| g.store(m.arg(0), Ordering::Release));
+    let r = ran_on.clone();
+    let ask = b.request_handler("ask", move |m, tok| {
+        *r.lock().unwrap() = Some(std::thread::current().id());
+        tok.reply_short(done, &[m.arg(0) + 1]).unwrap();
+    });
+    let rt = b.build().unwrap();
+    for round in 1..=100u64 {
+        rt.request_short(0, ask, &[round * 10]).unwrap();
+        // No runtime call from here on: only the progress thread can run both handlers.
+        let t = Instant::now();
+        while got.load(Ordering::Acquire) != round * 10 + 1 {
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "round {round}: nobody ran the handlers"
+            );
+            std::hint::spin_loop();
+        }
+        let on = ran_on.lock().unwrap().take();
+        assert!(on.is_some_and(|id| id != std::thread::current().id()));
+        if round % 10 == 0 {
+            // Now and then long enough for the progress thread to fall asleep.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    assert_eq!(rt.stats().handled_on(Channel::Reply), 100);
 }
 
 #[test]

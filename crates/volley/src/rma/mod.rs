@@ -139,7 +139,8 @@ enum EventState {
 }
 
 impl RmaSetup {
-    /// Binds the setup to the built runtime. Call it right after `build()`, before polling.
+    /// Binds the setup to the built runtime (the handlers were already bound to this rank's
+    /// memory by `build()`).
     pub fn attach(self, rt: &Runtime) -> Rma<'_> {
         let path = self.path.unwrap_or(RmaPath::Direct);
         let mem = rt
@@ -178,6 +179,9 @@ impl Rma<'_> {
         };
         b.request_handler(marker, |_, _| {});
         let handlers = handlers::register(b, &shared);
+        // Attached as the runtime is built, before a progress thread can run the handlers.
+        let s = shared.clone();
+        b.after_build(move |mem| s.attach(mem));
         RmaSetup {
             shared,
             handlers,
