@@ -114,6 +114,7 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "rma-am" => rma::run(out, volley::rma::RmaPath::ActiveMessages, scale, reps),
         "progress-spin" => progress::run(out, scale, reps, false),
         "progress-block" => progress::run(out, scale, reps, true),
+        "progress-thread" => progress::run(out, scale, reps, false),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
@@ -365,30 +366,56 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         Transport::Shm,
         &[("VOLLEY_WAIT", "block")],
     )?;
+    let thread = run_ranks(
+        "progress-thread",
+        2,
+        scale,
+        reps,
+        Transport::Shm,
+        &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")],
+    )?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let (spin, block) = (med(&spin), med(&block));
-    let granularity: Vec<Value> = spin
-        .get("granularity")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let size = e["size"].as_u64().unwrap_or(0);
-            json!({
-                "mode": "inline",
-                "compute_ns": if size == 0 { Value::Null } else { json!(size) },
-                "ns_per_iteration": e["ns_per_iteration"],
+    let (spin, block, thread) = (med(&spin), med(&block), med(&thread));
+    let curve = |mode: &'static str, doc: &Map<String, Value>| -> Vec<Value> {
+        doc.get("granularity")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let size = e["size"].as_u64().unwrap_or(0);
+                json!({
+                    "mode": mode,
+                    "compute_ns": if size == 0 { Value::Null } else { json!(size) },
+                    "ns_per_iteration": e["ns_per_iteration"],
+                })
             })
-        })
+            .collect()
+    };
+    let thread_curve = curve("thread", &thread);
+    let times: Vec<f64> = thread_curve
+        .iter()
+        .filter_map(|e| e["ns_per_iteration"].as_f64())
         .collect();
+    let spread = times.iter().cloned().fold(f64::NAN, f64::max)
+        / times.iter().cloned().fold(f64::NAN, f64::min);
+    let mut granularity = curve("inline", &spin);
+    granularity.extend(thread_curve);
+    let get = |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64);
+    let ratio = match (get(&thread, "rtt_ns"), get(&spin, "rtt_ns")) {
+        (Some(t), Some(i)) => json!(t / i),
+        _ => Value::Null,
+    };
     Ok(json!({
         "rtt_inline_ns": spin.get("rtt_ns"),
         "rtt_block_ns": block.get("rtt_ns"),
-        "rtt_thread_ns": Value::Null,
+        "rtt_thread_ns": thread.get("rtt_ns"),
         "wakeup_ns": block.get("wakeup_ns"),
         "granularity": granularity,
+        "ratios": {
+            "rtt_thread_over_inline": ratio,
+            "thread_granularity_max_over_min": spread,
+        },
         "work_ns_per_rank_and_iteration": 2_000_000,
-        "thread_mode": "not built yet: no figures",
         "reps": reps,
         "scale": scale,
     }))
@@ -417,7 +444,13 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
         f("wakeup_ns"),
         f("wakeup_ns") / inline
     );
-    let _ = writeln!(w, "  {:<34} {:>12}", "rtt_thread_ns", "not built");
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.2} x inline (the program polls; a progress thread naps)",
+        "rtt_thread_ns",
+        f("rtt_thread_ns"),
+        f("rtt_thread_ns") / inline
+    );
     let _ = writeln!(
         w,
         "  polling granularity (2 ms of compute per rank and iteration; 2.0 ms = parallel, 4.0 ms = serialized):"
@@ -428,8 +461,16 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
             None => "never polls".into(),
         };
         let ns = e["ns_per_iteration"].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(w, "    inline  {g:<26} {:>8.3} ms per iteration", ns / 1e6);
+        let mode = e["mode"].as_str().unwrap_or("?");
+        let _ = writeln!(w, "    {mode:<7} {g:<26} {:>8.3} ms per iteration", ns / 1e6);
     }
+    let _ = writeln!(
+        w,
+        "  thread mode, slowest over fastest granularity: {:.2}",
+        doc["ratios"]["thread_granularity_max_over_min"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    );
 }
 
 fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> ExitCode {
