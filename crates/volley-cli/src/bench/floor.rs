@@ -11,8 +11,9 @@ struct Line {
 }
 
 /// Round-trip time of one cache line between two processes on the first two CPUs this process
-/// may use, in ns (median of `reps` runs). Must be called before the process starts any thread
-/// (it forks).
+/// may use, in ns (median of `reps` runs). It forks; the child only pins itself, spins on
+/// atomics and `_exit`s (no allocation, no lock), so threads left by an earlier job are no
+/// hazard.
 pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
     let cpus = crate::affinity::allowed_cpus();
     if cpus.len() < 2 {
