@@ -495,7 +495,11 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
         };
         let ns = e["ns_per_iteration"].as_f64().unwrap_or(f64::NAN);
         let mode = e["mode"].as_str().unwrap_or("?");
-        let _ = writeln!(w, "    {mode:<7} {g:<26} {:>8.3} ms per iteration", ns / 1e6);
+        let _ = writeln!(
+            w,
+            "    {mode:<7} {g:<26} {:>8.3} ms per iteration",
+            ns / 1e6
+        );
     }
     let _ = writeln!(
         w,

@@ -23,7 +23,6 @@
 
 use super::engine::{Engine, Served, SharedEngine};
 use crate::futex::{self, Scope};
-use parking_lot::lock_api::RawMutex as _;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -42,9 +41,55 @@ const NAP_MAX: Duration = Duration::from_micros(800);
 /// Empty polls before the progress thread sleeps on the doorbell.
 const SPIN_POLLS: u32 = 256;
 
+/// The engine lock: one flag. The progress thread only ever tries it; the rank thread waits
+/// (spinning, then yielding) for at most one round of the progress thread. Nobody sleeps on it,
+/// so unlocking is a plain release store and a runtime call of the rank thread costs one atomic
+/// operation (a general mutex, which must look for sleepers, needs two).
+#[derive(Debug, Default)]
+struct EngineLock(AtomicBool);
+
+impl EngineLock {
+    #[inline]
+    fn try_lock(&self) -> bool {
+        !self.0.load(Ordering::Relaxed)
+            && self
+                .0
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    #[inline]
+    fn lock(&self) {
+        if !self.try_lock() {
+            self.lock_contended();
+        }
+    }
+
+    #[cold]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        while !self.try_lock() {
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// # Safety
+    /// The caller holds the lock.
+    #[inline]
+    unsafe fn unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 /// What the rank thread and its progress thread share besides the engine.
+#[derive(Debug)]
 pub(crate) struct ThreadSync {
-    lock: parking_lot::RawMutex,
+    lock: EngineLock,
     /// Where the rank thread is: [`OUTSIDE`], [`INSIDE`] or [`SLEEPING`]. A hint for the
     /// progress thread, except `SLEEPING`, which is set under the lock.
     main: AtomicU32,
@@ -57,19 +102,10 @@ pub(crate) struct ThreadSync {
     stop: AtomicBool,
 }
 
-impl std::fmt::Debug for ThreadSync {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ThreadSync")
-            .field("main", &self.main)
-            .field("stop", &self.stop)
-            .finish_non_exhaustive()
-    }
-}
-
 impl Default for ThreadSync {
     fn default() -> Self {
         Self {
-            lock: parking_lot::RawMutex::INIT,
+            lock: EngineLock::default(),
             main: AtomicU32::new(OUTSIDE),
             handled: AtomicU32::new(0),
             main_sleeping: AtomicBool::new(false),
