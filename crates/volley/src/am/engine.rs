@@ -22,6 +22,7 @@ use super::watchdog::Watchdog;
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
 use crate::transport::net::{NetError, NetTransport};
+use crate::transport::shm::doorbell::Ordering as BellOrder;
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::{Region, MEDIUM_MAX};
@@ -98,8 +99,10 @@ pub(crate) struct Engine {
     /// `VOLLEY_WAIT=block`.
     block: bool,
     /// By local index: whether that rank's doorbell must be rung after sending to it (it may
-    /// sleep: block mode or a progress thread).
-    bells: Vec<bool>,
+    /// sleep: block mode or a progress thread), and how to order the ring after the frame.
+    bells: Vec<Option<BellOrder>>,
+    /// This process registered for `membarrier`: its sleepers fence for their senders.
+    membarrier: bool,
     /// The engine lock and the rank thread's state, in thread progress mode.
     thread: Option<ThreadSync>,
     watchdog: Option<Watchdog>,
@@ -224,7 +227,9 @@ pub(crate) struct EngineSetup {
     /// Waits sleep once they have spun.
     pub(crate) block: bool,
     /// By local index: whether that rank wants its doorbell rung (see `Engine::bells`).
-    pub(crate) bells: Vec<bool>,
+    pub(crate) bells: Vec<Option<BellOrder>>,
+    /// This process registered for `membarrier` (see `doorbell.rs`).
+    pub(crate) membarrier: bool,
     /// A progress thread will share the engine.
     pub(crate) thread: bool,
     /// Report handlers that run longer than this.
@@ -272,6 +277,7 @@ impl Engine {
             poll_policy,
             block,
             bells,
+            membarrier,
             thread,
             watchdog,
         } = setup;
@@ -354,6 +360,7 @@ impl Engine {
             polite,
             block,
             bells,
+            membarrier,
             thread: thread.then(ThreadSync::default),
             watchdog,
             poll_start: Cell::new(0),
@@ -979,8 +986,8 @@ impl Engine {
             nslots: nslots as u8,
         };
         ring.publish(pos, header.encode(pos, self.key));
-        if self.bells[dest] {
-            self.regions[dest].doorbell().ring_if_asleep();
+        if let Some(order) = self.bells[dest] {
+            self.regions[dest].doorbell().ring_if_asleep(order);
         }
     }
 
@@ -1281,7 +1288,7 @@ impl Engine {
         self.flush_credit();
         self.flush_net();
         let bell = self.own().doorbell();
-        let seen = bell.prepare();
+        let seen = bell.prepare(self.membarrier);
         if self.pending() {
             bell.awake();
             return None;

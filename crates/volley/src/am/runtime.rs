@@ -7,6 +7,7 @@ use super::progress::ProgressThread;
 use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
+use crate::transport::shm::doorbell::{self, Ordering as BellOrder};
 use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
 use crate::transport::Channel;
 
@@ -71,6 +72,8 @@ struct EndpointInfo {
     block: bool,
     /// `VOLLEY_PROGRESS=thread`: this rank has a progress thread (ranks may differ).
     thread: bool,
+    /// Registered for `membarrier`: its sleepers fence for its senders (see `doorbell.rs`).
+    membarrier: bool,
 }
 
 impl RuntimeBuilder {
@@ -195,6 +198,7 @@ impl RuntimeBuilder {
             None
         };
         let own = Region::create(layout, job.rank, job.job_key)?;
+        let membarrier = doorbell::register_membarrier();
         let info = EndpointInfo {
             layout,
             requests: self.requests.iter().map(|(n, _)| n.clone()).collect(),
@@ -205,9 +209,19 @@ impl RuntimeBuilder {
                 .map(|n| (n.kind().name().to_string(), n.local_addr())),
             block,
             thread,
+            membarrier,
+        };
+        // How to ring a node-mate's doorbell: not at all unless it may sleep; with a compiler
+        // barrier when both sides registered for membarrier, else with a fence.
+        let bell = |theirs: &EndpointInfo| {
+            (theirs.block || theirs.thread).then_some(if membarrier && theirs.membarrier {
+                BellOrder::Barrier
+            } else {
+                BellOrder::Fenced
+            })
         };
         let (regions, local_ranks, bells, conn) = match &job.rendezvous {
-            None => (vec![own], vec![0], vec![block || thread], None),
+            None => (vec![own], vec![0], vec![bell(&info)], None),
             Some(path) => {
                 let hello = rendezvous::Hello {
                     rank: job.rank,
@@ -244,7 +258,7 @@ impl RuntimeBuilder {
                         continue;
                     }
                     local_ranks.push(r);
-                    bells.push(theirs.block || theirs.thread);
+                    bells.push(bell(&theirs));
                     if r == job.rank {
                         regions.push(own.take().expect("own hello comes once"));
                     } else {
@@ -277,6 +291,7 @@ impl RuntimeBuilder {
             poll_policy,
             block,
             bells,
+            membarrier,
             thread,
             watchdog,
         };
