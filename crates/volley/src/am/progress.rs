@@ -264,10 +264,15 @@ fn serve(e: &Engine) {
                 // SAFETY: taken by try_lock above; the sleep itself needs no engine state.
                 unsafe { sync.lock.unlock() };
                 if let Some(plan) = plan {
-                    let slept = e.sleep(plan);
-                    if slept {
-                        // A long quiet: see whether the job is still whole.
-                        sync.lock.lock();
+                    // After announcing sleep: a stop that rang the bell before our announcement
+                    // is seen here, one after it moves the bell and ends the sleep at once.
+                    if sync.stop.load(Ordering::Acquire) {
+                        e.own().doorbell().awake();
+                        break;
+                    }
+                    // A long quiet: see whether the job is still whole (unless the rank
+                    // thread is in the runtime, where it checks by itself).
+                    if e.sleep(plan) && sync.lock.try_lock() {
                         e.check_health();
                         // SAFETY: taken just above.
                         unsafe { sync.lock.unlock() };
