@@ -200,16 +200,36 @@ fn bench_progress_reports_modes_and_the_granularity_sweep() {
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
-    for key in ["rtt_inline_ns", "rtt_block_ns", "wakeup_ns"] {
+    for key in [
+        "rtt_inline_ns",
+        "rtt_block_ns",
+        "rtt_thread_ns",
+        "wakeup_ns",
+    ] {
         let v = doc[key].as_f64().unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
     }
-    assert!(doc["rtt_thread_ns"].is_null(), "{doc}");
+    for key in ["rtt_thread_over_inline", "thread_granularity_max_over_min"] {
+        let v = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
+    }
     let g = doc["granularity"].as_array().expect("granularity array");
-    assert_eq!(g.len(), 6, "{doc}");
-    assert!(g
-        .iter()
-        .all(|e| e["mode"] == "inline" && e["ns_per_iteration"].as_f64().is_some_and(|x| x > 0.0)));
-    // The last entry is "never polls".
-    assert!(g[5]["compute_ns"].is_null(), "{doc}");
+    assert_eq!(g.len(), 12, "{doc}");
+    for (mode, sweep) in [("inline", &g[..6]), ("thread", &g[6..])] {
+        assert!(
+            sweep
+                .iter()
+                .all(|e| e["mode"] == mode
+                    && e["ns_per_iteration"].as_f64().is_some_and(|x| x > 0.0)),
+            "{doc}"
+        );
+        // The last entry of each sweep is "never polls".
+        assert!(sweep[5]["compute_ns"].is_null(), "{doc}");
+        assert!(
+            sweep[..5]
+                .iter()
+                .all(|e| e["compute_ns"].as_u64().is_some()),
+            "{doc}"
+        );
+    }
 }
