@@ -53,3 +53,18 @@ pub(crate) fn yield_now() {
     #[cfg(not(loom))]
     std::thread::yield_now();
 }
+
+/// Spins briefly, then yields, until `done()` holds: for waits that another thread ends within
+/// a short, bounded stretch of its own work (a handler round, a held lock).
+#[cold]
+pub(crate) fn spin_then_yield_until(mut done: impl FnMut() -> bool) {
+    let mut spins = 0u32;
+    while !done() {
+        spins = spins.saturating_add(1);
+        if spins < 64 {
+            spin_hint();
+        } else {
+            yield_now();
+        }
+    }
+}

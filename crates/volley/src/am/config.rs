@@ -32,6 +32,20 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
 }
 
+/// A two-way setting: unset or `off` is false, `on` is true, anything else is refused.
+fn env_switch(name: &'static str, [off, on]: [&str; 2], why: &'static str) -> Result<bool> {
+    match env_nonempty(name) {
+        None => Ok(false),
+        Some(v) if v == off => Ok(false),
+        Some(v) if v == on => Ok(true),
+        Some(v) => Err(Error::InvalidConfig {
+            name,
+            value: v,
+            why,
+        }),
+    }
+}
+
 fn env_usize(name: &'static str) -> Result<Option<usize>> {
     match std::env::var(name) {
         Err(_) => Ok(None),
@@ -138,34 +152,22 @@ impl Config {
     /// `VOLLEY_WAIT=spin|block` (default spin): whether waits sleep in the kernel once they
     /// have spun for a while.
     pub(crate) fn block(&self) -> Result<bool> {
-        if let Some(b) = self.block {
-            return Ok(b);
-        }
-        match env_nonempty("VOLLEY_WAIT").as_deref() {
-            None | Some("spin") => Ok(false),
-            Some("block") => Ok(true),
-            Some(other) => Err(Error::InvalidConfig {
-                name: "VOLLEY_WAIT",
-                value: other.to_string(),
-                why: "expected spin or block",
-            }),
+        match self.block {
+            Some(b) => Ok(b),
+            None => env_switch("VOLLEY_WAIT", ["spin", "block"], "expected spin or block"),
         }
     }
 
     /// `VOLLEY_PROGRESS=inline|thread` (default inline): whether a progress thread polls and
     /// runs handlers while the program computes.
     pub(crate) fn progress_thread(&self) -> Result<bool> {
-        if let Some(t) = self.progress_thread {
-            return Ok(t);
-        }
-        match env_nonempty("VOLLEY_PROGRESS").as_deref() {
-            None | Some("inline") => Ok(false),
-            Some("thread") => Ok(true),
-            Some(other) => Err(Error::InvalidConfig {
-                name: "VOLLEY_PROGRESS",
-                value: other.to_string(),
-                why: "expected inline or thread",
-            }),
+        match self.progress_thread {
+            Some(t) => Ok(t),
+            None => env_switch(
+                "VOLLEY_PROGRESS",
+                ["inline", "thread"],
+                "expected inline or thread",
+            ),
         }
     }
 

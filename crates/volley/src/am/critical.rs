@@ -75,15 +75,7 @@ impl CriticalState {
 
     #[cold]
     fn wait_not_busy(&self) {
-        let mut spins = 0u32;
-        while self.word.load(Ordering::Acquire) & BUSY != 0 {
-            spins += 1;
-            if spins < 64 {
-                crate::sync::spin_hint();
-            } else {
-                crate::sync::yield_now();
-            }
-        }
+        crate::sync::spin_then_yield_until(|| self.word.load(Ordering::Acquire) & BUSY == 0);
     }
 
     /// The rank thread leaves a section. Returns true when this ended the outermost section

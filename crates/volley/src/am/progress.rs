@@ -67,15 +67,7 @@ impl EngineLock {
 
     #[cold]
     fn lock_contended(&self) {
-        let mut spins = 0u32;
-        while !self.try_lock() {
-            spins += 1;
-            if spins < 128 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
+        crate::sync::spin_then_yield_until(|| self.try_lock());
     }
 
     /// # Safety
