@@ -199,6 +199,9 @@ struct NetRoute {
     epoch: Instant,
     /// When queued messages were last pushed out.
     last_flush: Cell<u64>,
+    /// Whether a send since then left its message queued in the transport (a run of sends
+    /// shares one flush; the poll that ran the handlers which sent them flushes at its end).
+    unflushed: Cell<bool>,
     polls: Cell<u64>,
     empty_polls: Cell<u64>,
     /// Messages sent and handled through the network.
@@ -329,6 +332,7 @@ impl Engine {
             policy: RefCell::new(NetPollState::new(policy)),
             epoch: Instant::now(),
             last_flush: Cell::new(0),
+            unflushed: Cell::new(false),
             polls: Cell::new(0),
             empty_polls: Cell::new(0),
             sent: Cell::new(0),
@@ -747,6 +751,8 @@ impl Engine {
                     // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
                     if now.saturating_sub(net.last_flush.get()) >= FLUSH_INTERVAL_NS {
                         self.flush_net_at(now);
+                    } else {
+                        net.unflushed.set(true);
                     }
                     break;
                 }
@@ -783,6 +789,7 @@ impl Engine {
         // From the flush's end: a flush that takes longer than the interval must not make
         // every following send flush again.
         net.last_flush.set(net.now());
+        net.unflushed.set(false);
         if let Err(e) = result {
             self.net_peer_failed(e);
         }
@@ -817,6 +824,7 @@ impl Engine {
             let mut scratch = net.scratch.take();
             let now = net.now();
             net.last_flush.set(now);
+            net.unflushed.set(false);
             let result = net.transport.borrow_mut().progress(now, &mut scratch);
             bump(&net.polls);
             if scratch.is_empty() {
@@ -855,6 +863,7 @@ impl Engine {
                     }
                     Err(()) => bump(&self.stats.dropped),
                 }
+                net.transport.borrow_mut().recycle(src, msg);
             }
         }
         handled
@@ -1025,8 +1034,13 @@ impl Engine {
                 }
             }
         }
-        if self.net.is_some() {
+        if let Some(net) = &self.net {
             handled += self.poll_net(requests, false);
+            // What the handlers just sent (replies, above all) leaves now, together, instead
+            // of waiting for the next network poll: the peer is waiting for it.
+            if handled > 0 && net.unflushed.get() {
+                self.flush_net();
+            }
         }
         if handled == 0 {
             bump(&self.stats.empty_polls);

@@ -40,11 +40,13 @@
 //! resend-request packets and one-at-a-time handshaked retransmission.
 
 mod peer;
+mod pool;
 #[cfg(test)]
 mod tests;
 pub mod wire;
 
 pub use peer::Peer;
+pub use pool::BufferPool;
 
 /// Tuning of a [`Peer`]. Times are in nanoseconds of the caller's clock.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
+use super::pool::BufferPool;
 use super::wire::{
     self, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
 };
@@ -70,6 +71,8 @@ pub struct Peer {
     deliver_bytes: usize,
     ack_deadline: Option<u64>,
     unacked_received: u32,
+    /// Buffers of packed, acknowledged and delivered messages, for the next ones.
+    pool: BufferPool,
 }
 
 impl Peer {
@@ -103,6 +106,7 @@ impl Peer {
             deliver_bytes: 0,
             ack_deadline: None,
             unacked_received: 0,
+            pool: BufferPool::default(),
         })
     }
 
@@ -185,18 +189,24 @@ impl Peer {
         }
         self.pending_bytes += charge;
         self.pending.push_back(Pending {
-            data: msg.to_vec(),
+            data: self.pool.copy_of(msg),
             offset: 0,
         });
         self.stats.messages_sent += 1;
         Ok(())
     }
 
-    /// Takes the next message delivered in order, if any.
+    /// Takes the next message delivered in order, if any. Give the buffer back with
+    /// [`recycle`](Self::recycle) once done with it, so the next message does not allocate.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
         let m = self.deliver.pop_front()?;
         self.deliver_bytes -= m.len();
         Some(m)
+    }
+
+    /// Returns a buffer (from [`poll_deliver`](Self::poll_deliver), or any other) for reuse.
+    pub fn recycle(&mut self, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
 
     /// The earliest time at which [`handle_timeout`](Self::handle_timeout) (and then
@@ -297,6 +307,7 @@ impl Peer {
             if s.retransmits == 0 && !s.sacked {
                 sample = Some(now.saturating_sub(s.sent_at));
             }
+            self.pool.give(s.body);
         }
         if let Some(base) = self.inflight.front().map(|s| s.seq) {
             let mut bits = sack;
@@ -351,9 +362,11 @@ impl Peer {
             while let Some(b) = self.out_of_order.remove(&(self.recv_ack + 1)) {
                 self.accept(&b);
                 self.recv_ack += 1;
+                self.pool.give(b);
             }
         } else {
-            self.out_of_order.insert(seq, body.to_vec());
+            let held = self.pool.copy_of(body);
+            self.out_of_order.insert(seq, held);
         }
         self.unacked_received += 1;
         if self.unacked_received >= self.config.ack_every {
@@ -368,7 +381,8 @@ impl Peer {
         for r in Records::new(body) {
             let ok = match r {
                 Ok(Record::Complete(d)) if self.reassembly.is_none() => {
-                    self.push_delivery(d.to_vec());
+                    let m = self.pool.copy_of(d);
+                    self.push_delivery(m);
                     true
                 }
                 Ok(Record::First { total, data })
@@ -515,7 +529,8 @@ impl Peer {
     /// filling the rest of the current one.
     fn pack(&mut self) -> Vec<u8> {
         let cap = self.config.max_datagram_size - HEADER_LEN;
-        let mut body = Vec::with_capacity(cap.min(self.pending_bytes + FIRST_OVERHEAD));
+        let mut body = self.pool.take();
+        body.reserve(cap.min(self.pending_bytes + FIRST_OVERHEAD));
         while let Some(front) = self.pending.front_mut() {
             let remaining = cap - body.len();
             let rest = front.data.len() - front.offset;
@@ -544,6 +559,7 @@ impl Peer {
             // The front message is now completely packed.
             if let Some(done) = self.pending.pop_front() {
                 self.pending_bytes -= done.data.len() + RECORD_OVERHEAD;
+                self.pool.give(done.data);
             }
         }
         body

@@ -171,6 +171,8 @@ fn simulate(seed: u64, net: Net, config: Config, n: u64, max_len: usize) -> Outc
                 assert_eq!(m, message(1 - p, i, max_len), "peer {p} message {i}");
                 transcript = fnv(transcript, &i.to_le_bytes());
                 received[p] += 1;
+                // Reused buffers must never leak old bytes into later messages.
+                peers[p].recycle(m);
             }
             assert_eq!(peers[p].state(), State::Active, "peer {p} at {now}");
             peers[p].check_invariants();

@@ -143,6 +143,12 @@ pub trait NetTransport: std::fmt::Debug + Send {
     /// `inbox`. Returns the number of messages appended.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;
 
+    /// Gives back the buffer of a message `progress` delivered from `peer`, once read, so the
+    /// transport can reuse its allocation. Optional: a buffer not given back is simply freed.
+    fn recycle(&mut self, peer: usize, buf: Vec<u8>) {
+        let _ = (peer, buf);
+    }
+
     /// Transmits what is queued (and, UDP, what timers made due) without receiving: one
     /// system call when something is queued, none otherwise.
     fn flush(&mut self, now: u64) -> Result<(), NetError>;

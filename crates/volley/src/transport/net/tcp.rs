@@ -39,6 +39,7 @@ use nix::poll::{PollFd, PollFlags};
 use nix::sys::socket::{self as sock, sockopt, Backlog};
 
 use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use crate::reliable::BufferPool;
 
 /// First field of the handshake: `"VLYT"`.
 const MAGIC: u32 = u32::from_le_bytes(*b"VLYT");
@@ -364,6 +365,7 @@ impl Conn {
         &mut self,
         inbox: &mut Vec<(usize, Vec<u8>)>,
         stats: &mut NetStats,
+        pool: &mut BufferPool,
     ) -> Result<(), String> {
         if self.big_len > 0 {
             if self.big.len() < self.big_len {
@@ -398,7 +400,7 @@ impl Conn {
             if avail >= PREFIX + len {
                 inbox.push((
                     self.rank,
-                    self.rbuf[at + PREFIX..at + PREFIX + len].to_vec(),
+                    pool.copy_of(&self.rbuf[at + PREFIX..at + PREFIX + len]),
                 ));
                 stats.packets_received += 1;
                 stats.messages_received += 1;
@@ -540,6 +542,8 @@ pub struct TcpTransport {
     events: Vec<libc::epoll_event>,
     stats: NetStats,
     closed: bool,
+    /// Buffers of delivered messages given back by `recycle`, for the next ones.
+    pool: BufferPool,
 }
 
 impl fmt::Debug for TcpTransport {
@@ -586,6 +590,7 @@ impl TcpTransport {
             events: Vec::new(),
             stats: NetStats::default(),
             closed: false,
+            pool: BufferPool::default(),
         })
     }
 
@@ -813,7 +818,7 @@ impl TcpTransport {
             self.stats.recv_calls += 1;
             match conn.read_once() {
                 Ok(Read1::Data { full }) => {
-                    if let Err(why) = conn.parse(inbox, &mut self.stats) {
+                    if let Err(why) = conn.parse(inbox, &mut self.stats, &mut self.pool) {
                         return Err(self.fail(idx, why));
                     }
                     if !full {
@@ -1038,6 +1043,10 @@ impl NetTransport for TcpTransport {
         }
         self.mark_dirty(idx);
         Ok(())
+    }
+
+    fn recycle(&mut self, _peer: usize, buf: Vec<u8>) {
+        self.pool.give(buf);
     }
 
     fn flush(&mut self, _now: u64) -> Result<(), NetError> {

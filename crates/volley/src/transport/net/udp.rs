@@ -891,6 +891,12 @@ impl NetTransport for UdpTransport {
         }
     }
 
+    fn recycle(&mut self, peer: usize, buf: Vec<u8>) {
+        if let Ok(slot) = self.slot(peer) {
+            self.links[slot].peer.recycle(buf);
+        }
+    }
+
     fn flush(&mut self, now: u64) -> Result<(), NetError> {
         self.transmit(now);
         UdpTransport::flush(self)
