@@ -28,6 +28,11 @@ mod critical_model;
 #[cfg(not(loom))]
 mod error;
 pub(crate) mod futex;
+/// The engine lease alone, for the loom model.
+#[cfg(loom)]
+#[path = "am/lease.rs"]
+mod lease_model;
+pub(crate) mod membarrier;
 #[cfg(not(loom))]
 pub mod reliable;
 #[cfg(not(loom))]

@@ -4,7 +4,7 @@
 //! send polls requests and replies; a blocked reply send polls replies only, whose handlers
 //! cannot send, so nesting stops at depth 2). One thread at a time uses the engine: the rank's
 //! own thread in inline progress mode; in thread mode, whichever of the rank thread and the
-//! progress thread holds the engine lock (see `progress.rs`).
+//! progress thread owns the engine through the lease (see `lease.rs`).
 //!
 //! Each peer is reached by one route: the rings of the shared-memory transport when it is on
 //! this rank's node (this rank included: the loopback path), the network transport otherwise.
@@ -103,7 +103,7 @@ pub(crate) struct Engine {
     bells: Vec<Option<BellOrder>>,
     /// This process registered for `membarrier`: its sleepers fence for their senders.
     membarrier: bool,
-    /// The engine lock and the rank thread's state, in thread progress mode.
+    /// The engine lease and the wake-up state of a blocked wait, in thread progress mode.
     thread: Option<ThreadSync>,
     watchdog: Option<Watchdog>,
     poll_start: Cell<usize>,
@@ -126,8 +126,8 @@ pub(crate) struct SharedEngine(Engine);
 // SAFETY: the engine's `Cell` state, raw ring pointers and transport are used by one thread at a
 // time. In inline mode that is the rank's thread alone: the `Runtime` holding the only handle
 // is neither `Send` nor `Sync`. In thread mode the rank thread and the progress thread touch
-// that state only while holding the engine lock (`ThreadSync`); what they touch without it is
-// atomic (the critical word, the lock's hints, doorbells) or immutable after construction
+// that state only while owning the engine (the lease in `ThreadSync`); what they touch without it is
+// atomic (the critical word, the lease, doorbells) or immutable after construction
 // (rank numbers, regions' addresses, handler tables, which are `Send + Sync`).
 unsafe impl Send for SharedEngine {}
 // SAFETY: as above.
@@ -138,7 +138,7 @@ impl SharedEngine {
         Self(engine)
     }
 
-    /// The engine. Callers other than the runtime's own thread must hold the engine lock for
+    /// The engine. Callers other than the runtime's own thread must own the engine (the lease) for
     /// anything but the atomic and immutable parts (see the `Sync` note).
     #[inline(always)]
     pub(crate) fn get(&self) -> &Engine {
@@ -157,7 +157,7 @@ pub(crate) enum Served {
     Deferred,
 }
 
-/// How a rank with nothing to do sleeps, decided under the engine lock and carried out
+/// How a rank with nothing to do sleeps, decided by the engine.s owner and carried out
 /// without it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SleepPlan {
@@ -452,7 +452,7 @@ impl Engine {
         self.critical.depth() > 0
     }
 
-    /// The engine lock and rank-thread state, in thread progress mode.
+    /// The engine lease and wake-up state, in thread progress mode.
     #[inline(always)]
     pub(crate) fn thread_sync(&self) -> Option<&ThreadSync> {
         self.thread.as_ref()
@@ -474,7 +474,7 @@ impl Engine {
 
     /// The rank thread leaves a critical section. Returns true when the outermost section
     /// ended with messages waiting: the caller then runs [`Engine::deliver_deferred`] (under
-    /// the engine lock in thread mode).
+    /// the engine lease in thread mode).
     #[inline]
     pub(crate) fn leave_critical(&self) -> bool {
         let deferred = self.critical.leave(self.thread.is_some());
@@ -1331,7 +1331,7 @@ impl Engine {
         Some(SleepPlan::Bell { seen, timeout })
     }
 
-    /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lock
+    /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lease
     /// is not held). Returns true if the sleep lasted most of its timeout (nothing woke it).
     pub(crate) fn sleep(&self, plan: SleepPlan) -> bool {
         let bell = self.own().doorbell();
@@ -1357,7 +1357,7 @@ impl Engine {
         t.elapsed() >= timeout / 2
     }
 
-    /// The progress thread's round (under the engine lock): polls and runs handlers unless a
+    /// The progress thread's round (owning the engine): polls and runs handlers unless a
     /// critical section holds them back.
     pub(crate) fn serve(&self) -> Served {
         if !self.critical.begin_handlers() {

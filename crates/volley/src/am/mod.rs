@@ -40,6 +40,7 @@ mod config;
 mod critical;
 mod engine;
 mod handler;
+mod lease;
 mod net_frame;
 mod poll_policy;
 mod progress;

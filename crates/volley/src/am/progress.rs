@@ -2,38 +2,35 @@
 //! thread of the rank's own process that polls every transport and runs handlers, so that a
 //! rank busy computing still serves requests and one-sided operations.
 //!
-//! **One engine, one lock.** The engine's state is guarded by one lock, held by whichever
-//! thread uses the engine: the rank thread for its sends, polls and waits (its sends stay
-//! direct, no hand-off), the progress thread while it polls. Handlers run under the lock, so
-//! they stay atomic with respect to each other, as in inline mode.
+//! **One engine, one owner.** The engine's state is used by one thread at a time: the rank
+//! thread for its sends, polls and waits (its sends stay direct, no hand-off), the progress
+//! thread while it polls. Handlers run only on the owner, so they stay atomic with respect to
+//! each other, as in inline mode. Ownership is the [`Lease`]: the rank thread enters the
+//! runtime with a plain store and a load, no atomic read-modify-write; the progress thread,
+//! which takes the engine rarely, pays a `membarrier` for it.
 //!
 //! **Staying out of the way.** When the rank thread is inside the runtime (it polls by itself)
 //! the progress thread naps, with growing naps while that lasts, so that the two do not fight
-//! over the lock and the rings' cache lines and a program that polls keeps inline speed. When
-//! the rank thread is outside (computing), the progress thread polls; once it has found nothing
-//! for a while it sleeps on the rank's doorbell, which senders ring only while it sleeps.
+//! over the rings' cache lines and a program that polls keeps inline speed. When the rank
+//! thread is outside (computing), the progress thread takes the engine and polls, giving it
+//! back as soon as the rank thread enters; once it has found nothing for a while it sleeps on
+//! the rank's doorbell, which senders ring only while it sleeps.
 //!
-//! **Blocking waits.** In `VOLLEY_WAIT=block` a rank thread whose wait has spun out releases
-//! the lock and sleeps on [`ThreadSync`]'s handled counter; the progress thread serves and
+//! **Blocking waits.** In `VOLLEY_WAIT=block` a rank thread whose wait has spun out gives the
+//! engine up and sleeps on [`ThreadSync`]'s handled counter; the progress thread serves and
 //! bumps the counter (and wakes it) after running handlers, since only a handler can make the
-//! wait's condition true. Both sides decide under the lock, so no wake-up is lost.
+//! wait's condition true. Both sides decide while owning the engine, so no wake-up is lost.
 //!
 //! **Critical sections** hold the progress thread's handlers back through the word in
 //! `critical.rs`.
 
 use super::engine::{Engine, Served, SharedEngine};
+use super::lease::{Lease, INSIDE, OUTSIDE, SLEEPING};
 use crate::futex::{self, Scope};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
-
-/// The rank thread is outside the runtime (computing, or between calls).
-const OUTSIDE: u32 = 0;
-/// The rank thread is inside the runtime and polls by itself.
-const INSIDE: u32 = 1;
-/// The rank thread sleeps in a wait and needs the progress thread to serve.
-const SLEEPING: u32 = 2;
 
 /// Shortest and longest nap of the progress thread while the rank thread is inside.
 const NAP_MIN: Duration = Duration::from_micros(50);
@@ -41,53 +38,13 @@ const NAP_MAX: Duration = Duration::from_micros(800);
 /// Empty polls before the progress thread sleeps on the doorbell.
 const SPIN_POLLS: u32 = 256;
 
-/// The engine lock: one flag. The progress thread only ever tries it; the rank thread waits
-/// (spinning, then yielding) for at most one round of the progress thread. Nobody sleeps on it,
-/// so unlocking is a plain release store and a runtime call of the rank thread costs one atomic
-/// operation (a general mutex, which must look for sleepers, needs two).
-#[derive(Debug, Default)]
-struct EngineLock(AtomicBool);
-
-impl EngineLock {
-    #[inline]
-    fn try_lock(&self) -> bool {
-        !self.0.load(Ordering::Relaxed)
-            && self
-                .0
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    #[inline]
-    fn lock(&self) {
-        if !self.try_lock() {
-            self.lock_contended();
-        }
-    }
-
-    #[cold]
-    fn lock_contended(&self) {
-        crate::sync::spin_then_yield_until(|| self.try_lock());
-    }
-
-    /// # Safety
-    /// The caller holds the lock.
-    #[inline]
-    unsafe fn unlock(&self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 /// What the rank thread and its progress thread share besides the engine.
 #[derive(Debug)]
 pub(crate) struct ThreadSync {
-    lock: EngineLock,
-    /// Where the rank thread is: [`OUTSIDE`], [`INSIDE`] or [`SLEEPING`]. A hint for the
-    /// progress thread, except `SLEEPING`, which is set under the lock.
-    main: AtomicU32,
+    lease: Lease,
     /// The rank thread sleeps on this in a blocked wait; bumped when handlers ran.
     handled: AtomicU32,
-    /// Whether the rank thread sleeps on `handled` (read and written under the lock).
+    /// Whether the rank thread sleeps on `handled` (read and written by the engine's owner).
     main_sleeping: AtomicBool,
     /// The progress thread naps on this; bumped to cut a nap short.
     nap: AtomicU32,
@@ -97,8 +54,7 @@ pub(crate) struct ThreadSync {
 impl Default for ThreadSync {
     fn default() -> Self {
         Self {
-            lock: EngineLock::default(),
-            main: AtomicU32::new(OUTSIDE),
+            lease: Lease::new(),
             handled: AtomicU32::new(0),
             main_sleeping: AtomicBool::new(false),
             nap: AtomicU32::new(0),
@@ -108,42 +64,35 @@ impl Default for ThreadSync {
 }
 
 impl ThreadSync {
-    /// The rank thread enters the runtime: takes the engine lock.
+    /// The rank thread enters the runtime: owns the engine on return.
     #[inline]
     pub(crate) fn enter(&self) {
-        // Before the lock, so that a progress thread about to poll backs off.
-        self.main.store(INSIDE, Ordering::Relaxed);
-        self.lock.lock();
+        self.lease.enter();
     }
 
     /// The rank thread leaves the runtime.
     ///
     /// # Safety
-    /// The rank thread holds the lock (from [`ThreadSync::enter`]).
+    /// The rank thread owns the engine (from [`ThreadSync::enter`]) and touches it no more.
     #[inline]
     pub(crate) unsafe fn leave(&self) {
-        // SAFETY: the caller holds the lock.
-        unsafe { self.lock.unlock() };
-        self.main.store(OUTSIDE, Ordering::Relaxed);
+        self.lease.leave(OUTSIDE);
     }
 
-    /// The rank thread, holding the lock, has nothing to do until a handler runs: releases
-    /// the lock, sleeps until the progress thread has run handlers (or `timeout`), and takes
-    /// the lock again.
+    /// The rank thread, owning the engine, has nothing to do until a handler runs: gives the
+    /// engine up, sleeps until the progress thread has run handlers (or `timeout`), and owns
+    /// the engine again on return.
     pub(crate) fn sleep_until_handled(&self, timeout: Duration) {
         self.main_sleeping.store(true, Ordering::Relaxed);
         let seen = self.handled.load(Ordering::Relaxed);
-        self.main.store(SLEEPING, Ordering::Relaxed);
+        self.lease.leave(SLEEPING);
         self.kick();
-        // SAFETY: the rank thread holds the lock while in a wait.
-        unsafe { self.lock.unlock() };
         futex::wait(&self.handled, seen, Some(timeout), Scope::Private);
-        self.main.store(INSIDE, Ordering::Relaxed);
-        self.lock.lock();
+        self.lease.enter();
         self.main_sleeping.store(false, Ordering::Relaxed);
     }
 
-    /// The progress thread, holding the lock, has run handlers: wakes a rank thread that
+    /// The progress thread, owning the engine, has run handlers: wakes a rank thread that
     /// sleeps in a wait.
     fn handlers_ran(&self) {
         if self.main_sleeping.swap(false, Ordering::Relaxed) {
@@ -221,60 +170,68 @@ fn serve(e: &Engine) {
     // Naps of tens of microseconds need a timer slack below the default 50 us.
     // SAFETY: PR_SET_TIMERSLACK takes one integer argument and changes only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
+    let lease = &sync.lease;
     let mut nap = NAP_MIN;
-    let mut empty = 0u32;
     while !sync.stop.load(Ordering::Acquire) {
-        if sync.main.load(Ordering::Relaxed) == INSIDE {
+        if lease.main() == INSIDE {
             // The rank thread polls by itself.
-            empty = 0;
             sync.nap(nap);
             nap = (nap * 2).min(NAP_MAX);
             continue;
         }
-        nap = NAP_MIN;
-        if !sync.lock.try_lock() {
-            std::hint::spin_loop();
+        if !lease.try_take() {
+            // The rank thread entered meanwhile.
             continue;
         }
+        nap = NAP_MIN;
+        serve_while_owner(e, sync);
+    }
+}
+
+/// Polls while owning the engine; gives it back (always) when the rank thread enters, when a
+/// critical section holds handlers back, or to sleep once nothing has come for a while.
+fn serve_while_owner(e: &Engine, sync: &ThreadSync) {
+    let lease = &sync.lease;
+    let mut empty = 0u32;
+    loop {
         let served = e.serve();
-        if served == Served::Handled {
-            sync.handlers_ran();
-        }
         match served {
-            Served::Handled => empty = 0,
+            Served::Handled => {
+                sync.handlers_ran();
+                empty = 0;
+            }
             Served::Deferred => {
                 // A critical section holds handlers back; its end delivers them.
-                // SAFETY: taken by try_lock above.
-                unsafe { sync.lock.unlock() };
+                lease.release();
                 sync.nap(NAP_MIN);
-                continue;
+                return;
             }
             Served::Nothing if empty < SPIN_POLLS => empty += 1,
             Served::Nothing => {
-                empty = 0;
                 let plan = e.prepare_sleep(true);
-                // SAFETY: taken by try_lock above; the sleep itself needs no engine state.
-                unsafe { sync.lock.unlock() };
+                // The sleep itself needs no engine state.
+                lease.release();
                 if let Some(plan) = plan {
                     // After announcing sleep: a stop that rang the bell before our announcement
                     // is seen here, one after it moves the bell and ends the sleep at once.
                     if sync.stop.load(Ordering::Acquire) {
                         e.own().doorbell().awake();
-                        break;
+                        return;
                     }
                     // A long quiet: see whether the job is still whole (unless the rank
                     // thread is in the runtime, where it checks by itself).
-                    if e.sleep(plan) && sync.lock.try_lock() {
+                    if e.sleep(plan) && lease.try_take() {
                         e.check_health();
-                        // SAFETY: taken just above.
-                        unsafe { sync.lock.unlock() };
+                        lease.release();
                     }
                 }
-                continue;
+                return;
             }
         }
-        // SAFETY: taken by try_lock above.
-        unsafe { sync.lock.unlock() };
+        if lease.wanted() || sync.stop.load(Ordering::Relaxed) {
+            lease.release();
+            return;
+        }
         std::hint::spin_loop();
     }
 }

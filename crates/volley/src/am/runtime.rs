@@ -450,7 +450,7 @@ pub struct Runtime {
     shared: Arc<SharedEngine>,
     /// The progress thread, in thread mode (stopped at finalize or drop).
     progress: RefCell<Option<ProgressThread>>,
-    /// Whether this (the rank's) thread holds the engine lock, in thread mode: calls made
+    /// Whether this (the rank's) thread owns the engine, in thread mode: calls made
     /// while it does (a wait's condition that sends, say) do not take it again.
     held: Cell<bool>,
     job: JobInfo,
@@ -476,7 +476,7 @@ impl Drop for Entered<'_> {
                 .engine()
                 .thread_sync()
                 .expect("owned implies thread mode");
-            // SAFETY: `owned` means this call took the lock in `Runtime::enter`.
+            // SAFETY: `owned` means this call took the engine in `Runtime::enter`, and the call is over.
             unsafe { sync.leave() };
         }
     }
@@ -528,7 +528,7 @@ impl Runtime {
         self.shared.get()
     }
 
-    /// Takes the engine for one call: in thread mode, the engine lock (unless this thread
+    /// Takes the engine for one call: in thread mode, the engine lease (unless this thread
     /// already holds it); in inline mode, nothing.
     #[inline(always)]
     fn enter(&self) -> Entered<'_> {
@@ -762,8 +762,8 @@ impl Runtime {
             engine.send_system(peer, SystemOp::FinalizeAck, &[]);
         }
         engine.wait_until(|| engine.finalize_acks.get() >= others);
-        // Nothing more will arrive that needs a handler: stop the progress thread (it needs
-        // the lock to finish its round, so let go first). The rest runs on this thread alone.
+        // Nothing more will arrive that needs a handler: stop the progress thread (it may
+        // need the engine to finish its round, so let go first). The rest runs on this thread alone.
         drop(entered);
         if let Some(mut progress) = self.progress.borrow_mut().take() {
             progress.stop();

@@ -34,7 +34,6 @@
 
 use crate::futex::{self, Scope};
 use std::sync::atomic::{compiler_fence, fence, AtomicU32, Ordering as Mem};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 /// How a sender orders its published frame before it reads `asleep`.
@@ -46,35 +45,12 @@ pub enum Ordering {
     Barrier,
 }
 
-const MEMBARRIER_CMD_QUERY: libc::c_int = 0;
-const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_int = 1 << 1;
-const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_int = 1 << 2;
-
-fn membarrier(cmd: libc::c_int) -> libc::c_long {
-    // SAFETY: membarrier takes a command and flags (0) and touches no memory of ours.
-    unsafe {
-        libc::syscall(
-            libc::SYS_membarrier,
-            cmd,
-            0 as libc::c_uint,
-            0 as libc::c_int,
-        )
-    }
-}
-
 /// Registers this process so that sleepers' `membarrier` calls fence its threads, once per
 /// process; false where the kernel (or a seccomp filter) does not offer it. A process that
 /// registered may send with [`Ordering::Barrier`] to receivers that registered too, and must
 /// then sleep with `membarrier` itself ([`Doorbell::prepare`]).
 pub fn register_membarrier() -> bool {
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        let want = MEMBARRIER_CMD_GLOBAL_EXPEDITED | MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED;
-        let offered = membarrier(MEMBARRIER_CMD_QUERY);
-        offered >= 0
-            && offered as libc::c_int & want == want
-            && membarrier(MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) == 0
-    })
+    crate::membarrier::register_global()
 }
 
 /// The doorbell words; lives in shared memory, zero-initialized.
@@ -115,8 +91,7 @@ impl Doorbell {
         self.asleep.store(1, Mem::Relaxed);
         if registered {
             // Fences every registered sender's CPU, and this thread too.
-            let r = membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED);
-            assert!(r == 0, "membarrier failed after a successful registration");
+            crate::membarrier::global();
         } else {
             fence(Mem::SeqCst);
         }
