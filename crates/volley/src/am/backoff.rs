@@ -34,16 +34,19 @@ impl Backoff {
     }
 
     /// Called after a poll that found nothing. Returns true when the wait has been long enough
-    /// (about every 2048 yields) that the caller should check the job's health.
+    /// (about every 2048 yields) that the caller should check the job's health. `pause`: spin
+    /// with a `pause` (the rank waits on rings that other cores write).
     #[inline(always)]
-    pub(crate) fn snooze(&mut self) -> bool {
+    pub(crate) fn snooze(&mut self, pause: bool) -> bool {
         if self.empty < self.limit {
             // `pause` between polls: without it the short poll loop keeps many speculative
             // loads of the ring heads in flight, every remote write then costs a memory-ordering
             // machine clear, and the hot line ping-pongs while the writer tries to own it.
             // Measured: pinned ping-pong 0.2 us with it, 0.8 us without.
             self.empty += 1;
-            std::hint::spin_loop();
+            if pause {
+                std::hint::spin_loop();
+            }
             false
         } else {
             std::thread::yield_now();

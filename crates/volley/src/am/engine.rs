@@ -96,6 +96,10 @@ pub(crate) struct Engine {
     /// The progress thread is running handlers (it holds the critical word's busy bit).
     serving: Cell<bool>,
     pub(crate) polite: bool,
+    /// No other rank shares this node: every message from another rank comes through the
+    /// network, so an empty poll needs no `pause` (no ring head is written from another core)
+    /// and skipping it brings the next network poll sooner.
+    net_only: bool,
     /// `VOLLEY_WAIT=block`.
     block: bool,
     /// By local index: whether that rank's doorbell must be rung after sending to it (it may
@@ -293,6 +297,7 @@ impl Engine {
         assert!(me_local < regions.len() && regions.len() == local_ranks.len());
         let layout = *regions[me_local].layout();
         let nlocal = regions.len();
+        let net_only = nlocal == 1 && net.is_some();
         let view = |r: RingRef<'_>| -> RingRef<'static> {
             // SAFETY: a RingRef points into a region's mapping, whose address never changes
             // while the Region is alive (moving the Region value does not move the mapping).
@@ -362,6 +367,7 @@ impl Engine {
             critical: CriticalState::default(),
             serving: Cell::new(false),
             polite,
+            net_only,
             block,
             bells,
             membarrier,
@@ -420,7 +426,7 @@ impl Engine {
     /// One step of an idle wait.
     #[inline(always)]
     fn idle(&self, backoff: &mut Backoff) {
-        if backoff.snooze() {
+        if backoff.snooze(!self.net_only) {
             self.check_health();
         }
     }
