@@ -6,8 +6,9 @@
 //! datagrams gather in one queue and leave with one `sendmmsg` per [`UdpConfig::batch`];
 //! incoming ones are read with `recvmmsg` into preallocated buffers. In a ping-pong of small
 //! messages a progress call thus costs one `sendmmsg` when something is due and one
-//! `recvmmsg`, and nothing allocates here in steady state (the reliable layer copies messages
-//! in and out).
+//! `recvmmsg`, and nothing allocates in steady state: datagram buffers are kept here, and the
+//! reliable layer copies messages in and out of buffers it recycles (delivered ones come back
+//! through [`NetTransport::recycle`]).
 //!
 //! With [`UdpConfig::faults`] (users: `VOLLEY_FAULTS`), every outgoing datagram goes through a
 //! [`FaultInjector`] first.
