@@ -1844,6 +1844,18 @@ mod tests {
     #[ignore = "benchmark"]
     fn bench_ping_pong_against_raw_tcp() {
         const ROUNDS: u64 = 20_000;
+        /// Fills `buf` from a non-blocking stream, busy-polling.
+        fn read_spinning(s: &mut TcpStream, buf: &mut [u8]) {
+            let mut got = 0;
+            while got < buf.len() {
+                match s.read(&mut buf[got..]) {
+                    Ok(0) => panic!("eof"),
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        }
         fn raw() -> Duration {
             let l = TcpListener::bind((LOCAL, 0)).unwrap();
             let addr = l.local_addr().unwrap();
@@ -1853,15 +1865,7 @@ mod tests {
                 s.set_nonblocking(true).unwrap();
                 let mut buf = [0u8; 8];
                 for _ in 0..ROUNDS {
-                    let mut got = 0;
-                    while got < 8 {
-                        match s.read(&mut buf[got..]) {
-                            Ok(0) => panic!("eof"),
-                            Ok(n) => got += n,
-                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                            Err(e) => panic!("{e}"),
-                        }
-                    }
+                    read_spinning(&mut s, &mut buf);
                     s.write_all(&buf).unwrap();
                 }
             });
@@ -1872,15 +1876,7 @@ mod tests {
             let start = Instant::now();
             for i in 0..ROUNDS {
                 s.write_all(&i.to_le_bytes()).unwrap();
-                let mut got = 0;
-                while got < 8 {
-                    match s.read(&mut buf[got..]) {
-                        Ok(0) => panic!("eof"),
-                        Ok(n) => got += n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => panic!("{e}"),
-                    }
-                }
+                read_spinning(&mut s, &mut buf);
             }
             let t = start.elapsed();
             echo.join().unwrap();
