@@ -85,9 +85,19 @@ fn main() {
                 ),
             );
         }
+        // Its own counters say who served: the progress thread, having taken the engine.
+        let p = rt.stats().progress;
+        if p.takes == 0 || p.handled_polls == 0 {
+            fail(
+                1,
+                1,
+                &format!("busy_target: the progress thread's counters show no serving: {p:?}"),
+            );
+        }
         println!(
             "busy_target: served {k} requests and {k} gets while computing for {computed:?} \
-             without polling"
+             without polling (progress thread: {} takes, {} polls that ran handlers)",
+            p.takes, p.handled_polls
         );
     } else {
         let mut buf = vec![0u8; PATTERN];

@@ -112,9 +112,9 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "am" => am::run(out, scale, reps),
         "rma-direct" => rma::run(out, volley::rma::RmaPath::Direct, scale, reps),
         "rma-am" => rma::run(out, volley::rma::RmaPath::ActiveMessages, scale, reps),
-        "progress-spin" => progress::run(out, scale, reps, false),
-        "progress-block" => progress::run(out, scale, reps, true),
-        "progress-thread" => progress::run(out, scale, reps, false),
+        "progress-rtt" => progress::run(out, scale, reps, progress::Part::RoundTrip),
+        "progress-wakeup" => progress::run(out, scale, reps, progress::Part::Wakeup),
+        "progress-granularity" => progress::run(out, scale, reps, progress::Part::Granularity),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
@@ -351,35 +351,79 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
 
 fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
     // This VM's two vCPUs land on different host cores from one minute to the next (the
-    // cache-line floor moves between about 50 and 400 ns), so each job's round trip is
-    // compared with a floor measured right before it.
+    // cache-line floor moves between about 50 and 400 ns), so the two modes' round trips are
+    // compared in rounds: one short job per mode, back to back (their order alternating), each
+    // round beside a floor measured right before it; the figures are medians over the rounds.
     let floor = || floor::cacheline_rtt_ns(((200_000.0 * scale) as u64).max(1000), 3);
-    let floor_inline = floor()?;
-    let spin = run_ranks(
-        "progress-spin",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        &[("VOLLEY_WAIT", "spin")],
-    )?;
+    let inline_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "inline")];
+    let thread_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")];
+    let rtt_job = |env: &[(&str, &str)]| -> Result<f64, String> {
+        let raw = run_ranks("progress-rtt", 2, scale, 1, Transport::Shm, env)?;
+        let reps = raw["reps"].as_array().map_or(&[][..], |v| v);
+        median_of_reps(reps)
+            .get("rtt_ns")
+            .and_then(Value::as_f64)
+            .ok_or_else(|| "a round-trip job reported no rtt_ns".to_string())
+    };
+    let rounds = 2 * reps.max(1) + 1;
+    let (mut floors, mut inline_rtts, mut thread_rtts, mut ratios) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        floors.push(floor()?);
+        let (i, t) = if round % 2 == 0 {
+            let i = rtt_job(inline_env)?;
+            (i, rtt_job(thread_env)?)
+        } else {
+            let t = rtt_job(thread_env)?;
+            (rtt_job(inline_env)?, t)
+        };
+        inline_rtts.push(i);
+        thread_rtts.push(t);
+        ratios.push(t / i);
+    }
+    let inline_over_floor: Vec<f64> = inline_rtts
+        .iter()
+        .zip(&floors)
+        .map(|(r, f)| r / f)
+        .collect();
+    let thread_over_floor: Vec<f64> = thread_rtts
+        .iter()
+        .zip(&floors)
+        .map(|(r, f)| r / f)
+        .collect();
+    let rounds_doc: Vec<Value> = (0..rounds)
+        .map(|k| {
+            json!({
+                "cacheline_rtt_ns": floors[k],
+                "rtt_inline_ns": inline_rtts[k],
+                "rtt_thread_ns": thread_rtts[k],
+            })
+        })
+        .collect();
     let floor_block = floor()?;
     let block = run_ranks(
-        "progress-block",
+        "progress-wakeup",
         2,
         scale,
         reps,
         Transport::Shm,
-        &[("VOLLEY_WAIT", "block")],
+        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
     )?;
-    let floor_thread = floor()?;
-    let thread = run_ranks(
-        "progress-thread",
+    let spin = run_ranks(
+        "progress-granularity",
         2,
         scale,
         reps,
         Transport::Shm,
-        &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")],
+        inline_env,
+    )?;
+    let thread = run_ranks(
+        "progress-granularity",
+        2,
+        scale,
+        reps,
+        Transport::Shm,
+        thread_env,
     )?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
     let (spin, block, thread) = (med(&spin), med(&block), med(&thread));
@@ -407,33 +451,23 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         / times.iter().cloned().fold(f64::NAN, f64::min);
     let mut granularity = curve("inline", &spin);
     granularity.extend(thread_curve);
-    let get = |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64);
-    let over_floor = |d: &Map<String, Value>, floor: f64| get(d, "rtt_ns").map(|r| r / floor);
-    let (inline_f, block_f, thread_f) = (
-        over_floor(&spin, floor_inline),
-        over_floor(&block, floor_block),
-        over_floor(&thread, floor_thread),
-    );
-    let ratio = match (thread_f, inline_f) {
-        (Some(t), Some(i)) => json!(t / i),
-        _ => Value::Null,
-    };
+    let rtt_block = block.get("rtt_ns").and_then(Value::as_f64);
     Ok(json!({
-        "rtt_inline_ns": spin.get("rtt_ns"),
-        "rtt_block_ns": block.get("rtt_ns"),
-        "rtt_thread_ns": thread.get("rtt_ns"),
+        "rtt_inline_ns": median(&mut inline_rtts.clone()),
+        "rtt_block_ns": rtt_block,
+        "rtt_thread_ns": median(&mut thread_rtts.clone()),
         "wakeup_ns": block.get("wakeup_ns"),
         "granularity": granularity,
         "cacheline_rtt_ns": {
-            "before_inline": floor_inline,
+            "median_of_rounds": median(&mut floors.clone()),
             "before_block": floor_block,
-            "before_thread": floor_thread,
         },
+        "rounds": rounds_doc,
         "ratios": {
-            "rtt_inline_over_floor": inline_f,
-            "rtt_block_over_floor": block_f,
-            "rtt_thread_over_floor": thread_f,
-            "rtt_thread_over_inline": ratio,
+            "rtt_inline_over_floor": median(&mut inline_over_floor.clone()),
+            "rtt_block_over_floor": rtt_block.map(|r| r / floor_block),
+            "rtt_thread_over_floor": median(&mut thread_over_floor.clone()),
+            "rtt_thread_over_inline": median(&mut ratios),
             "thread_granularity_max_over_min": spread,
         },
         "work_ns_per_rank_and_iteration": 2_000_000,
@@ -444,9 +478,12 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
 
 fn print_progress_table(doc: &Value, w: &mut dyn Write) {
     let f = |k: &str| doc[k].as_f64().unwrap_or(f64::NAN);
+    let rounds = doc["rounds"].as_array().map_or(0, Vec::len);
     let _ = writeln!(
         w,
-        "volley bench progress: 2 ranks on one host, pinned; median of {} repetitions",
+        "volley bench progress: 2 ranks on one host, pinned; round trips: medians over {rounds} \
+         rounds of one inline and one thread job (floor measured before each round); the rest: \
+         median of {} repetitions",
         doc["reps"]
     );
     let inline = f("rtt_inline_ns");
@@ -454,11 +491,24 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
     let fl = |k: &str| doc["cacheline_rtt_ns"][k].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
         w,
-        "  {:<34} {:>12.1} ns  {:.2} x its floor ({:.1} ns)",
+        "  {:<34} {:>12.1} ns  (median of the rounds' floors)",
+        "cacheline_rtt_ns",
+        fl("median_of_rounds")
+    );
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.2} x its round's floor",
         "rtt_inline_ns (spin)",
         inline,
         r("rtt_inline_over_floor"),
-        fl("before_inline")
+    );
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.2} x its round's floor; {:.3} x inline (median of the rounds' ratios)",
+        "rtt_thread_ns",
+        f("rtt_thread_ns"),
+        r("rtt_thread_over_floor"),
+        r("rtt_thread_over_inline")
     );
     let _ = writeln!(
         w,
@@ -474,15 +524,6 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
         "wakeup_ns",
         f("wakeup_ns"),
         f("wakeup_ns") / inline
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its floor ({:.1} ns); {:.2} x inline, floor for floor",
-        "rtt_thread_ns",
-        f("rtt_thread_ns"),
-        r("rtt_thread_over_floor"),
-        fl("before_thread"),
-        r("rtt_thread_over_inline")
     );
     let _ = writeln!(
         w,

@@ -52,6 +52,7 @@ impl Bench {
                 .expect("reply");
         });
         let rt = b.build().expect("joining the benchmark job");
+
         Self { rt, fetch, replies }
     }
 
@@ -132,8 +133,19 @@ impl Bench {
     }
 }
 
+/// What one benchmark job measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// The spinning round trip only (one job per mode and round, interleaved by the driver).
+    RoundTrip,
+    /// Round trip and wake-up latency of a sleeping rank (run with `VOLLEY_WAIT=block`).
+    Wakeup,
+    /// The polling-granularity sweep.
+    Granularity,
+}
+
 /// Runs one rank; rank 0 writes every repetition's figures to `out`.
-pub fn run(out: &std::path::Path, scale: f64, reps: usize, block: bool) -> Result<(), String> {
+pub fn run(out: &std::path::Path, scale: f64, reps: usize, part: Part) -> Result<(), String> {
     let b = Bench::new();
     if b.rt.size() != 2 {
         return Err(format!(
@@ -145,15 +157,21 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize, block: bool) -> Resul
     let mut reps_out = Vec::new();
     for _ in 0..reps {
         let mut r = serde_json::Map::new();
-        r.insert("rtt_ns".into(), json!(b.rtt(n(50_000.0))));
-        if block {
-            r.insert("wakeup_ns".into(), json!(b.wakeup(n(30.0) as usize)));
-        } else {
-            let g: Vec<_> = GRANULARITY_NS
-                .iter()
-                .map(|&g| json!({"size": g.unwrap_or(0), "compute_ns": g, "ns_per_iteration": b.granularity(g, n(100.0))}))
-                .collect();
-            r.insert("granularity".into(), json!(g));
+        match part {
+            Part::RoundTrip => {
+                r.insert("rtt_ns".into(), json!(b.rtt(n(50_000.0))));
+            }
+            Part::Wakeup => {
+                r.insert("rtt_ns".into(), json!(b.rtt(n(50_000.0))));
+                r.insert("wakeup_ns".into(), json!(b.wakeup(n(30.0) as usize)));
+            }
+            Part::Granularity => {
+                let g: Vec<_> = GRANULARITY_NS
+                    .iter()
+                    .map(|&g| json!({"size": g.unwrap_or(0), "compute_ns": g, "ns_per_iteration": b.granularity(g, n(100.0))}))
+                    .collect();
+                r.insert("granularity".into(), json!(g));
+            }
         }
         reps_out.push(serde_json::Value::Object(r));
     }

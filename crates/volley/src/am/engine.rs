@@ -1414,6 +1414,9 @@ impl Engine {
     /// All counters of this rank.
     pub(crate) fn stats(&self) -> Stats {
         let mut stats = self.stats.snapshot();
+        if let Some(sync) = self.thread_sync() {
+            stats.progress = sync.stats();
+        }
         if let Some(net) = &self.net {
             let t = net.transport.borrow();
             stats.network = NetworkStats {

@@ -50,6 +50,10 @@ pub(crate) struct Lease {
     main: AtomicU32,
     /// Whether the progress thread holds (or is taking) the engine; written by it only.
     held: AtomicBool,
+    /// How many times the rank thread has entered (wrapping); written by it only, so it
+    /// counts with a load and a store. The progress thread reads it to tell a program that
+    /// polls (and is outside only between calls) from one that computes.
+    calls: AtomicU32,
     fences: Fences,
 }
 
@@ -70,6 +74,7 @@ impl Lease {
         Self {
             main: AtomicU32::new(OUTSIDE),
             held: AtomicBool::new(false),
+            calls: AtomicU32::new(0),
             fences,
         }
     }
@@ -77,6 +82,8 @@ impl Lease {
     /// Rank thread: enters the runtime; returns once the engine is its own.
     #[inline]
     pub(crate) fn enter(&self) {
+        let calls = self.calls.load(Ordering::Relaxed);
+        self.calls.store(calls.wrapping_add(1), Ordering::Relaxed);
         self.main.store(INSIDE, Ordering::Relaxed);
         match self.fences {
             // The progress thread's membarrier fences this thread when it matters.
@@ -111,6 +118,12 @@ impl Lease {
     #[inline]
     pub(crate) fn main(&self) -> u32 {
         self.main.load(Ordering::Relaxed)
+    }
+
+    /// How many times the rank thread has entered the runtime (wrapping; a hint).
+    #[inline]
+    pub(crate) fn calls(&self) -> u32 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Progress thread: takes the engine unless the rank thread is inside.

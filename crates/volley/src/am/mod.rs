@@ -58,4 +58,4 @@ pub use handler::{
 pub(crate) use runtime::DirectMemory;
 
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
-pub use stats::{NetworkStats, Stats};
+pub use stats::{NetworkStats, ProgressStats, Stats};

@@ -11,10 +11,14 @@
 //!
 //! **Staying out of the way.** When the rank thread is inside the runtime (it polls by itself)
 //! the progress thread naps, with growing naps while that lasts, so that the two do not fight
-//! over the rings' cache lines and a program that polls keeps inline speed. When the rank
-//! thread is outside (computing), the progress thread takes the engine and polls, giving it
-//! back as soon as the rank thread enters; once it has found nothing for a while it sleeps on
-//! the rank's doorbell, which senders ring only while it sleeps.
+//! over the rings' cache lines and a program that polls keeps inline speed. A program that
+//! polls is also outside between its calls, briefly; the progress thread tells it from one that
+//! computes by the rank thread's call count ([`Lease::calls`]): only when it has made no call
+//! for a short confirmation nap does the progress thread take the engine. (Taking it in such a
+//! gap would stall the program: the two threads share its CPU when the rank is pinned, and the
+//! progress thread would poll until it is preempted or spins out.) Holding the engine, it polls
+//! and gives it back as soon as the rank thread enters; once it has found nothing for a while
+//! it sleeps on the rank's doorbell, which senders ring only while it sleeps.
 //!
 //! **Blocking waits.** In `VOLLEY_WAIT=block` a rank thread whose wait has spun out gives the
 //! engine up and sleeps on [`ThreadSync`]'s handled counter; the progress thread serves and
@@ -26,15 +30,23 @@
 
 use super::engine::{Engine, Served, SharedEngine};
 use super::lease::{Lease, INSIDE, OUTSIDE, SLEEPING};
+use super::stats::ProgressStats;
 use crate::futex::{self, Scope};
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Shortest and longest nap of the progress thread while the rank thread is inside.
+/// Shortest and longest nap of the progress thread while the rank thread polls by itself. Each
+/// wake-up preempts the rank thread on its CPU (the two share it when the rank is pinned) and
+/// costs it microseconds: naps of at most 800 us slowed a polling round trip by about 10%,
+/// 4 ms by about 3%. The longest nap is also how late, at worst, the progress thread takes over
+/// when a program that polled for long stops polling.
 const NAP_MIN: Duration = Duration::from_micros(50);
-const NAP_MAX: Duration = Duration::from_micros(800);
+const NAP_MAX: Duration = Duration::from_millis(4);
+/// How long the rank thread must stay outside the runtime, without a call, before the progress
+/// thread takes the engine: longer than the gaps between the calls of a program that polls.
+const CONFIRM: Duration = Duration::from_micros(20);
 /// Empty polls before the progress thread sleeps on the doorbell.
 const SPIN_POLLS: u32 = 256;
 
@@ -49,6 +61,23 @@ pub(crate) struct ThreadSync {
     /// The progress thread naps on this; bumped to cut a nap short.
     nap: AtomicU32,
     stop: AtomicBool,
+    counters: Counters,
+}
+
+/// The progress thread's counters: written by it alone (a load and a store each), read for
+/// [`ProgressStats`] by the rank thread.
+#[derive(Debug, Default)]
+struct Counters {
+    naps: AtomicU64,
+    confirmations: AtomicU64,
+    takes: AtomicU64,
+    polls: AtomicU64,
+    handled_polls: AtomicU64,
+    sleeps: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 impl Default for ThreadSync {
@@ -59,11 +88,26 @@ impl Default for ThreadSync {
             main_sleeping: AtomicBool::new(false),
             nap: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            counters: Counters::default(),
         }
     }
 }
 
 impl ThreadSync {
+    /// What the progress thread has done so far.
+    pub(crate) fn stats(&self) -> ProgressStats {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ProgressStats {
+            naps: get(&c.naps),
+            confirmations: get(&c.confirmations),
+            takes: get(&c.takes),
+            polls: get(&c.polls),
+            handled_polls: get(&c.handled_polls),
+            sleeps: get(&c.sleeps),
+        }
+    }
+
     /// The rank thread enters the runtime: owns the engine on return.
     #[inline]
     pub(crate) fn enter(&self) {
@@ -164,6 +208,16 @@ impl Drop for ProgressThread {
     }
 }
 
+/// What the progress thread last saw of the rank thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Look {
+    /// Nothing that counts: the next look that finds it outside starts a confirmation.
+    Fresh,
+    /// Found outside after this many calls; if it has made none when looked at again, it
+    /// computes (or no longer polls) and the progress thread serves.
+    Outside(u32),
+}
+
 /// The progress thread's loop.
 fn serve(e: &Engine) {
     let sync = e.thread_sync().expect("a progress thread has its sync");
@@ -172,39 +226,79 @@ fn serve(e: &Engine) {
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
     let lease = &sync.lease;
     let mut nap = NAP_MIN;
+    let mut look = Look::Fresh;
     while !sync.stop.load(Ordering::Acquire) {
-        if lease.main() == INSIDE {
-            // The rank thread polls by itself.
-            sync.nap(nap);
-            nap = (nap * 2).min(NAP_MAX);
-            continue;
+        let calls = lease.calls();
+        match (lease.main(), look) {
+            (INSIDE, _) => {
+                // The rank thread polls by itself.
+                look = Look::Fresh;
+                bump(&sync.counters.naps);
+                sync.nap(nap);
+                nap = (nap * 2).min(NAP_MAX);
+                continue;
+            }
+            (OUTSIDE, Look::Fresh) => {
+                // Outside, which a program that polls is too, between two calls: taking the
+                // engine now would stall it (the two threads share its CPU when it is pinned).
+                // Look again shortly.
+                look = Look::Outside(calls);
+                bump(&sync.counters.confirmations);
+                sync.nap(CONFIRM);
+                continue;
+            }
+            (OUTSIDE, Look::Outside(seen)) if seen != calls => {
+                // It has called meanwhile: it polls by itself.
+                look = Look::Fresh;
+                bump(&sync.counters.naps);
+                sync.nap(nap);
+                nap = (nap * 2).min(NAP_MAX);
+                continue;
+            }
+            // No call for a whole confirmation (it computes), or it sleeps in a blocked
+            // wait and needs the handlers run.
+            _ => {}
         }
+        look = Look::Fresh;
         if !lease.try_take() {
             // The rank thread entered meanwhile.
             continue;
         }
-        nap = NAP_MIN;
-        serve_while_owner(e, sync);
+        bump(&sync.counters.takes);
+        if serve_while_owner(e, sync) {
+            // The program needed serving: look at it often again. (A take that found nothing
+            // keeps the naps long: a program that polls, like one whose outside spells only
+            // look like compute, serves itself.)
+            nap = NAP_MIN;
+        }
+        // Given back to sleep (or for a critical section): if the rank thread has not called
+        // since, it still computes, and the next look serves again without confirming.
+        look = Look::Outside(calls);
     }
 }
 
 /// Polls while owning the engine; gives it back (always) when the rank thread enters, when a
 /// critical section holds handlers back, or to sleep once nothing has come for a while.
-fn serve_while_owner(e: &Engine, sync: &ThreadSync) {
+/// Returns whether it ran handlers.
+fn serve_while_owner(e: &Engine, sync: &ThreadSync) -> bool {
     let lease = &sync.lease;
     let mut empty = 0u32;
+    let mut handled = false;
     loop {
         let served = e.serve();
+        bump(&sync.counters.polls);
         match served {
             Served::Handled => {
+                bump(&sync.counters.handled_polls);
                 sync.handlers_ran();
+                handled = true;
                 empty = 0;
             }
             Served::Deferred => {
                 // A critical section holds handlers back; its end delivers them.
                 lease.release();
                 sync.nap(NAP_MIN);
-                return;
+                return true;
             }
             Served::Nothing if empty < SPIN_POLLS => empty += 1,
             Served::Nothing => {
@@ -212,11 +306,12 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync) {
                 // The sleep itself needs no engine state.
                 lease.release();
                 if let Some(plan) = plan {
+                    bump(&sync.counters.sleeps);
                     // After announcing sleep: a stop that rang the bell before our announcement
                     // is seen here, one after it moves the bell and ends the sleep at once.
                     if sync.stop.load(Ordering::Acquire) {
                         e.own().doorbell().awake();
-                        return;
+                        return handled;
                     }
                     // A long quiet: see whether the job is still whole (unless the rank
                     // thread is in the runtime, where it checks by itself).
@@ -225,12 +320,12 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync) {
                         lease.release();
                     }
                 }
-                return;
+                return handled;
             }
         }
         if lease.wanted() || sync.stop.load(Ordering::Relaxed) {
             lease.release();
-            return;
+            return handled;
         }
         std::hint::spin_loop();
     }

@@ -30,6 +30,25 @@ pub struct Stats {
     /// through it (the rest went through shared memory), network polls, network polls that
     /// found nothing, and the polling policy's current interval in polls.
     pub network: NetworkStats,
+    /// The progress thread's counters (all zero in inline mode).
+    pub progress: ProgressStats,
+}
+
+/// What the progress thread did (`VOLLEY_PROGRESS=thread`); all zero in inline mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProgressStats {
+    /// Naps while the rank thread polled by itself (it was inside, or called meanwhile).
+    pub naps: u64,
+    /// Short looks again at a rank thread found outside, to tell polling from computing.
+    pub confirmations: u64,
+    /// Times it took the engine (the rank thread computed, or slept in a blocked wait).
+    pub takes: u64,
+    /// Polls it ran holding the engine, and how many of those ran handlers.
+    pub polls: u64,
+    /// Polls that ran handlers.
+    pub handled_polls: u64,
+    /// Sleeps on the doorbell after finding nothing for a while.
+    pub sleeps: u64,
 }
 
 /// How much traffic took the network route, and the transport's own counters.
@@ -114,6 +133,14 @@ impl fmt::Display for Stats {
                 t.faults_injected
             )?;
         }
+        let p = &self.progress;
+        if *p != ProgressStats::default() {
+            write!(
+                f,
+                " | progress thread naps {} confirmations {} takes {} polls {} handled {} sleeps {}",
+                p.naps, p.confirmations, p.takes, p.polls, p.handled_polls, p.sleeps
+            )?;
+        }
         Ok(())
     }
 }
@@ -156,6 +183,7 @@ impl StatCells {
             max_nesting: self.max_nesting.get(),
             system_sent: self.system_sent.get(),
             network: NetworkStats::default(),
+            progress: ProgressStats::default(),
         }
     }
 }
