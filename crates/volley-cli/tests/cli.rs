@@ -90,6 +90,20 @@ fn bench_am_reports_every_figure_as_json() {
     };
     assert_eq!(sizes("am_medium_rtt_ns"), [0, 8, 64, 512, 4096, 65536]);
     assert_eq!(sizes("am_long_rtt_ns"), [8, 4096, 65536, 1 << 20]);
+    // The floor was measured by the ranks themselves, beside their round trips, and the
+    // ratio is the blocks' own.
+    let runs = doc["runs"].as_array().expect("runs array");
+    assert!(
+        !runs.is_empty()
+            && runs
+                .iter()
+                .all(|r| r["cacheline_rtt_ns"].as_f64().is_some_and(|x| x > 0.0)),
+        "{doc}"
+    );
+    let ratio = doc["ratios"]["am_short_rtt_over_floor"]
+        .as_f64()
+        .unwrap_or(f64::NAN);
+    assert!(ratio.is_finite() && ratio > 0.0, "{doc}");
     // The table went to stderr, with every figure beside the floor.
     assert!(err.contains("x floor"), "{err}");
 }

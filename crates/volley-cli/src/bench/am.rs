@@ -11,7 +11,9 @@
 //! - o_recv: the receiver stops polling until a burst has arrived, then times the polls that
 //!   handle it.
 
+use super::floor::{self, SharedLines};
 use serde_json::json;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,6 +22,8 @@ use volley::{ReplyHandler, RequestHandler, Runtime};
 const MEDIUM_SIZES: [usize; 6] = [0, 8, 64, 512, 4096, 65536];
 const LONG_SIZES: [usize; 4] = [8, 4096, 65536, 1 << 20];
 const BURST: usize = 32;
+/// Blocks of the short round trip, each right after a floor ping-pong.
+const SHORT_BLOCKS: usize = 5;
 
 struct Bench {
     rt: Runtime,
@@ -34,6 +38,10 @@ struct Bench {
     report: RequestHandler,
     reported: Arc<AtomicU64>,
     scale: f64,
+    /// Lines for the floor ping-pong between the two ranks (shared memory only), and the
+    /// round trips done on them so far.
+    floor: Option<SharedLines>,
+    floor_done: Cell<u64>,
 }
 
 fn spin_for(d: Duration) {
@@ -44,7 +52,7 @@ fn spin_for(d: Duration) {
 }
 
 impl Bench {
-    fn new(scale: f64) -> Self {
+    fn new(scale: f64, floor: Option<SharedLines>) -> Self {
         let pongs = Arc::new(AtomicU64::new(0));
         let sinks = Arc::new(AtomicU64::new(0));
         let ends = Arc::new(AtomicU64::new(0));
@@ -93,6 +101,8 @@ impl Bench {
             report,
             reported,
             scale,
+            floor,
+            floor_done: Cell::new(0),
         }
     }
 
@@ -143,13 +153,49 @@ impl Bench {
     fn one_rep(&self, phase: &mut u64) -> serde_json::Value {
         let me = self.rt.rank();
         let mut r = serde_json::Map::new();
-        // Phase 1: round trips and one-way flood driven by rank 0.
+        // Phase 0: the short round trip in blocks, each right after a cache-line ping-pong
+        // between these two processes on their own CPUs (shared memory only): this machine's
+        // floor moves from one minute to the next, so the two are compared block by block.
+        let (mut floors, mut shorts, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..SHORT_BLOCKS {
+            let floor_ns = self.floor.as_ref().map(|f| {
+                let (base, n) = (self.floor_done.get(), self.iters(40_000));
+                self.floor_done.set(base + n);
+                if me == 0 {
+                    floor::ping(f.lines(), base, n)
+                } else {
+                    floor::echo(f.lines(), base, n);
+                    f64::NAN
+                }
+            });
+            *phase += 1;
+            if me == 0 {
+                let short = self.rtt(self.iters(20_000), || {
+                    self.rt.request_short(1, self.ping, &[1]).expect("ping")
+                });
+                shorts.push(short);
+                if let Some(f) = floor_ns {
+                    floors.push(f);
+                    ratios.push(short / f);
+                }
+                self.end_phase();
+            } else {
+                self.serve(*phase);
+            }
+        }
+        if me == 0 {
+            r.insert("am_short_rtt_ns".into(), json!(super::median(&mut shorts)));
+            if !floors.is_empty() {
+                r.insert("cacheline_rtt_ns".into(), json!(super::median(&mut floors)));
+                r.insert(
+                    "am_short_rtt_over_floor".into(),
+                    json!(super::median(&mut ratios)),
+                );
+            }
+        }
+        // Phase 1: the other round trips and one-way flood driven by rank 0.
         *phase += 1;
         if me == 0 {
-            let short = self.rtt(self.iters(100_000), || {
-                self.rt.request_short(1, self.ping, &[1]).expect("ping")
-            });
-            r.insert("am_short_rtt_ns".into(), json!(short));
             let mut medium = Vec::new();
             for &size in &MEDIUM_SIZES {
                 let buf = vec![7u8; size];
@@ -276,7 +322,7 @@ impl Bench {
 
 /// Runs one rank; rank 0 writes the medians of every figure to `out`.
 pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String> {
-    let bench = Bench::new(scale);
+    let bench = Bench::new(scale, SharedLines::inherited()?);
     if bench.rt.size() != 2 {
         return Err(format!(
             "the am benchmark needs 2 ranks, got {}",

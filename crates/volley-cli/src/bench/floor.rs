@@ -4,10 +4,135 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// The two cache lines a floor ping-pong bounces: `ping` written by the measuring side,
+/// `pong` by the echoing side.
 #[repr(C, align(64))]
-struct Line {
+pub struct Line {
     v: AtomicU64,
     _pad: [u64; 7],
+}
+
+/// Measuring side of the ping-pong: `iters` round trips numbered after `base` (both sides use
+/// the same numbers, so consecutive ping-pongs on one pair of lines continue the count).
+/// Returns ns per round trip, the first tenth excluded as warm-up.
+pub fn ping(lines: &[Line; 2], base: u64, iters: u64) -> f64 {
+    let warm = (iters / 10).max(1);
+    let mut t0 = Instant::now();
+    for i in base + 1..=base + iters {
+        if i == base + warm {
+            t0 = Instant::now();
+        }
+        lines[0].v.store(i, Ordering::Release);
+        while lines[1].v.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+    }
+    // Round trips warm..=iters were timed.
+    t0.elapsed().as_nanos() as f64 / (iters - warm + 1) as f64
+}
+
+/// Echoing side of [`ping`] with the same `base` and `iters`.
+pub fn echo(lines: &[Line; 2], base: u64, iters: u64) {
+    for i in base + 1..=base + iters {
+        while lines[0].v.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+        }
+        lines[1].v.store(i, Ordering::Release);
+    }
+}
+
+/// A pair of lines in a memory file that the benchmark's ranks inherit (by descriptor number,
+/// in [`SharedLines::ENV`]), so that the two rank processes can measure the floor between
+/// themselves, on their own CPUs, interleaved with what they measure. A memory file leaves
+/// nothing behind however the job ends.
+pub struct SharedLines {
+    fd: libc::c_int,
+    lines: *const [Line; 2],
+}
+
+impl SharedLines {
+    /// The variable that names the descriptor in a rank's environment.
+    pub const ENV: &'static str = "VOLLEY_BENCH_FLOOR_FD";
+    const LEN: usize = 4096;
+
+    /// Creates the memory file, inheritable by the ranks (no close-on-exec).
+    pub fn create() -> Result<Self, String> {
+        // SAFETY: a NUL-terminated name and no flags; the result is checked.
+        let fd = unsafe { libc::memfd_create(c"volley-bench-floor".as_ptr(), 0) };
+        if fd < 0 {
+            return Err(format!(
+                "memfd_create for the floor's lines: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: sizing the file we just created.
+        if unsafe { libc::ftruncate(fd, Self::LEN as libc::off_t) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closing our own descriptor.
+            unsafe { libc::close(fd) };
+            return Err(format!("sizing the floor's lines: {e}"));
+        }
+        Self::map(fd)
+    }
+
+    /// Maps the lines a rank inherited, if the benchmark passed them.
+    pub fn inherited() -> Result<Option<Self>, String> {
+        let Some(v) = std::env::var_os(Self::ENV) else {
+            return Ok(None);
+        };
+        let fd: libc::c_int = v
+            .to_str()
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| format!("{} is not a descriptor number: {v:?}", Self::ENV))?;
+        Self::map(fd).map(Some)
+    }
+
+    fn map(fd: libc::c_int) -> Result<Self, String> {
+        // SAFETY: a fresh shared mapping of the file's whole length; unmapped in Drop.
+        let mem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::LEN,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if mem == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            // SAFETY: closing the descriptor we were given and will not use again.
+            unsafe { libc::close(fd) };
+            return Err(format!("mapping the floor's lines: {e}"));
+        }
+        Ok(Self {
+            fd,
+            lines: mem.cast(),
+        })
+    }
+
+    /// The descriptor, for the ranks' environment.
+    pub fn fd(&self) -> libc::c_int {
+        self.fd
+    }
+
+    /// The two lines.
+    pub fn lines(&self) -> &[Line; 2] {
+        // SAFETY: the mapping is page-aligned, 4096 bytes (two lines fit), zero-filled (valid
+        // atomics) and lives as long as `self`.
+        unsafe { &*self.lines }
+    }
+}
+
+impl Drop for SharedLines {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping (no reference outlives `self`) and closing our
+        // descriptor.
+        unsafe {
+            libc::munmap(self.lines as *mut libc::c_void, Self::LEN);
+            libc::close(self.fd);
+        }
+    }
 }
 
 /// Round-trip time of one cache line between two processes on the first two CPUs this process
@@ -42,35 +167,18 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
             "mmap for the floor measurement failed"
         );
         // SAFETY: the page is zeroed (valid atomics) and large enough for two lines.
-        let lines = unsafe { std::slice::from_raw_parts(mem.cast::<Line>(), 2) };
+        let lines = unsafe { &*mem.cast::<[Line; 2]>() };
         // SAFETY: called before any thread exists; the child only spins on atomics and exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
             crate::affinity::pin(cpus[1]);
-            for i in 1..=iters {
-                while lines[0].v.load(Ordering::Acquire) != i {
-                    std::hint::spin_loop();
-                }
-                lines[1].v.store(i, Ordering::Release);
-            }
+            echo(lines, 0, iters);
             // SAFETY: leave the child without running the parent's atexit handlers.
             unsafe { libc::_exit(0) };
         }
         crate::affinity::pin(cpus[0]);
-        let warm = (iters / 10).max(1);
-        let mut t0 = Instant::now();
-        for i in 1..=iters {
-            if i == warm {
-                t0 = Instant::now();
-            }
-            lines[0].v.store(i, Ordering::Release);
-            while lines[1].v.load(Ordering::Acquire) != i {
-                std::hint::spin_loop();
-            }
-        }
-        // Round trips warm..=iters were timed.
-        let ns = t0.elapsed().as_nanos() as f64 / (iters - warm + 1) as f64;
+        let ns = ping(lines, 0, iters);
         // SAFETY: reaping our own child; unmapping our own mapping after it exited.
         unsafe {
             libc::waitpid(pid, std::ptr::null_mut(), 0);

@@ -291,13 +291,17 @@ fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
 }
 
 fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, String> {
-    // The floor first: it forks, which must happen before any thread exists.
-    let (floor_key, floor, rank_scale) = match transport {
-        Transport::Shm => (
-            "cacheline_rtt_ns",
-            floor::cacheline_rtt_ns(((400_000.0 * scale) as u64).max(1000), reps.max(3))?,
-            scale,
-        ),
+    // Shared memory: the two ranks measure the cache-line floor between themselves, in blocks
+    // interleaved with the short round trip, on lines in a memory file they inherit. Network:
+    // the socket floor first (it forks, which must happen before any thread exists).
+    let (raw, floor_key, socket_floor) = match transport {
+        Transport::Shm => {
+            let lines = floor::SharedLines::create()?;
+            let fd = lines.fd().to_string();
+            let env = [(floor::SharedLines::ENV, fd.as_str())];
+            let raw = run_ranks("am", 2, scale, reps, transport, &env)?;
+            (raw, "cacheline_rtt_ns", None)
+        }
         net => {
             let (key, kind) = if net == Transport::Udp {
                 ("udp_raw_rtt_ns", floor::SocketFloor::Udp)
@@ -307,17 +311,25 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
             let iters = ((50_000.0 * scale) as u64).max(100);
             // 8 bytes: the payload of a one-argument short message.
             let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
-            (key, ns, scale * NETWORK_SCALE)
+            let raw = run_ranks("am", 2, scale * NETWORK_SCALE, reps, transport, &[])?;
+            (raw, key, Some(ns))
         }
     };
-    let raw = run_ranks("am", 2, rank_scale, reps, transport, &[])?;
     let runs = raw["reps"].as_array().cloned().unwrap_or_default();
     let mut doc = median_of_reps(&runs);
     let get =
         |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+    if let Some(ns) = socket_floor {
+        doc.insert(floor_key.into(), json!(ns));
+    }
+    let floor = get(&doc, floor_key);
     let rtt = get(&doc, "am_short_rtt_ns");
+    // Shared memory: the median of the block-by-block ratios (each block beside its floor).
+    let short_over_floor = doc
+        .remove("am_short_rtt_over_floor")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(rtt / floor);
     let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
-    doc.insert(floor_key.into(), json!(floor));
     doc.insert("floor_key".into(), json!(floor_key));
     doc.insert("transport".into(), json!(transport.name()));
     // The long ping carries its payload both ways.
@@ -335,7 +347,7 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
     doc.insert(
         "ratios".into(),
         json!({
-            "am_short_rtt_over_floor": rtt / floor,
+            "am_short_rtt_over_floor": short_over_floor,
             "am_flood_over_floor": get(&doc, "am_flood_ns_per_msg") / floor,
         }),
     );
@@ -610,7 +622,12 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
         "volley bench am: 2 ranks on one host, {how}, pinned; median of {} repetitions",
         doc["reps"]
     );
-    row(w, &format!("{floor_key} (floor)"), floor, "");
+    let floor_note = if transport == "shm" {
+        "between the two ranks, in blocks interleaved with the short round trip"
+    } else {
+        "raw sockets, measured before the job"
+    };
+    row(w, &format!("{floor_key} (floor)"), floor, floor_note);
     for (key, note) in [
         ("am_short_rtt_ns", rtt_target),
         ("am_flood_ns_per_msg", flood_target),
@@ -631,6 +648,14 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
             row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
         }
     }
+    let _ = writeln!(
+        w,
+        "  am_short_rtt over the floor: {:.2} (shared memory: median of the blocks' ratios, each \
+         block beside the floor measured just before it)",
+        doc["ratios"]["am_short_rtt_over_floor"]
+            .as_f64()
+            .unwrap_or(f64::NAN)
+    );
     let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
         w,
