@@ -43,8 +43,9 @@ pub fn echo(lines: &[Line; 2], base: u64, iters: u64) {
 
 /// A pair of lines in a memory file that the benchmark's ranks inherit (by descriptor number,
 /// in [`SharedLines::ENV`]), so that the two rank processes can measure the floor between
-/// themselves, on their own CPUs, interleaved with what they measure. A memory file leaves
-/// nothing behind however the job ends.
+/// themselves, on their own CPUs, interleaved with what they measure (a forked child shares
+/// them too, as in [`cacheline_rtt_ns`]). A memory file leaves nothing behind however the job
+/// ends.
 pub struct SharedLines {
     fd: libc::c_int,
     lines: *const [Line; 2],
@@ -150,24 +151,9 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
     let saved = crate::affinity::current();
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
-        // SAFETY: a fresh anonymous shared mapping of one page, unmapped below; fork shares it.
-        let mem = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(
-            mem,
-            libc::MAP_FAILED,
-            "mmap for the floor measurement failed"
-        );
-        // SAFETY: the page is zeroed (valid atomics) and large enough for two lines.
-        let lines = unsafe { &*mem.cast::<[Line; 2]>() };
+        // Fresh lines for each run; the child shares the mapping across fork.
+        let shared = SharedLines::create()?;
+        let lines = shared.lines();
         // SAFETY: called before any thread exists; the child only spins on atomics and exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
@@ -179,11 +165,8 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
         }
         crate::affinity::pin(cpus[0]);
         let ns = ping(lines, 0, iters);
-        // SAFETY: reaping our own child; unmapping our own mapping after it exited.
-        unsafe {
-            libc::waitpid(pid, std::ptr::null_mut(), 0);
-            libc::munmap(mem, 4096);
-        }
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         samples.push(ns);
     }
     crate::affinity::restore(&saved);

@@ -378,8 +378,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
             .ok_or_else(|| "a round-trip job reported no rtt_ns".to_string())
     };
     let rounds = 2 * reps.max(1) + 1;
-    let (mut floors, mut inline_rtts, mut thread_rtts, mut ratios) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut floors, mut inline_rtts, mut thread_rtts) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         floors.push(floor()?);
         let (i, t) = if round % 2 == 0 {
@@ -391,18 +390,13 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         };
         inline_rtts.push(i);
         thread_rtts.push(t);
-        ratios.push(t / i);
     }
-    let inline_over_floor: Vec<f64> = inline_rtts
-        .iter()
-        .zip(&floors)
-        .map(|(r, f)| r / f)
-        .collect();
-    let thread_over_floor: Vec<f64> = thread_rtts
-        .iter()
-        .zip(&floors)
-        .map(|(r, f)| r / f)
-        .collect();
+    // Round by round: a / b.
+    let per_round =
+        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
+    let mut ratios = per_round(&thread_rtts, &inline_rtts);
+    let mut inline_over_floor = per_round(&inline_rtts, &floors);
+    let mut thread_over_floor = per_round(&thread_rtts, &floors);
     let rounds_doc: Vec<Value> = (0..rounds)
         .map(|k| {
             json!({
@@ -465,20 +459,20 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
     granularity.extend(thread_curve);
     let rtt_block = block.get("rtt_ns").and_then(Value::as_f64);
     Ok(json!({
-        "rtt_inline_ns": median(&mut inline_rtts.clone()),
+        "rtt_inline_ns": median(&mut inline_rtts),
         "rtt_block_ns": rtt_block,
-        "rtt_thread_ns": median(&mut thread_rtts.clone()),
+        "rtt_thread_ns": median(&mut thread_rtts),
         "wakeup_ns": block.get("wakeup_ns"),
         "granularity": granularity,
         "cacheline_rtt_ns": {
-            "median_of_rounds": median(&mut floors.clone()),
+            "median_of_rounds": median(&mut floors),
             "before_block": floor_block,
         },
         "rounds": rounds_doc,
         "ratios": {
-            "rtt_inline_over_floor": median(&mut inline_over_floor.clone()),
+            "rtt_inline_over_floor": median(&mut inline_over_floor),
             "rtt_block_over_floor": rtt_block.map(|r| r / floor_block),
-            "rtt_thread_over_floor": median(&mut thread_over_floor.clone()),
+            "rtt_thread_over_floor": median(&mut thread_over_floor),
             "rtt_thread_over_inline": median(&mut ratios),
             "thread_granularity_max_over_min": spread,
         },

@@ -218,6 +218,13 @@ enum Look {
     Outside(u32),
 }
 
+impl Look {
+    /// Whether it was found outside at a call count other than `calls` (it has called since).
+    fn is_outside_before(self, calls: u32) -> bool {
+        matches!(self, Look::Outside(seen) if seen != calls)
+    }
+}
+
 /// The progress thread's loop.
 fn serve(e: &Engine) {
     let sync = e.thread_sync().expect("a progress thread has its sync");
@@ -229,36 +236,27 @@ fn serve(e: &Engine) {
     let mut look = Look::Fresh;
     while !sync.stop.load(Ordering::Acquire) {
         let calls = lease.calls();
-        match (lease.main(), look) {
-            (INSIDE, _) => {
-                // The rank thread polls by itself.
-                look = Look::Fresh;
-                bump(&sync.counters.naps);
-                sync.nap(nap);
-                nap = (nap * 2).min(NAP_MAX);
-                continue;
-            }
-            (OUTSIDE, Look::Fresh) => {
-                // Outside, which a program that polls is too, between two calls: taking the
-                // engine now would stall it (the two threads share its CPU when it is pinned).
-                // Look again shortly.
-                look = Look::Outside(calls);
-                bump(&sync.counters.confirmations);
-                sync.nap(CONFIRM);
-                continue;
-            }
-            (OUTSIDE, Look::Outside(seen)) if seen != calls => {
-                // It has called meanwhile: it polls by itself.
-                look = Look::Fresh;
-                bump(&sync.counters.naps);
-                sync.nap(nap);
-                nap = (nap * 2).min(NAP_MAX);
-                continue;
-            }
-            // No call for a whole confirmation (it computes), or it sleeps in a blocked
-            // wait and needs the handlers run.
-            _ => {}
+        let main = lease.main();
+        // Inside, or outside but it has called since the last look: it polls by itself.
+        let polls = main == INSIDE || (main == OUTSIDE && look.is_outside_before(calls));
+        if polls {
+            look = Look::Fresh;
+            bump(&sync.counters.naps);
+            sync.nap(nap);
+            nap = (nap * 2).min(NAP_MAX);
+            continue;
         }
+        if main == OUTSIDE && look == Look::Fresh {
+            // Outside, which a program that polls is too, between two calls: taking the
+            // engine now would stall it (the two threads share its CPU when it is pinned).
+            // Look again shortly.
+            look = Look::Outside(calls);
+            bump(&sync.counters.confirmations);
+            sync.nap(CONFIRM);
+            continue;
+        }
+        // No call for a whole confirmation (it computes), or it sleeps in a blocked wait and
+        // needs the handlers run.
         look = Look::Fresh;
         if !lease.try_take() {
             // The rank thread entered meanwhile.
