@@ -74,20 +74,20 @@ pub(crate) struct Engine {
     local_ranks: Vec<usize>,
     /// This rank's local index.
     me_local: usize,
-    /// Views of the rings this rank sends into, `[dest local][channel]`.
-    tx_rings: Vec<[RingRef<'static>; 2]>,
+    /// The rings this rank sends into with its producer state, `[dest local][channel]`.
+    tx: Vec<[TxRing; 2]>,
     /// This rank's incoming rings with their consumer state, `[channel][src local]`: the poll
     /// loop walks one channel's rings in order.
     rx: [Vec<RxRing>; 2],
     /// Regions by local index. Declared after the ring views that point into them.
     regions: Vec<Region>,
     pool_bufs: usize,
-    tx: Vec<[Cell<Producer>; 2]>,
     /// The network route, when some peers are on other nodes.
     net: Option<NetRoute>,
     pool_next: [Cell<usize>; 2],
-    pub(crate) requests: Vec<(String, Box<RequestFn>)>,
-    pub(crate) replies: Vec<(String, Box<ReplyFn>)>,
+    /// Handler tables by index (the names stay with the builder and the watchdog).
+    requests: Vec<Box<RequestFn>>,
+    replies: Vec<Box<ReplyFn>>,
     pub(crate) stats: StatCells,
     depth: Cell<u64>,
     /// Critical sections of the rank thread: no handler runs while one is open (except on
@@ -243,6 +243,12 @@ pub(crate) struct EngineSetup {
     pub(crate) watchdog: Option<std::time::Duration>,
 }
 
+/// One outgoing ring and this rank's producer state for it.
+struct TxRing {
+    ring: RingRef<'static>,
+    producer: Cell<Producer>,
+}
+
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
     ring: RingRef<'static>,
@@ -305,9 +311,12 @@ impl Engine {
             // Engine is dropped, after which no view is used.
             unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
         };
-        let tx_rings = (0..nlocal)
+        let tx = (0..nlocal)
             .map(|d| {
-                [Channel::Request, Channel::Reply].map(|ch| view(regions[d].ring(me_local, ch)))
+                [Channel::Request, Channel::Reply].map(|ch| TxRing {
+                    ring: view(regions[d].ring(me_local, ch)),
+                    producer: Cell::new(Producer::new(layout.ring_slots)),
+                })
             })
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
@@ -345,7 +354,7 @@ impl Engine {
             departed: (0..size).map(|_| Cell::new(false)).collect(),
         });
         Self {
-            tx_rings,
+            tx,
             rx,
             me,
             size,
@@ -355,13 +364,10 @@ impl Engine {
             me_local,
             net,
             pool_bufs: layout.pool_bufs,
-            tx: (0..nlocal)
-                .map(|_| std::array::from_fn(|_| Cell::new(Producer::new(layout.ring_slots))))
-                .collect(),
             regions,
             pool_next: Default::default(),
-            requests,
-            replies,
+            requests: requests.into_iter().map(|(_, f)| f).collect(),
+            replies: replies.into_iter().map(|(_, f)| f).collect(),
             stats: StatCells::default(),
             depth: Cell::new(0),
             critical: CriticalState::default(),
@@ -958,33 +964,29 @@ impl Engine {
         let bytes = (1 + nextra + args.len()) * 8 + inline.len();
         let nslots = bytes.div_ceil(SLOT_BYTES) as u64;
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
-        let ring = self.tx_rings[dest][ch as usize];
-        let cell = &self.tx[dest][ch as usize];
-        let mut backoff = Backoff::new(self.polite);
-        let mut blocked = false;
-        let pos = loop {
-            let mut producer = cell.get();
-            let reserved = producer.reserve(ring, nslots, self.key);
-            cell.set(producer);
-            if let Some(pos) = reserved {
-                break pos;
-            }
-            if dest == self.me_local && self.handlers_held() {
-                self.self_deadlock();
-            }
-            if !blocked {
-                blocked = true;
-                bump(&self.stats.blocked_sends);
-            }
-            self.wait_step(ch, &mut backoff);
+        let tx = &self.tx[dest][ch as usize];
+        let ring = tx.ring;
+        let mut producer = tx.producer.get();
+        let reserved = producer.reserve(ring, nslots, self.key);
+        tx.producer.set(producer);
+        let pos = match reserved {
+            Some(pos) => pos,
+            None => self.reserve_blocked(dest, ch, nslots),
         };
         let frame = ring.frame_ptr(pos).cast::<u64>();
         // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
         // `bytes` <= nslots * 64, so every write stays inside the reservation. The receiver does
         // not read them until `publish` below.
         unsafe {
-            for (i, w) in extra[..nextra].iter().chain(args).enumerate() {
-                frame.add(1 + i).write(*w);
+            if nextra > 0 {
+                frame.add(1).write(extra[0]);
+                if nextra > 1 {
+                    frame.add(2).write(extra[1]);
+                }
+            }
+            let at = frame.add(1 + nextra);
+            for (i, w) in args.iter().enumerate() {
+                at.add(i).write(*w);
             }
             if !inline.is_empty() {
                 std::ptr::copy_nonoverlapping(
@@ -1006,6 +1008,31 @@ impl Engine {
         }
     }
 
+    /// The ring to `dest` is full: polls (requests too only for a blocked request, so that
+    /// replies always drain) until the receiver returns enough credit for `nslots`.
+    #[cold]
+    #[inline(never)]
+    fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
+        bump(&self.stats.blocked_sends);
+        let tx = &self.tx[dest][ch as usize];
+        let mut backoff = Backoff::new(self.polite);
+        loop {
+            if dest == self.me_local && self.handlers_held() {
+                self.self_deadlock();
+            }
+            self.wait_step(ch, &mut backoff);
+            // Handlers that ran meanwhile never send on this ring (a request handler can only
+            // reply, on the other channel; a reply handler cannot send), but the state is
+            // re-read each time, so that nothing depends on it.
+            let mut producer = tx.producer.get();
+            let reserved = producer.reserve(tx.ring, nslots, self.key);
+            tx.producer.set(producer);
+            if let Some(pos) = reserved {
+                return pos;
+            }
+        }
+    }
+
     /// Polls this rank's rings: replies always, requests if `requests`. Returns frames handled.
     #[inline]
     pub(crate) fn poll(&self, requests: bool) -> usize {
@@ -1017,28 +1044,14 @@ impl Engine {
             self.poll_net(requests, false);
             return 0;
         }
-        let nlocal = self.local_ranks.len();
+        // Sources take turns at being served first; each ring is served up to its budget.
+        let nlocal = self.rx[0].len();
         let start = self.poll_start.get();
         self.poll_start
             .set(if start + 1 >= nlocal { 0 } else { start + 1 });
-        let mut handled = 0;
-        // The readiness check is inlined and cheap; the delivery path is called only for a
-        // ring that has a frame, so an empty poll is a handful of loads.
-        for (ch, wanted) in [(Channel::Reply, true), (Channel::Request, requests)] {
-            if !wanted {
-                continue;
-            }
-            let rings = &self.rx[ch as usize];
-            for i in 0..nlocal {
-                let src = if start + i >= nlocal {
-                    start + i - nlocal
-                } else {
-                    start + i
-                };
-                if rings[src].ready() {
-                    handled += self.drain(src, ch);
-                }
-            }
+        let mut handled = self.poll_rings(Channel::Reply, start);
+        if requests {
+            handled += self.poll_rings(Channel::Request, start);
         }
         if let Some(net) = &self.net {
             handled += self.poll_net(requests, false);
@@ -1054,34 +1067,79 @@ impl Engine {
         handled
     }
 
+    /// Serves the rings of channel `ch` that have a frame at their head, starting with the
+    /// ring of local index `start`. The readiness check is inlined and cheap; the delivery
+    /// path is called only for a ring that has a frame, so an empty poll is a handful of loads.
+    #[inline(always)]
+    fn poll_rings(&self, ch: Channel, start: usize) -> usize {
+        let rings = &self.rx[ch as usize];
+        let mut handled = 0;
+        for (src, rx) in rings.iter().enumerate().skip(start) {
+            if rx.ready() {
+                handled += self.drain(src, ch);
+            }
+        }
+        for (src, rx) in rings.iter().enumerate().take(start) {
+            if rx.ready() {
+                handled += self.drain(src, ch);
+            }
+        }
+        handled
+    }
+
     /// Delivers up to DRAIN_BUDGET frames from the ring of local index `src`.
     #[inline(never)]
     fn drain(&self, src: usize, ch: Channel) -> usize {
         let rx = &self.rx[ch as usize][src];
         let ring = rx.ring;
-        let cell = &rx.consumer;
+        // Nothing that runs below touches this ring's consumer: a request handler's nested
+        // polls serve reply rings only, and reply handlers cannot poll at all.
+        let mut consumer = rx.consumer.get();
         let mut handled = 0;
-        while handled < DRAIN_BUDGET {
-            let mut consumer = cell.get();
+        for _ in 0..DRAIN_BUDGET {
             let Some(word) = consumer.peek(ring) else {
                 break;
             };
+            let head = consumer.head();
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.
-            ring.prefetch(consumer.head() + 2);
-            let head = consumer.head();
+            ring.prefetch(head + 2);
             // The length decides what we read and what we zero: it must be a legal frame
             // length that does not run past the end of the ring, whatever else is wrong.
             let claimed = FrameHeader::claimed_slots(word);
             if !ring.fits(head, claimed) {
                 self.corrupt_ring(src, ch, word);
             }
-            let nslots = match HeaderWord::check(word, self.key) {
-                Ok(h) if h.kind() == FrameKind::Skip => {
+            match HeaderWord::check(word, self.key) {
+                Ok(h) if h.is(FrameKind::Short) => {
+                    // The common case, kept short: arguments only, in the frame's slots.
+                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
+                    let nargs = h.nargs();
+                    if 1 + nargs > claimed as usize * (SLOT_BYTES / 8) {
+                        bump(&self.stats.dropped);
+                    } else {
+                        // SAFETY: the frame's slots are published to us and stay untouched by
+                        // the sender until we release them below; the arguments fit in them.
+                        let args = unsafe { std::slice::from_raw_parts(frame.add(1), nargs) };
+                        let msg = Message {
+                            src: self.local_ranks[src],
+                            args,
+                            payload: &[],
+                            class: MessageClass::Short,
+                            offset: 0,
+                        };
+                        if self.run_handler(ch, h.handler(), &msg).is_ok() {
+                            self.stats.handled(ch, MessageClass::Short);
+                            handled += 1;
+                        } else {
+                            bump(&self.stats.dropped);
+                        }
+                    }
+                }
+                Ok(h) if h.is(FrameKind::Skip) => {
                     if claimed != ring.slots_to_end(head) {
                         self.corrupt_ring(src, ch, word);
                     }
-                    claimed
                 }
                 Ok(h) => {
                     let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
@@ -1090,28 +1148,22 @@ impl Engine {
                     } else {
                         handled += 1;
                     }
-                    claimed
                 }
                 Err(_) => {
                     // A bad check byte: corrupt, or not from this job. Drop it; its length was
                     // checked above, so the ring stays in step if only other bits are damaged.
                     bump(&self.stats.dropped);
-                    claimed
                 }
-            };
-            // Handlers may not touch this ring's consumer (nested polls only read reply rings
-            // while a request is being handled), but re-read to be robust.
-            let mut consumer_after = cell.get();
-            debug_assert_eq!(consumer_after.head(), consumer.head());
-            consumer_after.release(ring, nslots);
-            consumer = consumer_after;
-            cell.set(consumer);
+            }
+            consumer.release(ring, claimed);
+            rx.consumer.set(consumer);
         }
         handled
     }
 
-    /// Validates and runs one frame from local index `src`. `Err(())` means it was dropped.
-    #[inline]
+    /// Validates and runs one frame of a kind other than short and skip from local index
+    /// `src`. `Err(())` means it was dropped.
+    #[inline(never)]
     fn deliver(&self, src: usize, ch: Channel, h: HeaderWord, frame: *const u64) -> Result<(), ()> {
         let src_rank = self.local_ranks[src];
         let nargs = h.nargs();
@@ -1213,7 +1265,7 @@ impl Engine {
             w.begin(ch, index);
         }
         let found = match ch {
-            Channel::Request => self.requests.get(index as usize).map(|(_, f)| {
+            Channel::Request => self.requests.get(index as usize).map(|f| {
                 f(
                     msg,
                     ReplyToken {
@@ -1222,7 +1274,7 @@ impl Engine {
                     },
                 )
             }),
-            Channel::Reply => self.replies.get(index as usize).map(|(_, f)| f(msg)),
+            Channel::Reply => self.replies.get(index as usize).map(|f| f(msg)),
         };
         if let Some(w) = watched {
             w.end();
@@ -1447,8 +1499,8 @@ impl Engine {
     /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
     #[cfg(test)]
     pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
-        let ring = self.regions[self.me_local].ring(self.me_local, ch);
-        let cell = &self.tx[self.me_local][ch as usize];
+        let tx = &self.tx[self.me_local][ch as usize];
+        let (ring, cell) = (tx.ring, &tx.producer);
         let mut p = cell.get();
         let pos = p
             .reserve(ring, 1, self.key)

@@ -152,6 +152,12 @@ impl HeaderWord {
         ((self.0 >> 32) & 0x1f) as usize
     }
 
+    /// Whether the frame is of kind `kind` (one comparison, no decoding).
+    #[inline(always)]
+    pub fn is(self, kind: FrameKind) -> bool {
+        (self.0 >> 37) & 0x7 == kind as u64
+    }
+
     /// What the frame carries.
     #[inline(always)]
     pub fn kind(self) -> FrameKind {

@@ -56,15 +56,21 @@ pub struct RingRef<'a> {
 
 impl<'a> RingRef<'a> {
     /// Views `slots` (a power of two in `MIN_RING_SLOTS..=MAX_RING_SLOTS`) with control line `ctl`.
+    ///
+    /// # Panics
+    /// If the slot count is not a power of two or exceeds `MAX_RING_SLOTS`: slot indexing
+    /// relies on it (views are made once, when the engine is built).
     pub fn new(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
-        debug_assert!(slots.len().is_power_of_two());
-        debug_assert!(slots.len() <= MAX_RING_SLOTS);
+        assert!(slots.len().is_power_of_two() && slots.len() <= MAX_RING_SLOTS);
         Self { ctl, slots }
     }
 
     #[inline(always)]
     fn slot(&self, pos: u64) -> &'a Slot {
-        &self.slots[(pos as usize) & (self.slots.len() - 1)]
+        let idx = (pos as usize) & (self.slots.len() - 1);
+        // SAFETY: the length is a power of two (checked in `new`), so the masked index is in
+        // bounds. Every frame poll, send and delivery indexes here: no bounds check to pay.
+        unsafe { self.slots.get_unchecked(idx) }
     }
 
     #[inline(always)]
@@ -225,7 +231,8 @@ impl Consumer {
     pub fn peek(&self, ring: RingRef<'_>) -> Option<u64> {
         // Acquire: pairs with the producer's release in `RingRef::publish`.
         let word = ring.slot(self.head).header.load(Ordering::Acquire);
-        (word != 0 && seq_of(word) == seq_for(self.head)).then_some(word)
+        // A zeroed slot matches only the one position per 2^16 whose sequence is 0.
+        (seq_of(word) == seq_for(self.head) && word != 0).then_some(word)
     }
 
     /// Retires the `nslots`-slot frame at the head: zeroes its non-header slots (the slot
