@@ -43,7 +43,7 @@ const MIXED_NETWORK_SLEEP: std::time::Duration = std::time::Duration::from_milli
 const FLUSH_INTERVAL_NS: u64 = 2_000;
 
 /// `local_of` entry of a rank not on this node.
-const REMOTE: u32 = u32::MAX;
+pub(crate) const REMOTE: u32 = u32::MAX;
 
 /// Frames one ring may deliver in one poll before the poll moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
@@ -110,7 +110,6 @@ pub(crate) struct Engine {
     /// The engine lease and the wake-up state of a blocked wait, in thread progress mode.
     thread: Option<ThreadSync>,
     watchdog: Option<Watchdog>,
-    poll_start: Cell<usize>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
     /// Peers whose FinalizeAck arrived.
@@ -379,7 +378,6 @@ impl Engine {
             membarrier,
             thread: thread.then(ThreadSync::default),
             watchdog,
-            poll_start: Cell::new(0),
             barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
             finalized_peers: Cell::new(0),
             finalize_acks: Cell::new(0),
@@ -456,10 +454,12 @@ impl Engine {
         }
     }
 
+    #[inline]
     pub(crate) fn in_handler(&self) -> bool {
         self.depth.get() > 0
     }
 
+    #[inline]
     pub(crate) fn in_critical(&self) -> bool {
         self.critical.depth() > 0
     }
@@ -579,6 +579,28 @@ impl Engine {
         match self.local(dest) {
             Some(l) => self.inject(l, ch, FrameKind::Short, handler, args, Payload::None),
             None => self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0),
+        }
+        self.stats.sent(ch, MessageClass::Short);
+        Ok(())
+    }
+
+    /// Sends a short reply to `dest`, reached through local index `route` (or the network:
+    /// [`REMOTE`]): the requester, whose rank needs no check.
+    #[inline]
+    pub(crate) fn reply_short(
+        &self,
+        dest: usize,
+        route: u32,
+        handler: u16,
+        args: &[u64],
+    ) -> Result<()> {
+        self.check_handler(Channel::Reply, handler)?;
+        Self::check_args(args)?;
+        let (ch, kind) = (Channel::Reply, FrameKind::Short);
+        if route == REMOTE {
+            self.net_send(dest, ch, kind, handler, args, &[], 0);
+        } else {
+            self.inject(route as usize, ch, kind, handler, args, Payload::None);
         }
         self.stats.sent(ch, MessageClass::Short);
         Ok(())
@@ -936,7 +958,7 @@ impl Engine {
             class,
             offset,
         };
-        let result = self.run_handler(ch, f.handler, &msg);
+        let result = self.run_handler(ch, f.handler, &msg, REMOTE);
         if result.is_ok() {
             self.stats.handled(ch, class);
         }
@@ -1044,14 +1066,11 @@ impl Engine {
             self.poll_net(requests, false);
             return 0;
         }
-        // Sources take turns at being served first; each ring is served up to its budget.
-        let nlocal = self.rx[0].len();
-        let start = self.poll_start.get();
-        self.poll_start
-            .set(if start + 1 >= nlocal { 0 } else { start + 1 });
-        let mut handled = self.poll_rings(Channel::Reply, start);
+        // Every ring with a frame is served up to its budget in each poll, so no source can
+        // starve another; replies first, as a blocked reply send needs them.
+        let mut handled = self.poll_rings(Channel::Reply);
         if requests {
-            handled += self.poll_rings(Channel::Request, start);
+            handled += self.poll_rings(Channel::Request);
         }
         if let Some(net) = &self.net {
             handled += self.poll_net(requests, false);
@@ -1067,19 +1086,13 @@ impl Engine {
         handled
     }
 
-    /// Serves the rings of channel `ch` that have a frame at their head, starting with the
-    /// ring of local index `start`. The readiness check is inlined and cheap; the delivery
-    /// path is called only for a ring that has a frame, so an empty poll is a handful of loads.
+    /// Serves the rings of channel `ch` that have a frame at their head. The readiness check
+    /// is inlined and cheap; the delivery path is called only for a ring that has a frame, so
+    /// an empty poll is a handful of loads.
     #[inline(always)]
-    fn poll_rings(&self, ch: Channel, start: usize) -> usize {
-        let rings = &self.rx[ch as usize];
+    fn poll_rings(&self, ch: Channel) -> usize {
         let mut handled = 0;
-        for (src, rx) in rings.iter().enumerate().skip(start) {
-            if rx.ready() {
-                handled += self.drain(src, ch);
-            }
-        }
-        for (src, rx) in rings.iter().enumerate().take(start) {
+        for (src, rx) in self.rx[ch as usize].iter().enumerate() {
             if rx.ready() {
                 handled += self.drain(src, ch);
             }
@@ -1088,7 +1101,7 @@ impl Engine {
     }
 
     /// Delivers up to DRAIN_BUDGET frames from the ring of local index `src`.
-    #[inline(never)]
+    #[inline(always)]
     fn drain(&self, src: usize, ch: Channel) -> usize {
         let rx = &self.rx[ch as usize][src];
         let ring = rx.ring;
@@ -1128,7 +1141,7 @@ impl Engine {
                             class: MessageClass::Short,
                             offset: 0,
                         };
-                        if self.run_handler(ch, h.handler(), &msg).is_ok() {
+                        if self.run_handler(ch, h.handler(), &msg, src as u32).is_ok() {
                             self.stats.handled(ch, MessageClass::Short);
                             handled += 1;
                         } else {
@@ -1242,7 +1255,7 @@ impl Engine {
             class,
             offset,
         };
-        let result = self.run_handler(ch, h.handler(), &msg);
+        let result = self.run_handler(ch, h.handler(), &msg, src as u32);
         if let Some(idx) = pooled {
             self.regions[src]
                 .pool_flags()
@@ -1254,7 +1267,16 @@ impl Engine {
         result
     }
 
-    fn run_handler(&self, ch: Channel, index: u16, msg: &Message<'_>) -> Result<(), ()> {
+    /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
+    /// (or through the network: [`REMOTE`]), where a reply goes. `Err(())`: no such handler.
+    #[inline(always)]
+    fn run_handler(
+        &self,
+        ch: Channel,
+        index: u16,
+        msg: &Message<'_>,
+        route: u32,
+    ) -> Result<(), ()> {
         let depth = self.depth.get() + 1;
         self.depth.set(depth);
         if depth > self.stats.max_nesting.get() {
@@ -1271,6 +1293,7 @@ impl Engine {
                     ReplyToken {
                         engine: self,
                         dest: msg.src,
+                        route,
                     },
                 )
             }),

@@ -104,6 +104,8 @@ impl<'a> Message<'a> {
 pub struct ReplyToken<'a> {
     pub(crate) engine: &'a Engine,
     pub(crate) dest: usize,
+    /// How the reply reaches `dest`: its local index, or the network (`engine::REMOTE`).
+    pub(crate) route: u32,
 }
 
 impl ReplyToken<'_> {
@@ -113,9 +115,10 @@ impl ReplyToken<'_> {
     }
 
     /// Replies with a short message.
+    #[inline]
     pub fn reply_short(self, handler: ReplyHandler, args: &[u64]) -> Result<()> {
         self.engine
-            .send_short(self.dest, Channel::Reply, handler.0, args)
+            .reply_short(self.dest, self.route, handler.0, args)
     }
 
     /// Replies with a medium message (payload copied; at most `max_medium` bytes).

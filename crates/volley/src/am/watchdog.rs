@@ -56,8 +56,9 @@ impl Watchdog {
         }
     }
 
-    /// A handler starts (outermost only).
-    #[inline]
+    /// A handler starts (outermost only). Out of line: the delivery path calls it only when
+    /// the watchdog is on, and inlined it would cost that path registers.
+    #[inline(never)]
     pub(crate) fn begin(&self, ch: Channel, index: u16) {
         let s = &self.shared;
         s.started
@@ -69,7 +70,7 @@ impl Watchdog {
     }
 
     /// The handler returned.
-    #[inline]
+    #[inline(never)]
     pub(crate) fn end(&self) {
         self.shared.seq.fetch_add(1, Ordering::Release);
     }
