@@ -21,6 +21,7 @@ use super::stats::{bump, NetworkStats, StatCells, Stats};
 use super::watchdog::Watchdog;
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
+use crate::sync::{AtomicU64, Ordering};
 use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::Ordering as BellOrder;
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
@@ -252,13 +253,36 @@ struct TxRing {
 struct RxRing {
     ring: RingRef<'static>,
     consumer: Cell<Consumer>,
+    /// The header word at the consumer's head and the sequence the next frame carries: what
+    /// the poll loop watches, kept ready so that checking a ring is three loads and a compare.
+    watch: Cell<(&'static AtomicU64, u64)>,
 }
 
 impl RxRing {
+    fn new(ring: RingRef<'static>, consumer: Consumer) -> Self {
+        Self {
+            ring,
+            consumer: Cell::new(consumer),
+            watch: Cell::new((ring.header_word(consumer.head()), consumer.next_seq())),
+        }
+    }
+
     /// Whether a frame is waiting at the head.
     #[inline(always)]
     fn ready(&self) -> bool {
-        self.consumer.get().peek(self.ring).is_some()
+        let (header, seq) = self.watch.get();
+        // Acquire: pairs with the producer's release in `RingRef::publish` (the frame is then
+        // read by `Consumer::peek`, which acquires the same word again).
+        Consumer::starts_next(header.load(Ordering::Acquire), seq)
+    }
+
+    /// Stores the consumer state after frames were retired.
+    #[inline(always)]
+    fn advance(&self, consumer: Consumer) {
+        self.consumer.set(consumer);
+        let head = consumer.head();
+        self.watch
+            .set((self.ring.header_word(head), consumer.next_seq()));
     }
 }
 
@@ -320,9 +344,9 @@ impl Engine {
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
             (0..nlocal)
-                .map(|s| RxRing {
-                    ring: view(regions[me_local].ring(s, ch)),
-                    consumer: Cell::new(Consumer::new(layout.ring_slots)),
+                .map(|s| {
+                    let ring = view(regions[me_local].ring(s, ch));
+                    RxRing::new(ring, Consumer::new(layout.ring_slots))
                 })
                 .collect()
         });
@@ -1091,11 +1115,18 @@ impl Engine {
     /// an empty poll is a handful of loads.
     #[inline(always)]
     fn poll_rings(&self, ch: Channel) -> usize {
+        let rings = &self.rx[ch as usize];
         let mut handled = 0;
-        for (src, rx) in self.rx[ch as usize].iter().enumerate() {
-            if rx.ready() {
-                handled += self.drain(src, ch);
-            }
+        let mut from = 0;
+        // The scan is a loop of its own, so that the delivery path's state does not crowd
+        // the registers of the loop that every empty poll runs.
+        while let Some(at) = rings
+            .get(from..)
+            .and_then(|r| r.iter().position(RxRing::ready))
+        {
+            let src = from + at;
+            handled += self.drain(src, ch);
+            from = src + 1;
         }
         handled
     }
@@ -1169,7 +1200,7 @@ impl Engine {
                 }
             }
             consumer.release(ring, claimed);
-            rx.consumer.set(consumer);
+            rx.advance(consumer);
         }
         handled
     }

@@ -145,6 +145,12 @@ impl<'a> RingRef<'a> {
         let _ = pos;
     }
 
+    /// The header word of the slot at `pos`, for a consumer that watches it.
+    #[inline(always)]
+    pub fn header_word(&self, pos: u64) -> &'a AtomicU64 {
+        &self.slot(pos).header
+    }
+
     /// Makes the frame at `pos` visible to the consumer.
     #[inline(always)]
     pub fn publish(&self, pos: u64, header: u64) {
@@ -226,13 +232,26 @@ impl Consumer {
         self.head
     }
 
+    /// The sequence the next frame's header carries (see [`Consumer::starts_next`]).
+    #[inline(always)]
+    pub fn next_seq(&self) -> u64 {
+        seq_for(self.head)
+    }
+
+    /// Whether `word`, read from the header of the slot at the head, starts the next frame,
+    /// whose sequence is `seq`.
+    #[inline(always)]
+    pub fn starts_next(word: u64, seq: u64) -> bool {
+        // A zeroed slot matches only the one position per 2^16 whose sequence is 0.
+        seq_of(word) == seq && word != 0
+    }
+
     /// The header word of the next frame if it has been published.
     #[inline(always)]
     pub fn peek(&self, ring: RingRef<'_>) -> Option<u64> {
         // Acquire: pairs with the producer's release in `RingRef::publish`.
         let word = ring.slot(self.head).header.load(Ordering::Acquire);
-        // A zeroed slot matches only the one position per 2^16 whose sequence is 0.
-        (seq_of(word) == seq_for(self.head) && word != 0).then_some(word)
+        Self::starts_next(word, self.next_seq()).then_some(word)
     }
 
     /// Retires the `nslots`-slot frame at the head: zeroes its non-header slots (the slot
