@@ -43,10 +43,12 @@ const MIXED_NETWORK_SLEEP: std::time::Duration = std::time::Duration::from_milli
 /// Sends closer together than this share a flush (about the cost of one send system call).
 const FLUSH_INTERVAL_NS: u64 = 2_000;
 
-/// `local_of` entry of a rank not on this node.
+/// `local_of` entry of a rank not on this node; as the route of a reply (`ReplyToken`), the
+/// network.
 pub(crate) const REMOTE: u32 = u32::MAX;
 
-/// Frames one ring may deliver in one poll before the poll moves on (fairness).
+/// Frames (skips and dropped ones included) one ring may retire in one poll before the poll
+/// moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
@@ -259,6 +261,7 @@ struct RxRing {
 }
 
 impl RxRing {
+    /// The ring `ring` read from `consumer`'s position on.
     fn new(ring: RingRef<'static>, consumer: Consumer) -> Self {
         Self {
             ring,
@@ -1059,12 +1062,16 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
-        bump(&self.stats.blocked_sends);
         let tx = &self.tx[dest][ch as usize];
         let mut backoff = Backoff::new(self.polite);
+        let mut blocked = false;
         loop {
             if dest == self.me_local && self.handlers_held() {
                 self.self_deadlock();
+            }
+            if !blocked {
+                blocked = true;
+                bump(&self.stats.blocked_sends);
             }
             self.wait_step(ch, &mut backoff);
             // Handlers that ran meanwhile never send on this ring (a request handler can only
@@ -1131,7 +1138,8 @@ impl Engine {
         handled
     }
 
-    /// Delivers up to DRAIN_BUDGET frames from the ring of local index `src`.
+    /// Retires up to DRAIN_BUDGET frames from the ring of local index `src`, running their
+    /// handlers; returns how many handlers ran.
     #[inline(always)]
     fn drain(&self, src: usize, ch: Channel) -> usize {
         let rx = &self.rx[ch as usize][src];
@@ -1199,6 +1207,7 @@ impl Engine {
                     bump(&self.stats.dropped);
                 }
             }
+            debug_assert_eq!(rx.consumer.get().head(), head, "a handler moved this ring");
             consumer.release(ring, claimed);
             rx.advance(consumer);
         }
@@ -1277,7 +1286,8 @@ impl Engine {
                 let p = unsafe { std::slice::from_raw_parts(seg.segment_ptr().add(offset), len) };
                 (MessageClass::Long, p, offset)
             }
-            FrameKind::Skip => return Ok(()),
+            // `drain` retires skips itself; one here would be no message to count.
+            FrameKind::Skip => return Err(()),
         };
         let msg = Message {
             src: src_rank,

@@ -59,7 +59,7 @@ impl<'a> RingRef<'a> {
     ///
     /// # Panics
     /// If the slot count is not a power of two or exceeds `MAX_RING_SLOTS`: slot indexing
-    /// relies on it (views are made once, when the engine is built).
+    /// relies on it (checked once per view, not per access).
     pub fn new(ctl: &'a RingCtl, slots: &'a [Slot]) -> Self {
         assert!(slots.len().is_power_of_two() && slots.len() <= MAX_RING_SLOTS);
         Self { ctl, slots }
