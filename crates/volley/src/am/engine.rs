@@ -251,6 +251,17 @@ struct TxRing {
     producer: Cell<Producer>,
 }
 
+impl TxRing {
+    /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
+    #[inline(always)]
+    fn reserve(&self, nslots: u64, key: u64) -> Option<u64> {
+        let mut producer = self.producer.get();
+        let reserved = producer.reserve(self.ring, nslots, key);
+        self.producer.set(producer);
+        reserved
+    }
+}
+
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
     ring: RingRef<'static>,
@@ -266,8 +277,14 @@ impl RxRing {
         Self {
             ring,
             consumer: Cell::new(consumer),
-            watch: Cell::new((ring.header_word(consumer.head()), consumer.next_seq())),
+            watch: Cell::new(Self::watch_of(ring, consumer)),
         }
+    }
+
+    /// What to watch for the next frame of `ring` read by `consumer`.
+    #[inline(always)]
+    fn watch_of(ring: RingRef<'static>, consumer: Consumer) -> (&'static AtomicU64, u64) {
+        (ring.header_word(consumer.head()), consumer.next_seq())
     }
 
     /// Whether a frame is waiting at the head.
@@ -283,9 +300,7 @@ impl RxRing {
     #[inline(always)]
     fn advance(&self, consumer: Consumer) {
         self.consumer.set(consumer);
-        let head = consumer.head();
-        self.watch
-            .set((self.ring.header_word(head), consumer.next_seq()));
+        self.watch.set(Self::watch_of(self.ring, consumer));
     }
 }
 
@@ -601,14 +616,7 @@ impl Engine {
         args: &[u64],
     ) -> Result<()> {
         self.check_dest(dest)?;
-        self.check_handler(ch, handler)?;
-        Self::check_args(args)?;
-        match self.local(dest) {
-            Some(l) => self.inject(l, ch, FrameKind::Short, handler, args, Payload::None),
-            None => self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0),
-        }
-        self.stats.sent(ch, MessageClass::Short);
-        Ok(())
+        self.send_short_by(dest, self.local_of[dest], ch, handler, args)
     }
 
     /// Sends a short reply to `dest`, reached through local index `route` (or the network:
@@ -621,13 +629,33 @@ impl Engine {
         handler: u16,
         args: &[u64],
     ) -> Result<()> {
-        self.check_handler(Channel::Reply, handler)?;
+        self.send_short_by(dest, route, Channel::Reply, handler, args)
+    }
+
+    /// Sends a short message to the valid rank `dest`, reached through local index `route` or
+    /// the network ([`REMOTE`]).
+    #[inline(always)]
+    fn send_short_by(
+        &self,
+        dest: usize,
+        route: u32,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+    ) -> Result<()> {
+        self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        let (ch, kind) = (Channel::Reply, FrameKind::Short);
         if route == REMOTE {
-            self.net_send(dest, ch, kind, handler, args, &[], 0);
+            self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0);
         } else {
-            self.inject(route as usize, ch, kind, handler, args, Payload::None);
+            self.inject(
+                route as usize,
+                ch,
+                FrameKind::Short,
+                handler,
+                args,
+                Payload::None,
+            );
         }
         self.stats.sent(ch, MessageClass::Short);
         Ok(())
@@ -1015,10 +1043,7 @@ impl Engine {
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
         let tx = &self.tx[dest][ch as usize];
         let ring = tx.ring;
-        let mut producer = tx.producer.get();
-        let reserved = producer.reserve(ring, nslots, self.key);
-        tx.producer.set(producer);
-        let pos = match reserved {
+        let pos = match tx.reserve(nslots, self.key) {
             Some(pos) => pos,
             None => self.reserve_blocked(dest, ch, nslots),
         };
@@ -1077,10 +1102,7 @@ impl Engine {
             // Handlers that ran meanwhile never send on this ring (a request handler can only
             // reply, on the other channel; a reply handler cannot send), but the state is
             // re-read each time, so that nothing depends on it.
-            let mut producer = tx.producer.get();
-            let reserved = producer.reserve(tx.ring, nslots, self.key);
-            tx.producer.set(producer);
-            if let Some(pos) = reserved {
+            if let Some(pos) = tx.reserve(nslots, self.key) {
                 return pos;
             }
         }
@@ -1238,7 +1260,9 @@ impl Engine {
         };
         let mut pooled = None;
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
-            FrameKind::Short => (MessageClass::Short, &[], 0),
+            FrameKind::Short | FrameKind::Skip => {
+                unreachable!("the drain delivers short frames and retires skips itself")
+            }
             FrameKind::System if ch == Channel::Request => {
                 return self.deliver_system(src_rank, h.handler(), args)
             }
@@ -1286,8 +1310,6 @@ impl Engine {
                 let p = unsafe { std::slice::from_raw_parts(seg.segment_ptr().add(offset), len) };
                 (MessageClass::Long, p, offset)
             }
-            // `drain` retires skips itself; one here would be no message to count.
-            FrameKind::Skip => return Err(()),
         };
         let msg = Message {
             src: src_rank,
@@ -1564,12 +1586,8 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
         let tx = &self.tx[self.me_local][ch as usize];
-        let (ring, cell) = (tx.ring, &tx.producer);
-        let mut p = cell.get();
-        let pos = p
-            .reserve(ring, 1, self.key)
-            .expect("room in the loopback ring");
-        cell.set(p);
+        let ring = tx.ring;
+        let pos = tx.reserve(1, self.key).expect("room in the loopback ring");
         for (i, w) in words.iter().enumerate() {
             ring.write_word(pos, i + 1, *w);
         }
