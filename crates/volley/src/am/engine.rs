@@ -15,6 +15,7 @@ use super::backoff::Backoff;
 use super::critical::CriticalState;
 use super::handler::{Message, MessageClass, ReplyFn, ReplyToken, RequestFn};
 use super::net_frame;
+use super::path_marks;
 use super::poll_policy::{NetPollState, PollPolicy};
 use super::progress::ThreadSync;
 use super::stats::{bump, NetworkStats, StatCells, Stats};
@@ -50,6 +51,9 @@ pub(crate) const REMOTE: u32 = u32::MAX;
 /// Frames (skips and dropped ones included) one ring may retire in one poll before the poll
 /// moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
+/// Waits in a row that may end right after the reply rings, leaving the request rings for
+/// later (see [`Engine::poll_waiting`]); then one full poll comes first.
+const EARLY_EXITS: u32 = 16;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -98,6 +102,8 @@ pub(crate) struct Engine {
     critical: CriticalState,
     /// The progress thread is running handlers (it holds the critical word's busy bit).
     serving: Cell<bool>,
+    /// Waits that ended in a row right after the reply rings (see [`Engine::poll_waiting`]).
+    early_exits: Cell<u32>,
     pub(crate) polite: bool,
     /// No other rank shares this node: every message from another rank comes through the
     /// network, so an empty poll needs no `pause` (no ring head is written from another core)
@@ -262,6 +268,20 @@ impl TxRing {
     }
 }
 
+/// A drain in progress: its consumer state, stored back into the ring when the drain ends, also
+/// when a handler unwinds (the frames retired before stay retired).
+struct Draining<'a> {
+    rx: &'a RxRing,
+    consumer: Consumer,
+}
+
+impl Drop for Draining<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.rx.advance(self.consumer);
+    }
+}
+
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
     ring: RingRef<'static>,
@@ -413,6 +433,7 @@ impl Engine {
             depth: Cell::new(0),
             critical: CriticalState::default(),
             serving: Cell::new(false),
+            early_exits: Cell::new(0),
             polite,
             net_only,
             block,
@@ -1077,6 +1098,9 @@ impl Engine {
             nslots: nslots as u8,
         };
         ring.publish(pos, header.encode(pos, self.key));
+        if kind == FrameKind::Short {
+            path_marks::short_published(ch);
+        }
         if let Some(order) = self.bells[dest] {
             self.regions[dest].doorbell().ring_if_asleep(order);
         }
@@ -1111,17 +1135,52 @@ impl Engine {
     /// Polls this rank's rings: replies always, requests if `requests`. Returns frames handled.
     #[inline]
     pub(crate) fn poll(&self, requests: bool) -> usize {
+        match self.poll_replies(requests) {
+            None => 0,
+            Some(replies) => self.poll_after_replies(requests, replies),
+        }
+    }
+
+    /// A poll for a wait on `cond`. After reply handlers ran it checks `cond` before going on
+    /// to the request rings: a requester whose reply just came sends its next request that
+    /// much sooner. `None`: `cond` holds and the rest of the poll was left. At most
+    /// [`EARLY_EXITS`] waits in a row end that way, so the request rings are never left for
+    /// long (each wait that does not end at its first poll serves them too).
+    #[inline(always)]
+    fn poll_waiting(&self, cond: &mut impl FnMut() -> bool) -> Option<usize> {
+        let replies = self.poll_replies(true)?;
+        if replies > 0 {
+            let early = self.early_exits.get();
+            if early < EARLY_EXITS && cond() {
+                self.early_exits.set(early + 1);
+                return None;
+            }
+        }
+        self.early_exits.set(0);
+        Some(self.poll_after_replies(true, replies))
+    }
+
+    /// The first part of a poll: the reply rings. `None` when handlers are held (the poll is
+    /// then over; the network was polled for requests too if `requests`).
+    #[inline(always)]
+    fn poll_replies(&self, requests: bool) -> Option<usize> {
         bump(&self.stats.polls);
         if self.handlers_held() {
             // Handlers wait for the section to end; the network still takes in what arrives
             // (and acknowledges it) so that peers do not time out.
             self.critical.defer(self.thread.is_some());
             self.poll_net(requests, false);
-            return 0;
+            return None;
         }
         // Every ring with a frame is served up to its budget in each poll, so no source can
         // starve another; replies first, as a blocked reply send needs them.
-        let mut handled = self.poll_rings(Channel::Reply);
+        Some(self.poll_rings(Channel::Reply))
+    }
+
+    /// The rest of a poll after the reply rings, which handled `replies` frames.
+    #[inline(always)]
+    fn poll_after_replies(&self, requests: bool, replies: usize) -> usize {
+        let mut handled = replies;
         if requests {
             handled += self.poll_rings(Channel::Request);
         }
@@ -1167,13 +1226,22 @@ impl Engine {
         let rx = &self.rx[ch as usize][src];
         let ring = rx.ring;
         // Nothing that runs below touches this ring's consumer: a request handler's nested
-        // polls serve reply rings only, and reply handlers cannot poll at all.
-        let mut consumer = rx.consumer.get();
+        // polls serve reply rings only, reply handlers cannot poll at all, and no handler can
+        // wait or sleep (which returns credit). So the state is stored back once, at the end.
+        let mut draining = Draining {
+            rx,
+            consumer: rx.consumer.get(),
+        };
+        let consumer = &mut draining.consumer;
+        #[cfg(debug_assertions)]
+        let entry = consumer.head();
+        let (key, src_rank) = (self.key, self.local_ranks[src]);
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
             let Some(word) = consumer.peek(ring) else {
                 break;
             };
+            path_marks::frame_seen(ch);
             let head = consumer.head();
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.
@@ -1184,54 +1252,56 @@ impl Engine {
             if !ring.fits(head, claimed) {
                 self.corrupt_ring(src, ch, word);
             }
-            match HeaderWord::check(word, self.key) {
-                Ok(h) if h.is(FrameKind::Short) => {
-                    // The common case, kept short: arguments only, in the frame's slots.
-                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                    let nargs = h.nargs();
-                    if 1 + nargs > claimed as usize * (SLOT_BYTES / 8) {
-                        bump(&self.stats.dropped);
+            if let Some(h) = HeaderWord::short(word, key) {
+                // The common case, kept short: arguments only, in the frame's slots.
+                let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
+                let nargs = h.nargs();
+                if 1 + nargs > claimed as usize * (SLOT_BYTES / 8) {
+                    bump(&self.stats.dropped);
+                } else {
+                    // SAFETY: the frame's slots are published to us and stay untouched by
+                    // the sender until we release them below; the arguments fit in them.
+                    let args = unsafe { std::slice::from_raw_parts(frame.add(1), nargs) };
+                    let msg = Message {
+                        src: src_rank,
+                        args,
+                        payload: &[],
+                        class: MessageClass::Short,
+                        offset: 0,
+                    };
+                    if self.run_handler(ch, h.handler(), &msg, src as u32).is_ok() {
+                        self.stats.handled(ch, MessageClass::Short);
+                        handled += 1;
                     } else {
-                        // SAFETY: the frame's slots are published to us and stay untouched by
-                        // the sender until we release them below; the arguments fit in them.
-                        let args = unsafe { std::slice::from_raw_parts(frame.add(1), nargs) };
-                        let msg = Message {
-                            src: self.local_ranks[src],
-                            args,
-                            payload: &[],
-                            class: MessageClass::Short,
-                            offset: 0,
-                        };
-                        if self.run_handler(ch, h.handler(), &msg, src as u32).is_ok() {
-                            self.stats.handled(ch, MessageClass::Short);
-                            handled += 1;
-                        } else {
-                            bump(&self.stats.dropped);
+                        bump(&self.stats.dropped);
+                    }
+                }
+            } else {
+                match HeaderWord::check(word, key) {
+                    Ok(h) if h.is(FrameKind::Skip) => {
+                        if claimed != ring.slots_to_end(head) {
+                            self.corrupt_ring(src, ch, word);
                         }
                     }
-                }
-                Ok(h) if h.is(FrameKind::Skip) => {
-                    if claimed != ring.slots_to_end(head) {
-                        self.corrupt_ring(src, ch, word);
+                    Ok(h) => {
+                        let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
+                        if self.deliver(src, ch, h, frame).is_err() {
+                            bump(&self.stats.dropped);
+                        } else {
+                            handled += 1;
+                        }
                     }
-                }
-                Ok(h) => {
-                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                    if self.deliver(src, ch, h, frame).is_err() {
+                    Err(_) => {
+                        // A bad check byte: corrupt, or not from this job. Drop it; its length
+                        // was checked above, so the ring stays in step if only other bits are
+                        // damaged.
                         bump(&self.stats.dropped);
-                    } else {
-                        handled += 1;
                     }
-                }
-                Err(_) => {
-                    // A bad check byte: corrupt, or not from this job. Drop it; its length was
-                    // checked above, so the ring stays in step if only other bits are damaged.
-                    bump(&self.stats.dropped);
                 }
             }
-            debug_assert_eq!(rx.consumer.get().head(), head, "a handler moved this ring");
+            #[cfg(debug_assertions)]
+            assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
             consumer.release(ring, claimed);
-            rx.advance(consumer);
         }
         handled
     }
@@ -1404,7 +1474,10 @@ impl Engine {
         self.flush_net();
         let mut backoff = Backoff::new(self.polite);
         while !cond() {
-            if self.poll(true) == 0 {
+            let Some(handled) = self.poll_waiting(&mut cond) else {
+                return;
+            };
+            if handled == 0 {
                 if self.block && backoff.spun_out() {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).

@@ -42,6 +42,7 @@ mod engine;
 mod handler;
 mod lease;
 mod net_frame;
+mod path_marks;
 mod poll_policy;
 mod progress;
 mod runtime;
