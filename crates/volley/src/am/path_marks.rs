@@ -7,8 +7,9 @@
 //! Everything else (retiring slots, statistics, the rest of a poll) overlaps the transfers.
 //! With the `path-marks` feature, [`frame_seen`] and [`short_published`] switch valgrind's
 //! instruction counting (callgrind's collection) on and off at those ends, for the side named
-//! by `VOLLEY_PATH_MARKS` (`responder` or `requester`; `empty` counts the marks' own cost). Outside valgrind the marks are a few
-//! register rotations; without the feature they are nothing.
+//! by `VOLLEY_PATH_MARKS` (`responder` or `requester`; `empty` counts the marks' own cost).
+//! Outside valgrind the marks are a few register rotations; without the feature they are
+//! nothing.
 
 use crate::transport::Channel;
 
@@ -42,7 +43,7 @@ mod marks {
     }
 
     /// Which path is counted: 0 not yet read, 1 none, otherwise 2 + the channel its first
-    /// frame arrives on (2: the responder's, 3: the requester's); 4 with `EMPTY`.
+    /// frame arrives on (2: the responder's or the empty one, 3: the requester's).
     static FIRST: AtomicU8 = AtomicU8::new(0);
     /// Counting an empty path (the marks' own cost): a request seen ends its path at once.
     static EMPTY: AtomicBool = AtomicBool::new(false);
