@@ -138,8 +138,8 @@ pub(crate) struct SharedEngine(Engine);
 // SAFETY: the engine's `Cell` state, raw ring pointers and transport are used by one thread at a
 // time. In inline mode that is the rank's thread alone: the `Runtime` holding the only handle
 // is neither `Send` nor `Sync`. In thread mode the rank thread and the progress thread touch
-// that state only while owning the engine (the lease in `ThreadSync`); what they touch without it is
-// atomic (the critical word, the lease, doorbells) or immutable after construction
+// that state only while owning the engine (the lease in `ThreadSync`); what they touch without
+// it is atomic (the critical word, the lease, doorbells) or immutable after construction
 // (rank numbers, regions' addresses, handler tables, which are `Send + Sync`).
 unsafe impl Send for SharedEngine {}
 // SAFETY: as above.
@@ -150,8 +150,8 @@ impl SharedEngine {
         Self(engine)
     }
 
-    /// The engine. Callers other than the runtime's own thread must own the engine (the lease) for
-    /// anything but the atomic and immutable parts (see the `Sync` note).
+    /// The engine. Callers other than the runtime's own thread must own the engine (the lease)
+    /// for anything but the atomic and immutable parts (see the `Sync` note).
     #[inline(always)]
     pub(crate) fn get(&self) -> &Engine {
         &self.0
@@ -169,7 +169,7 @@ pub(crate) enum Served {
     Deferred,
 }
 
-/// How a rank with nothing to do sleeps, decided by the engine.s owner and carried out
+/// How a rank with nothing to do sleeps, decided by the engine's owner and carried out
 /// without it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SleepPlan {
@@ -1099,7 +1099,7 @@ impl Engine {
         };
         ring.publish(pos, header.encode(pos, self.key));
         if kind == FrameKind::Short {
-            path_marks::short_published(ch);
+            path_marks::mark(ch, path_marks::Point::Published);
         }
         if let Some(order) = self.bells[dest] {
             self.regions[dest].doorbell().ring_if_asleep(order);
@@ -1241,7 +1241,7 @@ impl Engine {
             let Some(word) = consumer.peek(ring) else {
                 break;
             };
-            path_marks::frame_seen(ch);
+            path_marks::mark(ch, path_marks::Point::Seen);
             let head = consumer.head();
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.

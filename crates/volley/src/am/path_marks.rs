@@ -5,7 +5,7 @@
 //! seeing a frame and publishing its answer: the responder from a request's header to its
 //! reply's publish, the requester from the reply's header to the next request's publish.
 //! Everything else (retiring slots, statistics, the rest of a poll) overlaps the transfers.
-//! With the `path-marks` feature, [`frame_seen`] and [`short_published`] switch valgrind's
+//! With the `path-marks` feature, [`mark`] switches valgrind's
 //! instruction counting (callgrind's collection) on and off at those ends, for the side named
 //! by `VOLLEY_PATH_MARKS` (`responder` or `requester`; `empty` counts the marks' own cost).
 //! Outside valgrind the marks are a few register rotations; without the feature they are
@@ -13,34 +13,29 @@
 
 use crate::transport::Channel;
 
-/// A frame's header was seen at the head of a ring of channel `ch` (first point of a path).
-#[inline(always)]
-pub(crate) fn frame_seen(ch: Channel) {
-    #[cfg(all(feature = "path-marks", target_arch = "x86_64"))]
-    marks::mark(ch, marks::Point::Seen);
-    #[cfg(not(all(feature = "path-marks", target_arch = "x86_64")))]
-    let _ = ch;
+/// The points a path runs between.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Point {
+    /// A frame's header was seen at the head of a ring (first point of a path).
+    Seen,
+    /// A short frame was published (last point of a path).
+    Published,
 }
 
-/// A short frame was published on channel `ch` (last point of a path).
+/// Marks `point` on channel `ch`.
 #[inline(always)]
-pub(crate) fn short_published(ch: Channel) {
+pub(crate) fn mark(ch: Channel, point: Point) {
     #[cfg(all(feature = "path-marks", target_arch = "x86_64"))]
-    marks::mark(ch, marks::Point::Published);
+    marks::mark(ch, point);
     #[cfg(not(all(feature = "path-marks", target_arch = "x86_64")))]
-    let _ = ch;
+    let _ = (ch, point);
 }
 
 #[cfg(all(feature = "path-marks", target_arch = "x86_64"))]
 mod marks {
+    use super::Point;
     use crate::transport::Channel;
     use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-
-    #[derive(Clone, Copy, PartialEq, Eq)]
-    pub(super) enum Point {
-        Seen,
-        Published,
-    }
 
     /// Which path is counted: 0 not yet read, 1 none, otherwise 2 + the channel its first
     /// frame arrives on (2: the responder's or the empty one, 3: the requester's).

@@ -120,11 +120,16 @@ impl FrameHeader {
 pub struct HeaderWord(u64);
 
 impl HeaderWord {
+    /// Whether the check byte of `word` matches the rest of it under `key`.
+    #[inline(always)]
+    fn sealed(word: u64, key: u64) -> bool {
+        check_byte(word & ((1 << 56) - 1), key) == word >> 56
+    }
+
     /// Validates the check byte and the fields of a header whose sequence already matched.
     #[inline(always)]
     pub fn check(word: u64, key: u64) -> Result<Self, HeaderError> {
-        let body = word & ((1 << 56) - 1);
-        if check_byte(body, key) != word >> 56 {
+        if !Self::sealed(word, key) {
             return Err(HeaderError::BadCheck);
         }
         let kind = (word >> 37) & 0x7;
@@ -148,8 +153,7 @@ impl HeaderWord {
     #[inline(always)]
     pub fn short(word: u64, key: u64) -> Option<Self> {
         const FIXED: u64 = 0x7 << 37 | 0xff << 48;
-        let body = word & ((1 << 56) - 1);
-        let valid = check_byte(body, key) == word >> 56
+        let valid = Self::sealed(word, key)
             && word & FIXED == (FrameKind::Short as u64) << 37
             && ((word >> 32) & 0x1f) as usize <= crate::MAX_ARGS
             && (word >> 40) & 0xff != 0;
