@@ -100,10 +100,14 @@ fn bench_am_reports_every_figure_as_json() {
                 .all(|r| r["cacheline_rtt_ns"].as_f64().is_some_and(|x| x > 0.0)),
         "{doc}"
     );
-    let ratio = doc["ratios"]["am_short_rtt_over_floor"]
-        .as_f64()
-        .unwrap_or(f64::NAN);
-    assert!(ratio.is_finite() && ratio > 0.0, "{doc}");
+    for key in ["am_short_rtt_over_floor", "am_flood_over_floor"] {
+        let ratio = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(ratio.is_finite() && ratio > 0.0, "{key}: {doc}");
+        assert!(
+            runs.iter().all(|r| r[key].as_f64().is_some_and(|x| x > 0.0)),
+            "{key} is not each repetition's own: {doc}"
+        );
+    }
     // The table went to stderr, with every figure beside the floor.
     assert!(err.contains("x floor"), "{err}");
 }

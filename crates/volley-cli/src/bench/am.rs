@@ -22,8 +22,8 @@ use volley::{ReplyHandler, RequestHandler, Runtime};
 const MEDIUM_SIZES: [usize; 6] = [0, 8, 64, 512, 4096, 65536];
 const LONG_SIZES: [usize; 4] = [8, 4096, 65536, 1 << 20];
 const BURST: usize = 32;
-/// Blocks of the short round trip, each right after a floor ping-pong.
-const SHORT_BLOCKS: usize = 5;
+/// Blocks of the short round trip and the one-way flood, each right after a floor ping-pong.
+const BLOCKS: usize = 5;
 
 struct Bench {
     rt: Runtime,
@@ -153,11 +153,14 @@ impl Bench {
     fn one_rep(&self, phase: &mut u64) -> serde_json::Value {
         let me = self.rt.rank();
         let mut r = serde_json::Map::new();
-        // Phase 0: the short round trip in blocks, each right after a cache-line ping-pong
-        // between these two processes on their own CPUs (shared memory only): this machine's
-        // floor moves from one minute to the next, so the two are compared block by block.
-        let (mut floors, mut shorts, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for _ in 0..SHORT_BLOCKS {
+        // Phase 0: the short round trip and the one-way flood in blocks, each right after a
+        // cache-line ping-pong between these two processes on their own CPUs (shared memory
+        // only): this machine's floor moves from one minute to the next, so each figure is
+        // compared with the floor of its own block.
+        let mut floors = Vec::new();
+        let (mut shorts, mut short_ratios) = (Vec::new(), Vec::new());
+        let (mut floods, mut flood_ratios) = (Vec::new(), Vec::new());
+        for _ in 0..BLOCKS {
             let floor_ns = self.floor.as_ref().map(|f| {
                 let (base, n) = (self.floor_done.get(), self.iters(40_000));
                 self.floor_done.set(base + n);
@@ -173,10 +176,14 @@ impl Bench {
                 let short = self.rtt(self.iters(20_000), || {
                     self.rt.request_short(1, self.ping, &[1]).expect("ping")
                 });
+                let n = self.iters(100_000);
+                let flood = self.flood(1, n) / n as f64;
                 shorts.push(short);
+                floods.push(flood);
                 if let Some(f) = floor_ns {
                     floors.push(f);
-                    ratios.push(short / f);
+                    short_ratios.push(short / f);
+                    flood_ratios.push(flood / f);
                 }
                 self.end_phase();
             } else {
@@ -185,15 +192,23 @@ impl Bench {
         }
         if me == 0 {
             r.insert("am_short_rtt_ns".into(), json!(super::median(&mut shorts)));
+            r.insert(
+                "am_flood_ns_per_msg".into(),
+                json!(super::median(&mut floods)),
+            );
             if !floors.is_empty() {
                 r.insert("cacheline_rtt_ns".into(), json!(super::median(&mut floors)));
                 r.insert(
                     "am_short_rtt_over_floor".into(),
-                    json!(super::median(&mut ratios)),
+                    json!(super::median(&mut short_ratios)),
+                );
+                r.insert(
+                    "am_flood_over_floor".into(),
+                    json!(super::median(&mut flood_ratios)),
                 );
             }
         }
-        // Phase 1: the other round trips and one-way flood driven by rank 0.
+        // Phase 1: the other round trips, driven by rank 0.
         *phase += 1;
         if me == 0 {
             let mut medium = Vec::new();
@@ -230,11 +245,6 @@ impl Bench {
                 long.push(json!({"size": size, "rtt_ns": ns}));
             }
             r.insert("am_long_rtt_ns".into(), json!(long));
-            let n = self.iters(300_000);
-            r.insert(
-                "am_flood_ns_per_msg".into(),
-                json!(self.flood(1, n) / n as f64),
-            );
             self.end_phase();
         } else {
             self.serve(*phase);

@@ -292,8 +292,9 @@ fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
 
 fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, String> {
     // Shared memory: the two ranks measure the cache-line floor between themselves, in blocks
-    // interleaved with the short round trip, on lines in a memory file they inherit. Network:
-    // the socket floor first (it forks, which must happen before any thread exists).
+    // interleaved with the short round trip and the flood, on lines in a memory file they
+    // inherit. Network: the socket floor first (it forks, which must happen before any thread
+    // exists).
     let (raw, floor_key, socket_floor) = match transport {
         Transport::Shm => {
             let lines = floor::SharedLines::create()?;
@@ -324,11 +325,15 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
     }
     let floor = get(&doc, floor_key);
     let rtt = get(&doc, "am_short_rtt_ns");
-    // Shared memory: the median of the block-by-block ratios (each block beside its floor).
-    let short_over_floor = doc
-        .remove("am_short_rtt_over_floor")
-        .and_then(|v| v.as_f64())
-        .unwrap_or(rtt / floor);
+    // Shared memory: the medians of the block-by-block ratios (each block beside its floor).
+    let flood = get(&doc, "am_flood_ns_per_msg");
+    let mut over_floor = |key: &str, ns: f64| {
+        doc.remove(key)
+            .and_then(|v| v.as_f64())
+            .unwrap_or(ns / floor)
+    };
+    let short_over_floor = over_floor("am_short_rtt_over_floor", rtt);
+    let flood_over_floor = over_floor("am_flood_over_floor", flood);
     let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
     doc.insert("floor_key".into(), json!(floor_key));
     doc.insert("transport".into(), json!(transport.name()));
@@ -348,7 +353,7 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
         "ratios".into(),
         json!({
             "am_short_rtt_over_floor": short_over_floor,
-            "am_flood_over_floor": get(&doc, "am_flood_ns_per_msg") / floor,
+            "am_flood_over_floor": flood_over_floor,
         }),
     );
     doc.insert("reps".into(), json!(reps));
@@ -617,7 +622,7 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
         doc["reps"]
     );
     let floor_note = if transport == "shm" {
-        "between the two ranks, in blocks interleaved with the short round trip"
+        "between the two ranks, in blocks before the short round trip and flood"
     } else {
         "raw sockets, measured before the job"
     };
@@ -642,13 +647,13 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
             row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
         }
     }
+    let ratio = |key: &str| doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
         w,
-        "  am_short_rtt over the floor: {:.2} (shared memory: median of the blocks' ratios, each \
-         block beside the floor measured just before it)",
-        doc["ratios"]["am_short_rtt_over_floor"]
-            .as_f64()
-            .unwrap_or(f64::NAN)
+        "  over the floor: am_short_rtt {:.2}, am_flood {:.3} (shared memory: medians of the \
+         blocks' ratios, each block beside the floor measured just before it)",
+        ratio("am_short_rtt_over_floor"),
+        ratio("am_flood_over_floor"),
     );
     let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
