@@ -104,7 +104,8 @@ fn bench_am_reports_every_figure_as_json() {
         let ratio = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
         assert!(ratio.is_finite() && ratio > 0.0, "{key}: {doc}");
         assert!(
-            runs.iter().all(|r| r[key].as_f64().is_some_and(|x| x > 0.0)),
+            runs.iter()
+                .all(|r| r[key].as_f64().is_some_and(|x| x > 0.0)),
             "{key} is not each repetition's own: {doc}"
         );
     }

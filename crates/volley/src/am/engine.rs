@@ -282,6 +282,67 @@ impl Drop for Draining<'_> {
     }
 }
 
+/// Handlers delivered as one batch (the frames of one drain, or one network message) run at
+/// one nesting depth: the depth, its statistic and whether the watchdog times them are settled
+/// once per batch, not once per handler. Dropping the scope (also on unwind) restores the
+/// depth.
+struct HandlerScope<'a> {
+    engine: &'a Engine,
+    depth: u64,
+    /// The watchdog, when it is on and these handlers are outermost.
+    watched: Option<&'a Watchdog>,
+}
+
+impl<'a> HandlerScope<'a> {
+    #[inline(always)]
+    fn enter(engine: &'a Engine) -> Self {
+        let depth = engine.depth.get() + 1;
+        engine.depth.set(depth);
+        if depth > engine.stats.max_nesting.get() {
+            engine.stats.max_nesting.set(depth);
+        }
+        Self {
+            engine,
+            depth,
+            watched: engine.watchdog.as_ref().filter(|_| depth == 1),
+        }
+    }
+
+    /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
+    /// (or through the network: [`REMOTE`]), where a reply goes. `Err(())`: no such handler.
+    #[inline(always)]
+    fn run(&self, ch: Channel, index: u16, msg: &Message<'_>, route: u32) -> Result<(), ()> {
+        let engine = self.engine;
+        if let Some(w) = self.watched {
+            w.begin(ch, index);
+        }
+        let found = match ch {
+            Channel::Request => engine.requests.get(index as usize).map(|f| {
+                f(
+                    msg,
+                    ReplyToken {
+                        engine,
+                        dest: msg.src,
+                        route,
+                    },
+                )
+            }),
+            Channel::Reply => engine.replies.get(index as usize).map(|f| f(msg)),
+        };
+        if let Some(w) = self.watched {
+            w.end();
+        }
+        found.ok_or(())
+    }
+}
+
+impl Drop for HandlerScope<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.engine.depth.set(self.depth - 1);
+    }
+}
+
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
     ring: RingRef<'static>,
@@ -1034,7 +1095,7 @@ impl Engine {
             class,
             offset,
         };
-        let result = self.run_handler(ch, f.handler, &msg, REMOTE);
+        let result = HandlerScope::enter(self).run(ch, f.handler, &msg, REMOTE);
         if result.is_ok() {
             self.stats.handled(ch, class);
         }
@@ -1213,6 +1274,9 @@ impl Engine {
             .and_then(|r| r.iter().position(RxRing::ready))
         {
             let src = from + at;
+            // A path starts here, where the frame was seen: what the drain does before it
+            // reads the frame is on the path too.
+            path_marks::mark(ch, path_marks::Point::Seen);
             handled += self.drain(src, ch);
             from = src + 1;
         }
@@ -1236,12 +1300,12 @@ impl Engine {
         #[cfg(debug_assertions)]
         let entry = consumer.head();
         let (key, src_rank) = (self.key, self.local_ranks[src]);
+        let scope = HandlerScope::enter(self);
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
             let Some(word) = consumer.peek(ring) else {
                 break;
             };
-            path_marks::mark(ch, path_marks::Point::Seen);
             let head = consumer.head();
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.
@@ -1269,7 +1333,7 @@ impl Engine {
                         class: MessageClass::Short,
                         offset: 0,
                     };
-                    if self.run_handler(ch, h.handler(), &msg, src as u32).is_ok() {
+                    if scope.run(ch, h.handler(), &msg, src as u32).is_ok() {
                         self.stats.handled(ch, MessageClass::Short);
                         handled += 1;
                     } else {
@@ -1285,7 +1349,7 @@ impl Engine {
                     }
                     Ok(h) => {
                         let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                        if self.deliver(src, ch, h, frame).is_err() {
+                        if self.deliver(&scope, src, ch, h, frame).is_err() {
                             bump(&self.stats.dropped);
                         } else {
                             handled += 1;
@@ -1307,9 +1371,16 @@ impl Engine {
     }
 
     /// Validates and runs one frame of a kind other than short and skip from local index
-    /// `src`. `Err(())` means it was dropped.
+    /// `src`, its handler in `scope`. `Err(())` means it was dropped.
     #[inline(never)]
-    fn deliver(&self, src: usize, ch: Channel, h: HeaderWord, frame: *const u64) -> Result<(), ()> {
+    fn deliver(
+        &self,
+        scope: &HandlerScope<'_>,
+        src: usize,
+        ch: Channel,
+        h: HeaderWord,
+        frame: *const u64,
+    ) -> Result<(), ()> {
         let src_rank = self.local_ranks[src];
         let nargs = h.nargs();
         let kind = h.kind();
@@ -1388,7 +1459,7 @@ impl Engine {
             class,
             offset,
         };
-        let result = self.run_handler(ch, h.handler(), &msg, src as u32);
+        let result = scope.run(ch, h.handler(), &msg, src as u32);
         if let Some(idx) = pooled {
             self.regions[src]
                 .pool_flags()
@@ -1398,45 +1469,6 @@ impl Engine {
             self.stats.handled(ch, class);
         }
         result
-    }
-
-    /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
-    /// (or through the network: [`REMOTE`]), where a reply goes. `Err(())`: no such handler.
-    #[inline(always)]
-    fn run_handler(
-        &self,
-        ch: Channel,
-        index: u16,
-        msg: &Message<'_>,
-        route: u32,
-    ) -> Result<(), ()> {
-        let depth = self.depth.get() + 1;
-        self.depth.set(depth);
-        if depth > self.stats.max_nesting.get() {
-            self.stats.max_nesting.set(depth);
-        }
-        let watched = self.watchdog.as_ref().filter(|_| depth == 1);
-        if let Some(w) = watched {
-            w.begin(ch, index);
-        }
-        let found = match ch {
-            Channel::Request => self.requests.get(index as usize).map(|f| {
-                f(
-                    msg,
-                    ReplyToken {
-                        engine: self,
-                        dest: msg.src,
-                        route,
-                    },
-                )
-            }),
-            Channel::Reply => self.replies.get(index as usize).map(|f| f(msg)),
-        };
-        if let Some(w) = watched {
-            w.end();
-        }
-        self.depth.set(depth - 1);
-        found.ok_or(())
     }
 
     fn deliver_system(&self, src: usize, op: u16, args: &[u64]) -> Result<(), ()> {

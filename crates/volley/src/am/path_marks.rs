@@ -16,7 +16,8 @@ use crate::transport::Channel;
 /// The points a path runs between.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Point {
-    /// A frame's header was seen at the head of a ring (first point of a path).
+    /// A poll saw a frame's header at the head of a ring (first point of a path): what the
+    /// drain does before it reads the frame is on the path.
     Seen,
     /// A short frame was published (last point of a path).
     Published,

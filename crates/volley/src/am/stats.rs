@@ -22,7 +22,9 @@ pub struct Stats {
     pub blocked_sends: u64,
     /// Frames dropped at this rank because they were corrupt or named an unknown handler.
     pub dropped: u64,
-    /// Deepest handler nesting seen (2 = a reply handler ran inside a request handler).
+    /// Deepest handler nesting reached (2 = reply handlers ran inside a request handler):
+    /// counted per batch of frames delivered together, whether or not they all held a valid
+    /// handler.
     pub max_nesting: u64,
     /// Runtime-internal messages (barrier, finalize) sent.
     pub system_sent: u64,

@@ -359,3 +359,18 @@ fn watchdog_names_a_handler_that_runs_too_long_while_it_runs() {
         "{reports:?}"
     );
 }
+
+#[test]
+fn a_handler_that_unwinds_leaves_the_rank_outside_any_handler() {
+    let mut b = Runtime::builder();
+    let boom = b.request_handler("boom", |_, _| panic!("handler boom"));
+    let rt = b.build().unwrap();
+    rt.request_short(0, boom, &[]).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.poll()));
+    assert!(r.is_err(), "the handler's panic reaches the poll's caller");
+    // The nesting depth came back with the unwind: waiting (refused inside handlers) is
+    // allowed again. The condition holds, so nothing is polled (the unwound frame is still at
+    // the head of its ring and would run again).
+    rt.wait_until(|| true);
+    assert_eq!(rt.stats().max_nesting, 1);
+}
