@@ -52,7 +52,6 @@ impl Bench {
                 .expect("reply");
         });
         let rt = b.build().expect("joining the benchmark job");
-
         Self { rt, fetch, replies }
     }
 
