@@ -1310,57 +1310,56 @@ impl Engine {
             // Start fetching the following slots now, so a stream of frames arrives with
             // several cache misses in flight instead of one at a time.
             ring.prefetch(head + 2);
+            if let Some(h) = HeaderWord::one_slot_short(word, key) {
+                // The common case, kept short: a slot always lies within the ring, and the
+                // header and up to 7 arguments fit in it.
+                let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
+                // SAFETY: the frame's slot is published to us and stays untouched by the
+                // sender until we release it below; the arguments fit in it.
+                let args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
+                let msg = Message {
+                    src: src_rank,
+                    args,
+                    payload: &[],
+                    class: MessageClass::Short,
+                    offset: 0,
+                };
+                if scope.run(ch, h.handler(), &msg, src as u32).is_ok() {
+                    self.stats.handled(ch, MessageClass::Short);
+                    handled += 1;
+                } else {
+                    bump(&self.stats.dropped);
+                }
+                #[cfg(debug_assertions)]
+                assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
+                consumer.release(ring, 1);
+                continue;
+            }
             // The length decides what we read and what we zero: it must be a legal frame
             // length that does not run past the end of the ring, whatever else is wrong.
             let claimed = FrameHeader::claimed_slots(word);
             if !ring.fits(head, claimed) {
                 self.corrupt_ring(src, ch, word);
             }
-            if let Some(h) = HeaderWord::short(word, key) {
-                // The common case, kept short: arguments only, in the frame's slots.
-                let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                let nargs = h.nargs();
-                if 1 + nargs > claimed as usize * (SLOT_BYTES / 8) {
-                    bump(&self.stats.dropped);
-                } else {
-                    // SAFETY: the frame's slots are published to us and stay untouched by
-                    // the sender until we release them below; the arguments fit in them.
-                    let args = unsafe { std::slice::from_raw_parts(frame.add(1), nargs) };
-                    let msg = Message {
-                        src: src_rank,
-                        args,
-                        payload: &[],
-                        class: MessageClass::Short,
-                        offset: 0,
-                    };
-                    if scope.run(ch, h.handler(), &msg, src as u32).is_ok() {
-                        self.stats.handled(ch, MessageClass::Short);
-                        handled += 1;
-                    } else {
-                        bump(&self.stats.dropped);
+            match HeaderWord::check(word, key) {
+                Ok(h) if h.is(FrameKind::Skip) => {
+                    if claimed != ring.slots_to_end(head) {
+                        self.corrupt_ring(src, ch, word);
                     }
                 }
-            } else {
-                match HeaderWord::check(word, key) {
-                    Ok(h) if h.is(FrameKind::Skip) => {
-                        if claimed != ring.slots_to_end(head) {
-                            self.corrupt_ring(src, ch, word);
-                        }
-                    }
-                    Ok(h) => {
-                        let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                        if self.deliver(&scope, src, ch, h, frame).is_err() {
-                            bump(&self.stats.dropped);
-                        } else {
-                            handled += 1;
-                        }
-                    }
-                    Err(_) => {
-                        // A bad check byte: corrupt, or not from this job. Drop it; its length
-                        // was checked above, so the ring stays in step if only other bits are
-                        // damaged.
+                Ok(h) => {
+                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
+                    if self.deliver(&scope, src, ch, h, frame).is_err() {
                         bump(&self.stats.dropped);
+                    } else {
+                        handled += 1;
                     }
+                }
+                Err(_) => {
+                    // A bad check byte: corrupt, or not from this job. Drop it; its length
+                    // was checked above, so the ring stays in step if only other bits are
+                    // damaged.
+                    bump(&self.stats.dropped);
                 }
             }
             #[cfg(debug_assertions)]
@@ -1401,9 +1400,9 @@ impl Engine {
         };
         let mut pooled = None;
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
-            FrameKind::Short | FrameKind::Skip => {
-                unreachable!("the drain delivers short frames and retires skips itself")
-            }
+            // A short frame of more than one slot (8 or more arguments).
+            FrameKind::Short => (MessageClass::Short, &[][..], 0),
+            FrameKind::Skip => unreachable!("the drain retires skips itself"),
             FrameKind::System if ch == Channel::Request => {
                 return self.deliver_system(src_rank, h.handler(), args)
             }

@@ -147,17 +147,17 @@ impl HeaderWord {
         Ok(Self(word))
     }
 
-    /// The check for the common case: `Some` exactly when [`HeaderWord::check`] accepts `word`
-    /// and its kind is `Short`, in fewer operations (one masked compare covers the kind and
-    /// the reserved byte). `None` says nothing more: the caller runs the full check.
+    /// The check for the common case, a short frame in one slot (at most 7 arguments): `Some`
+    /// exactly when [`HeaderWord::check`] accepts `word`, its kind is `Short`, it occupies one
+    /// slot and its arguments fit in that slot. One masked compare covers the kind, the slot
+    /// count, the reserved byte and the top bits of the argument count. `None` says nothing
+    /// more: the caller runs the full check.
     #[inline(always)]
-    pub fn short(word: u64, key: u64) -> Option<Self> {
-        const FIXED: u64 = 0x7 << 37 | 0xff << 48;
-        let valid = Self::sealed(word, key)
-            && word & FIXED == (FrameKind::Short as u64) << 37
-            && ((word >> 32) & 0x1f) as usize <= crate::MAX_ARGS
-            && (word >> 40) & 0xff != 0;
-        valid.then_some(Self(word))
+    pub fn one_slot_short(word: u64, key: u64) -> Option<Self> {
+        // Bits 35..56: nargs' top two bits (zero: at most 7), kind, nslots and flags.
+        const FIXED: u64 = ((1 << 21) - 1) << 35;
+        const EXPECTED: u64 = (FrameKind::Short as u64) << 37 | 1 << 40;
+        (word & FIXED == EXPECTED && Self::sealed(word, key)).then_some(Self(word))
     }
 
     /// Handler index or system operation.
@@ -205,6 +205,9 @@ impl HeaderWord {
 mod tests {
     use super::*;
 
+    /// Words in one slot (64 bytes).
+    const SLOT_WORDS: usize = 8;
+
     #[test]
     fn round_trip_every_kind() {
         for kind in [
@@ -248,13 +251,13 @@ mod tests {
     }
 
     #[test]
-    fn the_short_check_agrees_with_the_full_check() {
+    fn the_one_slot_check_agrees_with_the_full_check() {
         // Every kind, edge values of each field and single-bit flips of valid headers.
         let key = 0x5eed_cafe;
         let mut words = Vec::new();
         for kind in 0..8u64 {
-            for nargs in [0u64, 1, 16, 17, 31] {
-                for nslots in [0u64, 1, 4, 255] {
+            for nargs in [0u64, 1, 7, 8, 16, 17, 31] {
+                for nslots in [0u64, 1, 2, 4, 255] {
                     let body = 77 | 3 << 16 | nargs << 32 | kind << 37 | nslots << 40;
                     let word = body | check_byte(body, key) << 56;
                     words.push(word);
@@ -263,12 +266,17 @@ mod tests {
                 }
             }
         }
+        let mut accepted = 0;
         for word in words {
-            let full = HeaderWord::check(word, key)
-                .ok()
-                .filter(|h| h.is(FrameKind::Short));
-            assert_eq!(HeaderWord::short(word, key), full, "{word:#x}");
+            let full = HeaderWord::check(word, key).ok().filter(|h| {
+                h.is(FrameKind::Short) && h.nslots() == 1 && 1 + h.nargs() <= SLOT_WORDS
+            });
+            let fast = HeaderWord::one_slot_short(word, key);
+            assert_eq!(fast, full, "{word:#x}");
+            accepted += usize::from(fast.is_some());
         }
+        // The three valid one-slot shorts built above (0, 1 and 7 arguments), unflipped.
+        assert_eq!(accepted, 3);
     }
 
     #[test]
