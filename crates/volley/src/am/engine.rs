@@ -262,6 +262,19 @@ impl TxRing {
     #[inline(always)]
     fn reserve(&self, nslots: u64, key: u64) -> Option<u64> {
         let mut producer = self.producer.get();
+        if let Some(pos) = producer.reserve_within(self.ring.len(), nslots) {
+            self.producer.set(producer);
+            return Some(pos);
+        }
+        self.reserve_slow(nslots, key)
+    }
+
+    /// [`TxRing::reserve`] when the cached credit runs out or a skip is needed: out of line,
+    /// so the common case stays two compares.
+    #[cold]
+    #[inline(never)]
+    fn reserve_slow(&self, nslots: u64, key: u64) -> Option<u64> {
+        let mut producer = self.producer.get();
         let reserved = producer.reserve(self.ring, nslots, key);
         self.producer.set(producer);
         reserved

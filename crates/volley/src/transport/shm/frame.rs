@@ -268,9 +268,9 @@ mod tests {
         }
         let mut accepted = 0;
         for word in words {
-            let full = HeaderWord::check(word, key).ok().filter(|h| {
-                h.is(FrameKind::Short) && h.nslots() == 1 && h.nargs() < SLOT_WORDS
-            });
+            let full = HeaderWord::check(word, key)
+                .ok()
+                .filter(|h| h.is(FrameKind::Short) && h.nslots() == 1 && h.nargs() < SLOT_WORDS);
             let fast = HeaderWord::one_slot_short(word, key);
             assert_eq!(fast, full, "{word:#x}");
             accepted += usize::from(fast.is_some());
