@@ -262,7 +262,7 @@ impl TxRing {
     #[inline(always)]
     fn reserve(&self, nslots: u64, key: u64) -> Option<u64> {
         let mut producer = self.producer.get();
-        if let Some(pos) = producer.reserve_within(self.ring.len(), nslots) {
+        if let Some(pos) = producer.reserve_within(self.ring.slot_count(), nslots) {
             self.producer.set(producer);
             return Some(pos);
         }

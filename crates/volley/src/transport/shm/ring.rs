@@ -75,7 +75,7 @@ impl<'a> RingRef<'a> {
 
     /// Slots in the ring.
     #[inline(always)]
-    pub fn len(&self) -> u64 {
+    pub fn slot_count(&self) -> u64 {
         self.slots.len() as u64
     }
 
@@ -123,14 +123,14 @@ impl<'a> RingRef<'a> {
     /// Slots from `pos` to the end of the ring.
     #[inline(always)]
     pub fn slots_to_end(&self, pos: u64) -> u64 {
-        self.len() - (pos & (self.len() - 1))
+        self.slot_count() - (pos & (self.slot_count() - 1))
     }
 
     /// Whether a frame of `nslots` starting at `pos` lies within the ring without wrapping.
     #[inline(always)]
     pub fn fits(&self, pos: u64, nslots: u64) -> bool {
-        let idx = pos & (self.len() - 1);
-        (1..=MAX_FRAME_SLOTS).contains(&nslots) && idx + nslots <= self.len()
+        let idx = pos & (self.slot_count() - 1);
+        (1..=MAX_FRAME_SLOTS).contains(&nslots) && idx + nslots <= self.slot_count()
     }
 
     /// Hints the CPU to start loading the slot at `pos` (no effect on correctness).
@@ -194,7 +194,7 @@ impl Producer {
     /// the position of the first, or `None` if the receiver has not returned enough credit.
     #[inline(always)]
     pub fn reserve(&mut self, ring: RingRef<'_>, n: u64, key: u64) -> Option<u64> {
-        let size = ring.len();
+        let size = ring.slot_count();
         let idx = self.tail & (size - 1);
         let skip = if idx + n > size { size - idx } else { 0 };
         let need = skip + n;
@@ -378,7 +378,7 @@ mod tests {
         for i in 0..5000u64 {
             let n = 1 + (i * 7 % 4);
             let mut quick = p;
-            let within = quick.reserve_within(ring.len(), n);
+            let within = quick.reserve_within(ring.slot_count(), n);
             let before = p.tail;
             match p.reserve(ring, n, 9) {
                 Some(pos) => {
