@@ -81,8 +81,8 @@ pub(crate) struct Engine {
     local_ranks: Vec<usize>,
     /// This rank's local index.
     me_local: usize,
-    /// The rings this rank sends into with its producer state, `[dest local][channel]`.
-    tx: Vec<[TxRing; 2]>,
+    /// What this rank sends through to each rank on this node, by local index.
+    tx: Vec<TxPeer>,
     /// This rank's incoming rings with their consumer state, `[channel][src local]`: the poll
     /// loop walks one channel's rings in order.
     rx: [Vec<RxRing>; 2],
@@ -111,9 +111,6 @@ pub(crate) struct Engine {
     net_only: bool,
     /// `VOLLEY_WAIT=block`.
     block: bool,
-    /// By local index: whether that rank's doorbell must be rung after sending to it (it may
-    /// sleep: block mode or a progress thread), and how to order the ring after the frame.
-    bells: Vec<Option<BellOrder>>,
     /// This process registered for `membarrier`: its sleepers fence for their senders.
     membarrier: bool,
     /// The engine lease and the wake-up state of a blocked wait, in thread progress mode.
@@ -241,7 +238,7 @@ pub(crate) struct EngineSetup {
     pub(crate) poll_policy: PollPolicy,
     /// Waits sleep once they have spun.
     pub(crate) block: bool,
-    /// By local index: whether that rank wants its doorbell rung (see `Engine::bells`).
+    /// By local index: whether that rank wants its doorbell rung (see `TxPeer`).
     pub(crate) bells: Vec<Option<BellOrder>>,
     /// This process registered for `membarrier` (see `doorbell.rs`).
     pub(crate) membarrier: bool,
@@ -251,6 +248,15 @@ pub(crate) struct EngineSetup {
     pub(crate) watchdog: Option<std::time::Duration>,
 }
 
+/// A rank on this node as a destination: the rings this rank sends into, by channel, and
+/// whether its doorbell must be rung after a send (it may sleep: block mode or a progress
+/// thread) with how to order the ring after the frame. One entry per local index, so a send
+/// finds all of it with one bounds check.
+struct TxPeer {
+    rings: [TxRing; 2],
+    bell: Option<BellOrder>,
+}
+
 /// One outgoing ring and this rank's producer state for it.
 struct TxRing {
     ring: RingRef<'static>,
@@ -258,22 +264,19 @@ struct TxRing {
 }
 
 impl TxRing {
+    /// The common case of [`TxRing::reserve`], inline: `None` when the cached credit runs
+    /// out or a skip is needed (the caller then calls [`TxRing::reserve`]).
+    #[inline(always)]
+    fn reserve_within(&self, nslots: u64) -> Option<u64> {
+        let mut producer = self.producer.get();
+        let pos = producer.reserve_within(self.ring.slot_count(), nslots)?;
+        self.producer.set(producer);
+        Some(pos)
+    }
+
     /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
     #[inline(always)]
     fn reserve(&self, nslots: u64, key: u64) -> Option<u64> {
-        let mut producer = self.producer.get();
-        if let Some(pos) = producer.reserve_within(self.ring.slot_count(), nslots) {
-            self.producer.set(producer);
-            return Some(pos);
-        }
-        self.reserve_slow(nslots, key)
-    }
-
-    /// [`TxRing::reserve`] when the cached credit runs out or a skip is needed: out of line,
-    /// so the common case stays two compares.
-    #[cold]
-    #[inline(never)]
-    fn reserve_slow(&self, nslots: u64, key: u64) -> Option<u64> {
         let mut producer = self.producer.get();
         let reserved = producer.reserve(self.ring, nslots, key);
         self.producer.set(producer);
@@ -296,14 +299,11 @@ impl Drop for Draining<'_> {
 }
 
 /// Handlers delivered as one batch (the frames of one drain, or one network message) run at
-/// one nesting depth: the depth, its statistic and whether the watchdog times them are settled
-/// once per batch, not once per handler. Dropping the scope (also on unwind) restores the
-/// depth.
+/// one nesting depth: the depth and its statistic are settled once per batch, not once per
+/// handler. Dropping the scope (also on unwind) restores the depth.
 struct HandlerScope<'a> {
     engine: &'a Engine,
     depth: u64,
-    /// The watchdog, when it is on and these handlers are outermost.
-    watched: Option<&'a Watchdog>,
 }
 
 impl<'a> HandlerScope<'a> {
@@ -314,11 +314,7 @@ impl<'a> HandlerScope<'a> {
         if depth > engine.stats.max_nesting.get() {
             engine.stats.max_nesting.set(depth);
         }
-        Self {
-            engine,
-            depth,
-            watched: engine.watchdog.as_ref().filter(|_| depth == 1),
-        }
+        Self { engine, depth }
     }
 
     /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
@@ -326,7 +322,11 @@ impl<'a> HandlerScope<'a> {
     #[inline(always)]
     fn run(&self, ch: Channel, index: u16, msg: &Message<'_>, route: u32) -> Result<(), ()> {
         let engine = self.engine;
-        if let Some(w) = self.watched {
+        // The watchdog times outermost handlers only (a nested one runs inside them). Tested
+        // here, not when the scope is entered: one compare per handler either way, and a
+        // drain's set-up, which is on the round trip's path, stays shorter.
+        let watched = engine.watchdog.as_ref().filter(|_| self.depth == 1);
+        if let Some(w) = watched {
             w.begin(ch, index);
         }
         let found = match ch {
@@ -342,7 +342,7 @@ impl<'a> HandlerScope<'a> {
             }),
             Channel::Reply => engine.replies.get(index as usize).map(|f| f(msg)),
         };
-        if let Some(w) = self.watched {
+        if let Some(w) = watched {
             w.end();
         }
         found.ok_or(())
@@ -360,6 +360,9 @@ impl Drop for HandlerScope<'_> {
 struct RxRing {
     ring: RingRef<'static>,
     consumer: Cell<Consumer>,
+    /// The global rank that sends into this ring (kept here: a drain reads it with the ring's
+    /// state, not from a table with a bounds check).
+    src_rank: usize,
     /// The header word at the consumer's head and the sequence the next frame carries: what
     /// the poll loop watches, kept ready so that checking a ring is three loads and a compare.
     watch: Cell<(&'static AtomicU64, u64)>,
@@ -367,9 +370,10 @@ struct RxRing {
 
 impl RxRing {
     /// The ring `ring` read from `consumer`'s position on.
-    fn new(ring: RingRef<'static>, consumer: Consumer) -> Self {
+    fn new(ring: RingRef<'static>, consumer: Consumer, src_rank: usize) -> Self {
         Self {
             ring,
+            src_rank,
             consumer: Cell::new(consumer),
             watch: Cell::new(Self::watch_of(ring, consumer)),
         }
@@ -447,18 +451,20 @@ impl Engine {
             unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
         };
         let tx = (0..nlocal)
-            .map(|d| {
-                [Channel::Request, Channel::Reply].map(|ch| TxRing {
+            .zip(bells)
+            .map(|(d, bell)| TxPeer {
+                rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
                     ring: view(regions[d].ring(me_local, ch)),
                     producer: Cell::new(Producer::new(layout.ring_slots)),
-                })
+                }),
+                bell,
             })
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
             (0..nlocal)
                 .map(|s| {
                     let ring = view(regions[me_local].ring(s, ch));
-                    RxRing::new(ring, Consumer::new(layout.ring_slots))
+                    RxRing::new(ring, Consumer::new(layout.ring_slots), local_ranks[s])
                 })
                 .collect()
         });
@@ -511,7 +517,6 @@ impl Engine {
             polite,
             net_only,
             block,
-            bells,
             membarrier,
             thread: thread.then(ThreadSync::default),
             watchdog,
@@ -668,12 +673,17 @@ impl Engine {
 
     fn check_dest(&self, dest: usize) -> Result<()> {
         if dest >= self.size {
-            return Err(Error::InvalidRank {
-                rank: dest,
-                size: self.size,
-            });
+            return Err(self.invalid_rank(dest));
         }
         Ok(())
+    }
+
+    #[cold]
+    fn invalid_rank(&self, dest: usize) -> Error {
+        Error::InvalidRank {
+            rank: dest,
+            size: self.size,
+        }
     }
 
     fn check_handler(&self, ch: Channel, index: u16) -> Result<()> {
@@ -710,8 +720,11 @@ impl Engine {
         handler: u16,
         args: &[u64],
     ) -> Result<()> {
-        self.check_dest(dest)?;
-        self.send_short_by(dest, self.local_of[dest], ch, handler, args)
+        // One bounds check for the rank and its route.
+        let Some(&route) = self.local_of.get(dest) else {
+            return Err(self.invalid_rank(dest));
+        };
+        self.send_short_by(dest, route, ch, handler, args)
     }
 
     /// Sends a short reply to `dest`, reached through local index `route` (or the network:
@@ -740,17 +753,19 @@ impl Engine {
     ) -> Result<()> {
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        if route == REMOTE {
-            self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0);
-        } else {
-            self.inject(
+        // A local index has its rings; [`REMOTE`] (u32::MAX) has none: one compare tells the
+        // route and bounds the index.
+        match self.tx.get(route as usize) {
+            Some(peer) => self.inject_to(
                 route as usize,
+                peer,
                 ch,
                 FrameKind::Short,
                 handler,
                 args,
                 Payload::None,
-            );
+            ),
+            None => self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0),
         }
         self.stats.sent(ch, MessageClass::Short);
         Ok(())
@@ -1126,6 +1141,22 @@ impl Engine {
         args: &[u64],
         payload: Payload<'_>,
     ) {
+        self.inject_to(dest, &self.tx[dest], ch, kind, handler, args, payload);
+    }
+
+    /// [`Engine::inject`] with `dest`'s entry already found.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn inject_to(
+        &self,
+        dest: usize,
+        peer: &TxPeer,
+        ch: Channel,
+        kind: FrameKind,
+        handler: u16,
+        args: &[u64],
+        payload: Payload<'_>,
+    ) {
         let (extra, inline): ([u64; 2], &[u8]) = match payload {
             Payload::None => ([0, 0], &[]),
             Payload::Inline(p) => ([p.len() as u64, 0], p),
@@ -1136,11 +1167,11 @@ impl Engine {
         let bytes = (1 + nextra + args.len()) * 8 + inline.len();
         let nslots = bytes.div_ceil(SLOT_BYTES) as u64;
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
-        let tx = &self.tx[dest][ch as usize];
+        let tx = &peer.rings[ch as usize];
         let ring = tx.ring;
-        let pos = match tx.reserve(nslots, self.key) {
+        let pos = match tx.reserve_within(nslots) {
             Some(pos) => pos,
-            None => self.reserve_blocked(dest, ch, nslots),
+            None => self.reserve_out_of_line(dest, ch, nslots),
         };
         let frame = ring.frame_ptr(pos).cast::<u64>();
         // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
@@ -1175,8 +1206,19 @@ impl Engine {
         if kind == FrameKind::Short {
             path_marks::mark(ch, path_marks::Point::Published);
         }
-        if let Some(order) = self.bells[dest] {
+        if let Some(order) = peer.bell {
             self.regions[dest].doorbell().ring_if_asleep(order);
+        }
+    }
+
+    /// The rest of a reservation whose common case failed: a skip, fresh credit, or a wait for
+    /// it. Out of line, so a send's common case is two compares.
+    #[cold]
+    #[inline(never)]
+    fn reserve_out_of_line(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
+        match self.tx[dest].rings[ch as usize].reserve(nslots, self.key) {
+            Some(pos) => pos,
+            None => self.reserve_blocked(dest, ch, nslots),
         }
     }
 
@@ -1185,7 +1227,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
-        let tx = &self.tx[dest][ch as usize];
+        let tx = &self.tx[dest].rings[ch as usize];
         let mut backoff = Backoff::new(self.polite);
         let mut blocked = false;
         loop {
@@ -1312,7 +1354,7 @@ impl Engine {
         let consumer = &mut draining.consumer;
         #[cfg(debug_assertions)]
         let entry = consumer.head();
-        let (key, src_rank) = (self.key, self.local_ranks[src]);
+        let (key, src_rank) = (self.key, rx.src_rank);
         let scope = HandlerScope::enter(self);
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
@@ -1702,7 +1744,7 @@ impl Engine {
     /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
     #[cfg(test)]
     pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
-        let tx = &self.tx[self.me_local][ch as usize];
+        let tx = &self.tx[self.me_local].rings[ch as usize];
         let ring = tx.ring;
         let pos = tx.reserve(1, self.key).expect("room in the loopback ring");
         for (i, w) in words.iter().enumerate() {
