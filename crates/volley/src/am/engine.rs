@@ -322,12 +322,11 @@ impl<'a> HandlerScope<'a> {
     #[inline(always)]
     fn run(&self, ch: Channel, index: u16, msg: &Message<'_>, route: u32) -> Result<(), ()> {
         let engine = self.engine;
-        // The watchdog times outermost handlers only (a nested one runs inside them). Tested
-        // here, not when the scope is entered: one compare per handler either way, and a
-        // drain's set-up, which is on the round trip's path, stays shorter.
-        let watched = engine.watchdog.as_ref().filter(|_| self.depth == 1);
-        if let Some(w) = watched {
-            w.begin(ch, index);
+        // Whether the watchdog is on: one compare per handler here (the rest is out of line),
+        // none in the scope's entry, which is on a round trip's path.
+        let watchdog = engine.watchdog.is_some();
+        if watchdog {
+            self.watch(Some((ch, index)));
         }
         let found = match ch {
             Channel::Request => engine.requests.get(index as usize).map(|f| {
@@ -342,10 +341,24 @@ impl<'a> HandlerScope<'a> {
             }),
             Channel::Reply => engine.replies.get(index as usize).map(|f| f(msg)),
         };
-        if let Some(w) = watched {
-            w.end();
+        if watchdog {
+            self.watch(None);
         }
         found.ok_or(())
+    }
+
+    /// Starts (`Some`: the handler about to run) or ends (`None`) the watchdog's timing of a
+    /// handler of this scope. It times outermost handlers only: a nested one runs inside them.
+    #[cold]
+    #[inline(never)]
+    fn watch(&self, start: Option<(Channel, u16)>) {
+        let Some(w) = self.engine.watchdog.as_ref().filter(|_| self.depth == 1) else {
+            return;
+        };
+        match start {
+            Some((ch, index)) => w.begin(ch, index),
+            None => w.end(),
+        }
     }
 }
 
