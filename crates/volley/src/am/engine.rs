@@ -1369,6 +1369,14 @@ impl Engine {
         let entry = consumer.head();
         let (key, src_rank) = (self.key, rx.src_rank);
         let scope = HandlerScope::enter(self);
+        // The message of a one-slot short frame: only its arguments change from frame to frame.
+        let mut short = Message {
+            src: src_rank,
+            args: &[],
+            payload: &[],
+            class: MessageClass::Short,
+            offset: 0,
+        };
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
             let Some(word) = consumer.peek(ring) else {
@@ -1384,15 +1392,8 @@ impl Engine {
                 let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                 // SAFETY: the frame's slot is published to us and stays untouched by the
                 // sender until we release it below; the arguments fit in it.
-                let args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
-                let msg = Message {
-                    src: src_rank,
-                    args,
-                    payload: &[],
-                    class: MessageClass::Short,
-                    offset: 0,
-                };
-                if scope.run(ch, h.handler(), &msg, src as u32).is_ok() {
+                short.args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
+                if scope.run(ch, h.handler(), &short, src as u32).is_ok() {
                     self.stats.handled(ch, MessageClass::Short);
                     handled += 1;
                 } else {

@@ -1,7 +1,7 @@
 //! The 64-bit frame header that starts every frame in a ring slot.
 //!
 //! ```text
-//! bits  0..16  seq      ring position + 1 (mod 2^16): the word the receiver polls
+//! bits  0..16  seq      0x8000 | ring position mod 2^15: what the receiver polls for
 //! bits 16..32  handler  handler index (or system operation)
 //! bits 32..37  nargs    number of u64 arguments, 0..=16
 //! bits 37..40  kind     FrameKind
@@ -10,8 +10,10 @@
 //! bits 56..64  check    hash of the other 56 bits and the job key
 //! ```
 //!
-//! A 16-bit sequence suffices because a slot only ever holds 0 or the header of the frame that
-//! most recently started there, one lap (ring size < 2^15 slots) earlier: see `ring`.
+//! A 15-bit position suffices because a slot only ever holds 0 or the header of the frame that
+//! most recently started there, one lap (ring size < 2^15 slots) earlier: see `ring`. The top
+//! bit is always set, so a sequence is never 0 and a zeroed slot never matches: the receiver's
+//! test for the next frame is one compare.
 
 /// What a frame carries; decides how the words after the header are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,11 +71,13 @@ pub enum HeaderError {
 }
 
 const SEQ_MASK: u64 = 0xffff;
+/// Set in every sequence, so that none is 0.
+const SEQ_MARK: u64 = 0x8000;
 
-/// The sequence number a header at ring position `pos` carries.
+/// The sequence number a header at ring position `pos` carries: never 0.
 #[inline(always)]
 pub fn seq_for(pos: u64) -> u64 {
-    (pos.wrapping_add(1)) & SEQ_MASK
+    (pos & (SEQ_MARK - 1)) | SEQ_MARK
 }
 
 /// The sequence field of a raw header word.
@@ -280,9 +284,17 @@ mod tests {
     }
 
     #[test]
-    fn zero_word_never_matches_a_sequence_it_could_be_confused_with() {
-        // Position 65535 has sequence 0; an all-zero slot must still not decode.
-        assert_eq!(seq_for(65_535), 0);
+    fn no_sequence_is_zero_and_a_lap_apart_they_differ() {
+        // A zeroed slot never matches any position's sequence, and a stale header (one lap
+        // earlier, in the largest ring) never matches the current one.
+        let lap = crate::transport::shm::ring::MAX_RING_SLOTS as u64;
+        for pos in 0..(1u64 << 17) {
+            assert_ne!(seq_for(pos), 0, "position {pos}");
+            assert_eq!(seq_of(seq_for(pos)), seq_for(pos));
+            if pos >= lap {
+                assert_ne!(seq_for(pos), seq_for(pos - lap), "position {pos}");
+            }
+        }
         let ok = FrameHeader::decode(0, 0x1234);
         assert!(ok.is_err(), "a zeroed slot decoded as {ok:?}");
     }

@@ -10,7 +10,7 @@
 //! A frame spans 1..=[`MAX_FRAME_SLOTS`] consecutive slots and never wraps: a frame that would
 //! cross the end is preceded by a `Skip` frame covering the rest of the ring.
 //!
-//! Slot invariant (why a 16-bit sequence is enough): the first word of every slot is either 0 or
+//! Slot invariant (why a 15-bit sequence is enough): the first word of every slot is either 0 or
 //! the header of the frame that last started at that slot. The receiver zeroes the first word of
 //! every non-header slot it consumes before returning the credit, so stale payload can never be
 //! mistaken for a header; a stale header belongs to the previous lap and carries the previous
@@ -27,7 +27,7 @@ pub const MAX_FRAME_SLOTS: u64 = 4;
 /// of 4), and the receiver may hold back up to `batch - 1 = size/4 - 1` slots of credit, so
 /// `size/4 - 1 + 7 <= size` must hold: true from 8 slots up.
 pub const MIN_RING_SLOTS: usize = 8;
-/// Largest allowed ring, so a 16-bit sequence never aliases across one lap.
+/// Largest allowed ring, so a 15-bit sequence never aliases across one lap.
 pub const MAX_RING_SLOTS: usize = 1 << 14;
 
 /// One cache line of a ring.
@@ -256,8 +256,8 @@ impl Consumer {
     /// whose sequence is `seq`.
     #[inline(always)]
     pub fn starts_next(word: u64, seq: u64) -> bool {
-        // A zeroed slot matches only the one position per 2^16 whose sequence is 0.
-        seq_of(word) == seq && word != 0
+        // No sequence is 0, so a zeroed slot never matches.
+        seq_of(word) == seq
     }
 
     /// The header word of the next frame if it has been published.
