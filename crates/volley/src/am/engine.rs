@@ -329,16 +329,10 @@ impl<'a> HandlerScope<'a> {
             self.watch(Some((ch, index)));
         }
         let found = match ch {
-            Channel::Request => engine.requests.get(index as usize).map(|f| {
-                f(
-                    msg,
-                    ReplyToken {
-                        engine,
-                        dest: msg.src,
-                        route,
-                    },
-                )
-            }),
+            Channel::Request => engine
+                .requests
+                .get(index as usize)
+                .map(|f| f(msg, ReplyToken::new(engine, msg.src, route))),
             Channel::Reply => engine.replies.get(index as usize).map(|f| f(msg)),
         };
         if watchdog {
@@ -447,6 +441,8 @@ impl Engine {
             watchdog,
         } = setup;
         assert_eq!(bells.len(), local_ranks.len());
+        // A reply token carries a rank in 32 bits (see `ReplyToken`).
+        assert!(u32::try_from(size).is_ok(), "a job of {size} ranks");
         let mut local_of = vec![REMOTE; size];
         for (l, &r) in local_ranks.iter().enumerate() {
             local_of[r] = l as u32;

@@ -102,29 +102,45 @@ impl<'a> Message<'a> {
 /// allowed (a one-way request).
 #[derive(Debug)]
 pub struct ReplyToken<'a> {
-    pub(crate) engine: &'a Engine,
-    pub(crate) dest: usize,
-    /// How the reply reaches `dest`: its local index, or the network (`engine::REMOTE`).
-    pub(crate) route: u32,
+    engine: &'a Engine,
+    /// The requester's rank (high half) and how the reply reaches it (low half: its local
+    /// index, or the network, `engine::REMOTE`). One word, so that the token, two words in
+    /// all, is handed to the handler in registers.
+    to: u64,
 }
 
-impl ReplyToken<'_> {
+impl<'a> ReplyToken<'a> {
+    /// The token for a reply to rank `dest` (below 2^32: `Engine::new` checks the job's size),
+    /// reached through `route`.
+    #[inline(always)]
+    pub(crate) fn new(engine: &'a Engine, dest: usize, route: u32) -> Self {
+        Self {
+            engine,
+            to: (dest as u64) << 32 | route as u64,
+        }
+    }
+
     /// The rank the reply goes to.
     pub fn requester(&self) -> usize {
-        self.dest
+        (self.to >> 32) as usize
+    }
+
+    #[inline(always)]
+    fn route(&self) -> u32 {
+        self.to as u32
     }
 
     /// Replies with a short message.
     #[inline]
     pub fn reply_short(self, handler: ReplyHandler, args: &[u64]) -> Result<()> {
         self.engine
-            .reply_short(self.dest, self.route, handler.0, args)
+            .reply_short(self.requester(), self.route(), handler.0, args)
     }
 
     /// Replies with a medium message (payload copied; at most `max_medium` bytes).
     pub fn reply_medium(self, handler: ReplyHandler, args: &[u64], payload: &[u8]) -> Result<()> {
         self.engine
-            .send_medium(self.dest, Channel::Reply, handler.0, args, payload)
+            .send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
     }
 
     /// Replies with a long message: `payload` is written into the requester's segment at
@@ -136,8 +152,14 @@ impl ReplyToken<'_> {
         payload: &[u8],
         offset: usize,
     ) -> Result<()> {
-        self.engine
-            .send_long(self.dest, Channel::Reply, handler.0, args, payload, offset)
+        self.engine.send_long(
+            self.requester(),
+            Channel::Reply,
+            handler.0,
+            args,
+            payload,
+            offset,
+        )
     }
 }
 
