@@ -51,6 +51,11 @@ pub(crate) const REMOTE: u32 = u32::MAX;
 /// Frames (skips and dropped ones included) one ring may retire in one poll before the poll
 /// moves on (fairness).
 const DRAIN_BUDGET: usize = 32;
+/// How many slots ahead of the head a drain prefetches. A line takes about half a floor round
+/// trip (50-60 ns here) to cross, several frames' worth of handling: with 2 the one-way flood
+/// waited on most lines; 8 and 12 measured alike and best (interleaved pairs of `volley bench
+/// am`, BENCHMARKS.md), 4 and 6 in between.
+const PREFETCH_AHEAD: u64 = 8;
 /// Waits in a row that may end right after the reply rings, leaving the request rings for
 /// later (see [`Engine::poll_waiting`]); then one full poll comes first.
 const EARLY_EXITS: u32 = 16;
@@ -1379,9 +1384,9 @@ impl Engine {
                 break;
             };
             let head = consumer.head();
-            // Start fetching the following slots now, so a stream of frames arrives with
-            // several cache misses in flight instead of one at a time.
-            ring.prefetch(head + 2);
+            // Start fetching a later slot now, so a stream of frames arrives with several
+            // cache misses in flight instead of one at a time.
+            ring.prefetch(head + PREFETCH_AHEAD);
             if let Some(h) = HeaderWord::one_slot_short(word, key) {
                 // The common case, kept short: a slot always lies within the ring, and the
                 // header and up to 7 arguments fit in it.
