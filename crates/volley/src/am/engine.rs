@@ -1439,8 +1439,9 @@ impl Engine {
         handled
     }
 
-    /// Validates and runs one frame of a kind other than short and skip from local index
-    /// `src`, its handler in `scope`. `Err(())` means it was dropped.
+    /// Validates and runs one frame from local index `src` that the drain does not handle
+    /// itself (any kind but a one-slot short and a skip), its handler in `scope`. `Err(())`
+    /// means it was dropped.
     #[inline(never)]
     fn deliver(
         &self,

@@ -56,9 +56,8 @@ impl Watchdog {
         }
     }
 
-    /// A handler starts (outermost only). Out of line: the delivery path calls it only when
-    /// the watchdog is on, and inlined it would cost that path registers.
-    #[inline(never)]
+    /// A handler starts (outermost only).
+    #[inline]
     pub(crate) fn begin(&self, ch: Channel, index: u16) {
         let s = &self.shared;
         s.started
@@ -70,7 +69,7 @@ impl Watchdog {
     }
 
     /// The handler returned.
-    #[inline(never)]
+    #[inline]
     pub(crate) fn end(&self) {
         self.shared.seq.fetch_add(1, Ordering::Release);
     }
