@@ -27,7 +27,7 @@ use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::Ordering as BellOrder;
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
-use crate::transport::shm::{Region, MEDIUM_MAX};
+use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use crate::MAX_ARGS;
 use std::cell::{Cell, RefCell};
@@ -290,16 +290,38 @@ impl TxRing {
 }
 
 /// A drain in progress: its consumer state, stored back into the ring when the drain ends, also
-/// when a handler unwinds (the frames retired before stay retired).
+/// when a handler unwinds. The frame whose handler unwound is retired with the frames before
+/// it: it was delivered, and running it again on the next poll would deliver it twice.
 struct Draining<'a> {
     rx: &'a RxRing,
     consumer: Consumer,
+    /// The slots of the frame at the head while `deliver` runs its handler, otherwise 0 (a
+    /// one-slot short is retired before its handler runs).
+    delivering: u64,
 }
 
 impl Drop for Draining<'_> {
     #[inline(always)]
     fn drop(&mut self) {
+        if self.delivering != 0 {
+            self.consumer.release(self.rx.ring, self.delivering);
+        }
         self.rx.advance(self.consumer);
+    }
+}
+
+/// A pooled medium buffer being read; dropping it (after the handler, or when the handler
+/// unwinds) returns the buffer to its sender.
+struct PooledBuffer<'a> {
+    flags: PoolFlags<'a>,
+    ch: Channel,
+    idx: usize,
+    bufs: usize,
+}
+
+impl Drop for PooledBuffer<'_> {
+    fn drop(&mut self) {
+        self.flags.release(self.ch, self.idx, self.bufs);
     }
 }
 
@@ -1364,10 +1386,10 @@ impl Engine {
         let mut draining = Draining {
             rx,
             consumer: rx.consumer.get(),
+            delivering: 0,
         };
-        let consumer = &mut draining.consumer;
         #[cfg(debug_assertions)]
-        let entry = consumer.head();
+        let entry = draining.consumer.head();
         let (key, src_rank) = (self.key, rx.src_rank);
         let scope = HandlerScope::enter(self);
         // The message of a one-slot short frame: only its arguments change from frame to frame.
@@ -1380,10 +1402,10 @@ impl Engine {
         };
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
-            let Some(word) = consumer.peek(ring) else {
+            let Some(word) = draining.consumer.peek(ring) else {
                 break;
             };
-            let head = consumer.head();
+            let head = draining.consumer.head();
             // Start fetching a later slot now, so a stream of frames arrives with several
             // cache misses in flight instead of one at a time.
             ring.prefetch(head + PREFETCH_AHEAD);
@@ -1394,6 +1416,9 @@ impl Engine {
                 // SAFETY: the frame's slot is published to us and stays untouched by the
                 // sender until we release it below; the arguments fit in it.
                 short.args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
+                // Retired now, so that it stays retired if its handler unwinds; the slot
+                // returns to the sender only at `settle`, after the handler.
+                draining.consumer.retire_one();
                 if scope.run(ch, h.handler(), &short, src as u32).is_ok() {
                     self.stats.handled(ch, MessageClass::Short);
                     handled += 1;
@@ -1402,7 +1427,7 @@ impl Engine {
                 }
                 #[cfg(debug_assertions)]
                 assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
-                consumer.release(ring, 1);
+                draining.consumer.settle(ring);
                 continue;
             }
             // The length decides what we read and what we zero: it must be a legal frame
@@ -1419,7 +1444,10 @@ impl Engine {
                 }
                 Ok(h) => {
                     let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
-                    if self.deliver(&scope, src, ch, h, frame).is_err() {
+                    draining.delivering = claimed;
+                    let delivered = self.deliver(&scope, src, ch, h, frame);
+                    draining.delivering = 0;
+                    if delivered.is_err() {
                         bump(&self.stats.dropped);
                     } else {
                         handled += 1;
@@ -1434,7 +1462,7 @@ impl Engine {
             }
             #[cfg(debug_assertions)]
             assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
-            consumer.release(ring, claimed);
+            draining.consumer.release(ring, claimed);
         }
         handled
     }
@@ -1469,7 +1497,8 @@ impl Engine {
                 std::slice::from_raw_parts(frame.add(1 + nextra), nargs),
             )
         };
-        let mut pooled = None;
+        // A pooled buffer goes back to its sender after the handler, also if it unwinds.
+        let mut _pooled = None;
         let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
             // A short frame of more than one slot (8 or more arguments).
             FrameKind::Short => (MessageClass::Short, &[][..], 0),
@@ -1494,11 +1523,13 @@ impl Engine {
                 if idx >= self.pool_bufs {
                     return Err(());
                 }
-                pooled = Some(idx);
+                _pooled = Some(PooledBuffer {
+                    flags: self.regions[src].pool_flags(),
+                    ch,
+                    idx,
+                    bufs: self.pool_bufs,
+                });
                 if len > MEDIUM_MAX {
-                    self.regions[src]
-                        .pool_flags()
-                        .release(ch, idx, self.pool_bufs);
                     return Err(());
                 }
                 // SAFETY: the sender filled buffer idx before publishing the frame and will not
@@ -1530,11 +1561,6 @@ impl Engine {
             offset,
         };
         let result = scope.run(ch, h.handler(), &msg, src as u32);
-        if let Some(idx) = pooled {
-            self.regions[src]
-                .pool_flags()
-                .release(ch, idx, self.pool_bufs);
-        }
         if result.is_ok() {
             self.stats.handled(ch, class);
         }

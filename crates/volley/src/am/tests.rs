@@ -369,8 +369,62 @@ fn a_handler_that_unwinds_leaves_the_rank_outside_any_handler() {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.poll()));
     assert!(r.is_err(), "the handler's panic reaches the poll's caller");
     // The nesting depth came back with the unwind: waiting (refused inside handlers) is
-    // allowed again. The condition holds, so nothing is polled (the unwound frame is still at
-    // the head of its ring and would run again).
+    // allowed again.
     rt.wait_until(|| true);
     assert_eq!(rt.stats().max_nesting, 1);
+    // The frame was retired with the unwind: polling again does not run it a second time.
+    rt.poll();
+}
+
+#[test]
+fn a_frame_whose_handler_unwinds_is_delivered_once_and_the_ring_stays_in_step() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let sum = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    let (c, s) = (calls.clone(), sum.clone());
+    // Its first argument says whether to panic; the others are summed, with the payload's
+    // length, so that the frame after the unwound one is checked whole.
+    let h = b.request_handler("maybe_boom", move |m, _| {
+        c.fetch_add(1, Ordering::Relaxed);
+        if m.args()[0] == 1 {
+            panic!("handler boom");
+        }
+        let total: u64 = m.args()[1..].iter().sum::<u64>() + m.payload().len() as u64;
+        s.fetch_add(total, Ordering::Relaxed);
+    });
+    let rt = b.build().unwrap();
+    // One-slot shorts (retired before the handler), a three-slot short and mediums, inline
+    // and in a pooled buffer (retired around `deliver`), so both ways of retiring a frame meet
+    // an unwind.
+    let payload = vec![7u8; 5000];
+    let forms: [(usize, usize); 5] = [(1, 0), (7, 0), (16, 0), (3, 300), (3, 5000)];
+    for round in 0..3u64 {
+        for &(nargs, len) in &forms {
+            let send = |first: u64| {
+                let mut args = vec![round + 2; nargs];
+                args[0] = first;
+                if len == 0 {
+                    rt.request_short(0, h, &args).unwrap();
+                } else {
+                    rt.request_medium(0, h, &args, &payload[..len]).unwrap();
+                }
+            };
+            let before = (calls.load(Ordering::Relaxed), sum.load(Ordering::Relaxed));
+            send(1);
+            send(0);
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.poll()));
+            assert!(
+                r.is_err(),
+                "the first frame's handler panics ({nargs} args, {len} bytes)"
+            );
+            // The second frame runs at the next poll; the first does not run again.
+            rt.poll();
+            rt.poll();
+            let after = (calls.load(Ordering::Relaxed), sum.load(Ordering::Relaxed));
+            assert_eq!(after.0 - before.0, 2, "{nargs} args, {len} bytes");
+            let expected = (nargs as u64 - 1) * (round + 2) + len as u64;
+            assert_eq!(after.1 - before.1, expected, "{nargs} args, {len} bytes");
+        }
+    }
+    assert_eq!(rt.stats().dropped, 0);
 }

@@ -277,6 +277,21 @@ impl Consumer {
             ring.slot(self.head + k).header.store(0, Ordering::Relaxed);
         }
         self.head += nslots;
+        self.settle(ring);
+    }
+
+    /// Retires a one-slot frame whose slot its handler still reads: the head moves on, but no
+    /// credit returns (so the sender cannot reuse the slot) until [`Consumer::settle`]. A
+    /// handler that unwinds then leaves its frame retired, not waiting to run again.
+    #[inline(always)]
+    pub fn retire_one(&mut self) {
+        self.head += 1;
+    }
+
+    /// Returns credit once a batch has accumulated, after the frames retired by
+    /// [`Consumer::retire_one`] have been read.
+    #[inline(always)]
+    pub fn settle(&mut self, ring: RingRef<'_>) {
         if self.head - self.published >= self.batch {
             self.flush(ring);
         }
@@ -515,7 +530,9 @@ mod loom_tests {
 
     /// One producer streams frames through a tiny ring while one consumer drains it; loom
     /// explores the interleavings and weak-memory outcomes of publish/consume and credit return.
-    fn model(ring_slots: usize, frames: &'static [u64]) {
+    /// `retire_first`: one-slot frames are retired before they are read and settled after, as
+    /// the drain does for one-slot shorts.
+    fn model(ring_slots: usize, frames: &'static [u64], retire_first: bool) {
         loom::model(move || {
             let m = mem(ring_slots);
             let pm = m.clone();
@@ -556,10 +573,19 @@ mod loom_tests {
                 }
                 assert_eq!(h.handler as usize, got, "frames out of order");
                 assert_eq!(h.nslots as u64, frames[got]);
-                for wi in 1..(h.nslots as usize * 8) {
-                    assert_eq!(ring.read_word(c.head(), wi), (got as u64) << 8 | wi as u64);
+                let at = c.head();
+                let early = retire_first && h.nslots == 1;
+                if early {
+                    c.retire_one();
                 }
-                c.release(ring, h.nslots as u64);
+                for wi in 1..(h.nslots as usize * 8) {
+                    assert_eq!(ring.read_word(at, wi), (got as u64) << 8 | wi as u64);
+                }
+                if early {
+                    c.settle(ring);
+                } else {
+                    c.release(ring, h.nslots as u64);
+                }
                 got += 1;
             }
             producer.join().unwrap();
@@ -568,11 +594,16 @@ mod loom_tests {
 
     #[test]
     fn loom_single_slot_frames_wrap_with_credit() {
-        model(2, &[1, 1, 1]);
+        model(2, &[1, 1, 1], false);
     }
 
     #[test]
     fn loom_multi_slot_frames_skip_and_zero() {
-        model(4, &[1, 2, 2]);
+        model(4, &[1, 2, 2], false);
+    }
+
+    #[test]
+    fn loom_one_slot_frames_retired_before_they_are_read_keep_their_slot() {
+        model(2, &[1, 1, 1], true);
     }
 }
