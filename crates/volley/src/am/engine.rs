@@ -1414,7 +1414,8 @@ impl Engine {
                 // header and up to 7 arguments fit in it.
                 let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                 // SAFETY: the frame's slot is published to us and stays untouched by the
-                // sender until we release it below; the arguments fit in it.
+                // sender until its credit returns, which happens only after the handler (at
+                // `settle`, or in a later drain if the handler unwinds); the arguments fit.
                 short.args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
                 // Retired now, so that it stays retired if its handler unwinds; the slot
                 // returns to the sender only at `settle`, after the handler.
@@ -1533,7 +1534,8 @@ impl Engine {
                     return Err(());
                 }
                 // SAFETY: the sender filled buffer idx before publishing the frame and will not
-                // reuse it until we release its flag after the handler.
+                // reuse it until `_pooled` releases its flag, when this function returns (after
+                // the handler) or unwinds.
                 let p =
                     unsafe { std::slice::from_raw_parts(self.regions[src].pool_buf(ch, idx), len) };
                 (MessageClass::Medium, p, 0)
