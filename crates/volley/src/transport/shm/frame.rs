@@ -208,9 +208,10 @@ impl HeaderWord {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::transport::shm::ring::SLOT_BYTES;
 
-    /// Words in one slot (64 bytes): the header and up to 7 arguments.
-    const SLOT_WORDS: usize = 8;
+    /// Words in one slot: the header and up to 7 arguments.
+    const SLOT_WORDS: usize = SLOT_BYTES / 8;
 
     #[test]
     fn round_trip_every_kind() {
