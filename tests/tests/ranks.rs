@@ -282,6 +282,32 @@ fn blocking_waits_on_a_node_with_network_peers() {
 }
 
 #[test]
+fn a_rank_asleep_with_node_mates_reads_the_network_as_soon_as_it_wakes() {
+    // Rank 0 asks rank 2 across the network; rank 2 sleeps on its doorbell (it has a
+    // node-mate), waking at least every millisecond to look at the network. With the network
+    // polled on every 1000th poll only, a rank that slept again after each poll that skipped
+    // it would answer each request about a second late: the 300 rounds would take minutes,
+    // where they take well under a second when the first poll after a sleep reads the socket.
+    Job::raw([
+        "run",
+        "-n",
+        "4",
+        "--ranks-per-node",
+        "2",
+        BLOCK_WAIT,
+        "300",
+        "200",
+        "2",
+    ])
+    .env("VOLLEY_WAIT", "block")
+    .env("VOLLEY_POLL", "every:1000")
+    .timeout(Duration::from_secs(60))
+    .output()
+    .assert_success()
+    .assert_stdout_has(&["block_wait: 300 sleep/wake rounds completed"]);
+}
+
+#[test]
 fn progress_modes_may_differ_between_ranks_but_must_be_known() {
     let out = Job::run(2, PINGPONG, &["10"])
         .env("VOLLEY_PROGRESS", "sometimes")

@@ -1,14 +1,15 @@
-//! Blocking waits (`VOLLEY_WAIT=block`): `block_wait [ROUNDS] [IDLE_MS]`.
+//! Blocking waits (`VOLLEY_WAIT=block`): `block_wait [ROUNDS] [IDLE_MS] [TARGET]`.
 //!
-//! 1. Rank 1 waits for a request that rank 0 sends only after sleeping IDLE_MS (default 2000)
-//!    milliseconds outside the runtime. Rank 1 reads its own CPU time from /proc around the
-//!    wait and fails if it used more than 5% of a core: it slept in the kernel instead of
-//!    spinning. The request must still wake it.
+//! 1. Rank TARGET (default 1) waits for a request that rank 0 sends only after sleeping
+//!    IDLE_MS (default 2000) milliseconds outside the runtime. The target reads its own CPU
+//!    time from /proc around the wait and fails if it used more than 5% of a core: it slept in
+//!    the kernel instead of spinning. The request must still wake it.
 //! 2. ROUNDS (default 20000) request/reply rounds in which rank 0 waits a varying few
-//!    microseconds before each request, so that rank 1 is often just falling asleep when the
-//!    request arrives: a lost wake-up would hang the job (the test's deadline catches it).
+//!    microseconds before each request, so that the target is often just falling asleep when
+//!    the request arrives: a lost wake-up would hang the job (the test's deadline catches it).
 //!
-//! Other ranks only join the barriers. Prints the measured CPU share.
+//! Other ranks only join the barriers. Prints the measured CPU share and how long the rounds
+//! took.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,6 +32,7 @@ fn cpu_seconds() -> f64 {
 fn main() {
     let rounds = arg_u64(0, 20_000);
     let idle_ms = arg_u64(1, 2000);
+    let target = arg_u64(2, 1) as usize;
     let pokes = Arc::new(AtomicU64::new(0));
     let replies = Arc::new(AtomicU64::new(0));
     let mut b = Runtime::builder();
@@ -47,17 +49,24 @@ fn main() {
     });
     let rt = b.build().expect("build");
     let me = rt.rank();
+    if target == 0 || target >= rt.size() {
+        fail(
+            me,
+            2,
+            &format!("block_wait: TARGET must be a rank other than 0, got {target}"),
+        );
+    }
     rt.barrier();
     if me == 0 {
         std::thread::sleep(Duration::from_millis(idle_ms));
-        rt.request_short(1, poke, &[0]).expect("poke");
-    } else if me == 1 {
+        rt.request_short(target, poke, &[0]).expect("poke");
+    } else if me == target {
         let (cpu0, t0) = (cpu_seconds(), Instant::now());
         rt.wait_until(|| pokes.load(Ordering::Relaxed) == 1);
         let (cpu, wall) = (cpu_seconds() - cpu0, t0.elapsed().as_secs_f64());
         let share = cpu / wall;
         println!(
-            "block_wait: rank 1 waited {wall:.2} s using {:.1}% of a core",
+            "block_wait: rank {me} waited {wall:.2} s using {:.1}% of a core",
             share * 100.0
         );
         if wall < idle_ms as f64 / 1000.0 * 0.8 {
@@ -77,6 +86,7 @@ fn main() {
     }
     rt.barrier();
     if me == 0 {
+        let started = Instant::now();
         let mut x = 0x9e37_79b9u64;
         for i in 0..rounds {
             x ^= x << 13;
@@ -88,10 +98,13 @@ fn main() {
             while t.elapsed() < pause {
                 std::hint::spin_loop();
             }
-            rt.request_short(1, poke, &[1]).expect("poke");
+            rt.request_short(target, poke, &[1]).expect("poke");
             rt.wait_until(|| replies.load(Ordering::Relaxed) == i + 1);
         }
-        println!("block_wait: {rounds} sleep/wake rounds completed");
+        println!(
+            "block_wait: {rounds} sleep/wake rounds completed in {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
     }
     rt.barrier();
 }

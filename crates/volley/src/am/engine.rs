@@ -1658,6 +1658,8 @@ impl Engine {
         let Some(net) = &self.net else {
             return Some(SleepPlan::Bell { seen, timeout });
         };
+        // Whatever ends the sleep, the next poll reads the socket.
+        net.policy.borrow_mut().make_due();
         let transport = net.transport.borrow();
         if let Some(d) = transport.next_deadline() {
             timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));

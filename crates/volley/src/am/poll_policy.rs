@@ -99,6 +99,8 @@ pub(crate) struct NetPollState {
     policy: PollPolicy,
     /// Polls since the last network poll.
     since: u32,
+    /// The next poll looks at the network whatever the interval (see [`NetPollState::make_due`]).
+    due: bool,
     interval: u32,
     /// Ring of (messages found, polls elapsed) for the last network polls.
     found: [u32; MAX_HISTORY],
@@ -118,6 +120,7 @@ impl NetPollState {
         Self {
             policy,
             since: 0,
+            due: false,
             interval,
             found: [0; MAX_HISTORY],
             elapsed: [0; MAX_HISTORY],
@@ -131,13 +134,22 @@ impl NetPollState {
     #[inline]
     pub(crate) fn tick(&mut self) -> bool {
         self.since += 1;
-        self.since >= self.interval
+        self.due || self.since >= self.interval
+    }
+
+    /// Makes the next poll look at the network whatever the interval: a rank about to sleep
+    /// may be woken by the network, and the poll after the sleep must then not skip it (a
+    /// rank that sleeps after each empty poll would otherwise sleep up to `interval` times
+    /// before it reads what woke it).
+    pub(crate) fn make_due(&mut self) {
+        self.due = true;
     }
 
     /// Records a network poll that found `messages`; sets the next interval.
     pub(crate) fn record(&mut self, messages: usize) {
         let elapsed = self.since.max(1);
         self.since = 0;
+        self.due = false;
         let PollPolicy::Adaptive { min, max, history } = self.policy else {
             return;
         };
@@ -225,6 +237,18 @@ mod tests {
             s.record(0);
             t
         }));
+    }
+
+    #[test]
+    fn a_due_network_is_polled_next_then_the_interval_resumes() {
+        let mut s = NetPollState::new(PollPolicy::parse("every:5").unwrap());
+        assert!(!s.tick());
+        s.make_due();
+        assert!(s.tick(), "the poll after make_due reads the network");
+        s.record(1);
+        // Cleared by the network poll: the next one is 5 polls away again.
+        let next = (1..=10).find(|_| s.tick()).unwrap();
+        assert_eq!(next, 5);
     }
 
     #[test]
