@@ -145,6 +145,25 @@ fn run_ranks(
     transport: Transport,
     extra_env: &[(&str, &str)],
 ) -> Result<Value, String> {
+    // Over shared memory every rank is on one node; over the network each on a node of its own.
+    let per_node = if transport == Transport::Shm {
+        ranks
+    } else {
+        1
+    };
+    run_ranks_per_node(which, ranks, per_node, scale, reps, transport, extra_env)
+}
+
+/// [`run_ranks`] on emulated nodes of `per_node` ranks each.
+fn run_ranks_per_node(
+    which: &str,
+    ranks: usize,
+    per_node: usize,
+    scale: f64,
+    reps: usize,
+    transport: Transport,
+    extra_env: &[(&str, &str)],
+) -> Result<Value, String> {
     let exe = std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?;
     let out = std::env::temp_dir().join(format!(
         "volley-bench-{}-{:x}.json",
@@ -155,11 +174,7 @@ fn run_ranks(
         ranks,
         label: false,
         bind: true,
-        ranks_per_node: if transport == Transport::Shm {
-            ranks
-        } else {
-            1
-        },
+        ranks_per_node: per_node,
         env: extra_env
             .iter()
             .map(|(k, v)| (k.into(), v.into()))
@@ -420,6 +435,17 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         Transport::Shm,
         &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
     )?;
+    // A sleeping rank woken through the network while it also waits on shared memory: four
+    // ranks on two nodes over UDP, rank 0 asking rank 2 (whose node-mate is rank 3).
+    let across = run_ranks_per_node(
+        "progress-wakeup",
+        4,
+        2,
+        scale * NETWORK_SCALE,
+        reps,
+        Transport::Udp,
+        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
+    )?;
     let spin = run_ranks(
         "progress-granularity",
         2,
@@ -437,7 +463,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         thread_env,
     )?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let (spin, block, thread) = (med(&spin), med(&block), med(&thread));
+    let (spin, block, thread, across) = (med(&spin), med(&block), med(&thread), med(&across));
     let curve = |mode: &'static str, doc: &Map<String, Value>| -> Vec<Value> {
         doc.get("granularity")
             .and_then(Value::as_array)
@@ -468,6 +494,10 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         "rtt_block_ns": rtt_block,
         "rtt_thread_ns": median(&mut thread_rtts),
         "wakeup_ns": block.get("wakeup_ns"),
+        "udp_mixed_node": {
+            "rtt_block_ns": across.get("rtt_ns"),
+            "wakeup_ns": across.get("wakeup_ns"),
+        },
         "granularity": granularity,
         "cacheline_rtt_ns": {
             "median_of_rounds": median(&mut floors),
@@ -535,6 +565,16 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
         "wakeup_ns",
         f("wakeup_ns"),
         f("wakeup_ns") / inline
+    );
+    let across = |k: &str| doc["udp_mixed_node"][k].as_f64().unwrap_or(f64::NAN);
+    let _ = writeln!(
+        w,
+        "  {:<34} {:>12.1} ns  {:.1} x the same ranks' round trip in block mode ({:.1} ns): \
+         UDP between two nodes of 2 ranks, the responder asleep with a node-mate",
+        "wakeup_ns across nodes",
+        across("wakeup_ns"),
+        across("wakeup_ns") / across("rtt_block_ns"),
+        across("rtt_block_ns"),
     );
     let _ = writeln!(
         w,
