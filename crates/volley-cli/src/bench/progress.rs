@@ -100,7 +100,7 @@ impl Bench {
         self.rt.barrier();
         if me == 0 {
             for _ in 0..samples {
-                // Outside the runtime: rank 1's wait finds nothing and goes to sleep.
+                // Outside the runtime: the peer's wait finds nothing and goes to sleep.
                 std::thread::sleep(Duration::from_millis(20));
                 v.push(self.fetch_from(self.peer()));
             }
