@@ -231,7 +231,10 @@ fn bench_progress_reports_modes_and_the_granularity_sweep() {
     // The wake-up across nodes, beside the same ranks' round trip.
     for key in ["rtt_block_ns", "wakeup_ns"] {
         let v = doc["udp_mixed_node"][key].as_f64().unwrap_or(f64::NAN);
-        assert!(v.is_finite() && v > 0.0, "udp_mixed_node.{key} = {v} in {doc}");
+        assert!(
+            v.is_finite() && v > 0.0,
+            "udp_mixed_node.{key} = {v} in {doc}"
+        );
     }
     for key in ["rtt_thread_over_inline", "thread_granularity_max_over_min"] {
         let v = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
