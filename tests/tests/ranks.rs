@@ -260,25 +260,22 @@ fn blocking_waits_sleep_and_are_woken_without_losing_a_wake_up() {
         .assert_stdout_has(&["block_wait: 20000 sleep/wake rounds completed"]);
 }
 
+/// `block_wait ARGS` in block mode on 4 ranks in 2 nodes of 2: every rank has a node-mate and
+/// network peers.
+fn block_wait_on_two_nodes(args: &[&str]) -> Job {
+    let launch = ["run", "-n", "4", "--ranks-per-node", "2", BLOCK_WAIT];
+    Job::raw(launch.iter().chain(args)).env("VOLLEY_WAIT", "block")
+}
+
 #[test]
 fn blocking_waits_on_a_node_with_network_peers() {
     // 4 ranks in 2 nodes: rank 1's wait is woken through its doorbell, every rank also has
     // network peers (whatever VOLLEY_NET says, udp by default).
-    Job::raw([
-        "run",
-        "-n",
-        "4",
-        "--ranks-per-node",
-        "2",
-        BLOCK_WAIT,
-        "5000",
-        "1000",
-    ])
-    .env("VOLLEY_WAIT", "block")
-    .timeout(HEAVY)
-    .output()
-    .assert_success()
-    .assert_stdout_has(&["block_wait: 5000 sleep/wake rounds completed"]);
+    block_wait_on_two_nodes(&["5000", "1000"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["block_wait: 5000 sleep/wake rounds completed"]);
 }
 
 #[test]
@@ -288,23 +285,12 @@ fn a_rank_asleep_with_node_mates_reads_the_network_as_soon_as_it_wakes() {
     // polled on every 1000th poll only, a rank that slept again after each poll that skipped
     // it would answer each request about a second late: the 300 rounds would take minutes,
     // where they take well under a second when the first poll after a sleep reads the socket.
-    Job::raw([
-        "run",
-        "-n",
-        "4",
-        "--ranks-per-node",
-        "2",
-        BLOCK_WAIT,
-        "300",
-        "200",
-        "2",
-    ])
-    .env("VOLLEY_WAIT", "block")
-    .env("VOLLEY_POLL", "every:1000")
-    .timeout(Duration::from_secs(60))
-    .output()
-    .assert_success()
-    .assert_stdout_has(&["block_wait: 300 sleep/wake rounds completed"]);
+    block_wait_on_two_nodes(&["300", "200", "2"])
+        .env("VOLLEY_POLL", "every:1000")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["block_wait: 300 sleep/wake rounds completed"]);
 }
 
 #[test]
