@@ -436,7 +436,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
     )?;
     // A sleeping rank woken through the network while it also waits on shared memory: four
-    // ranks on two nodes over UDP, rank 0 asking rank 2 (whose node-mate is rank 3).
+    // ranks on two nodes over UDP, rank 0 asking rank 3 (whose node-mate is rank 2).
     let across = run_ranks_per_node(
         "progress-wakeup",
         4,

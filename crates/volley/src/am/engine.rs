@@ -24,9 +24,10 @@ use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::net::{NetError, NetTransport};
-use crate::transport::shm::doorbell::Ordering as BellOrder;
+use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
 use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
 use crate::transport::Channel;
 use crate::MAX_ARGS;
@@ -37,9 +38,6 @@ use std::time::Instant;
 
 /// Longest single sleep of a blocked wait (then the job's health is checked).
 const SLEEP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
-/// Longest sleep of a rank that has both node-mates and network peers: the doorbell wakes it
-/// for shared-memory traffic, the network is looked at after at most this long.
-const MIXED_NETWORK_SLEEP: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Sends closer together than this share a flush (about the cost of one send system call).
 const FLUSH_INTERVAL_NS: u64 = 2_000;
@@ -180,7 +178,8 @@ pub(crate) enum SleepPlan {
         seen: u32,
         timeout: std::time::Duration,
     },
-    /// On the network socket (a rank alone on its node).
+    /// In `poll` on the network socket and this rank's eventfd (a rank with network peers),
+    /// after `Doorbell::prepare` announced it.
     Socket {
         fd: std::os::fd::RawFd,
         timeout: std::time::Duration,
@@ -245,6 +244,8 @@ pub(crate) struct EngineSetup {
     pub(crate) block: bool,
     /// By local index: whether that rank wants its doorbell rung (see `TxPeer`).
     pub(crate) bells: Vec<Option<BellOrder>>,
+    /// By local index: that rank's eventfd, written to wake it when it sleeps in `poll`.
+    pub(crate) wakes: Vec<WakeFd>,
     /// This process registered for `membarrier` (see `doorbell.rs`).
     pub(crate) membarrier: bool,
     /// A progress thread will share the engine.
@@ -255,11 +256,13 @@ pub(crate) struct EngineSetup {
 
 /// A rank on this node as a destination: the rings this rank sends into, by channel, and
 /// whether its doorbell must be rung after a send (it may sleep: block mode or a progress
-/// thread) with how to order the ring after the frame. One entry per local index, so a send
-/// finds all of it with one bounds check.
+/// thread) with how to order the ring after the frame, and its eventfd for a ring that finds
+/// it asleep in `poll`. One entry per local index, so a send finds all of it with one bounds
+/// check.
 struct TxPeer {
     rings: [TxRing; 2],
     bell: Option<BellOrder>,
+    wake: WakeFd,
 }
 
 /// One outgoing ring and this rank's producer state for it.
@@ -463,11 +466,13 @@ impl Engine {
             poll_policy,
             block,
             bells,
+            wakes,
             membarrier,
             thread,
             watchdog,
         } = setup;
         assert_eq!(bells.len(), local_ranks.len());
+        assert_eq!(wakes.len(), local_ranks.len());
         // A reply token carries a rank in 32 bits (see `ReplyToken`).
         assert!(u32::try_from(size).is_ok(), "a job of {size} ranks");
         let mut local_of = vec![REMOTE; size];
@@ -487,13 +492,14 @@ impl Engine {
             unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
         };
         let tx = (0..nlocal)
-            .zip(bells)
-            .map(|(d, bell)| TxPeer {
+            .zip(bells.into_iter().zip(wakes))
+            .map(|(d, (bell, wake))| TxPeer {
                 rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
                     ring: view(regions[d].ring(me_local, ch)),
                     producer: Cell::new(Producer::new(layout.ring_slots)),
                 }),
                 bell,
+                wake,
             })
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
@@ -615,6 +621,16 @@ impl Engine {
 
     pub(crate) fn own(&self) -> &Region {
         &self.regions[self.me_local]
+    }
+
+    /// This rank's eventfd, which its senders write when it sleeps in `poll`.
+    fn own_wake(&self) -> &WakeFd {
+        &self.tx[self.me_local].wake
+    }
+
+    /// Wakes this rank's sleeping threads wherever they sleep (to stop a progress thread).
+    pub(crate) fn wake_owner(&self) {
+        self.own().doorbell().wake_owner(self.own_wake());
     }
 
     /// The region of `rank` when this rank can address it directly (ranks of this node).
@@ -1243,7 +1259,9 @@ impl Engine {
             path_marks::mark(ch, path_marks::Point::Published);
         }
         if let Some(order) = peer.bell {
-            self.regions[dest].doorbell().ring_if_asleep(order);
+            self.regions[dest]
+                .doorbell()
+                .ring_if_asleep(order, &peer.wake);
         }
     }
 
@@ -1635,7 +1653,7 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn sleep_until_traffic(&self) {
-        if let Some(plan) = self.prepare_sleep(false) {
+        if let Some(plan) = self.prepare_sleep() {
             self.sleep(plan);
             self.check_health();
         }
@@ -1643,13 +1661,18 @@ impl Engine {
 
     /// Gets ready to sleep until traffic arrives: returns every credit, sends what is queued
     /// (nobody may wait on a sleeper), announces the sleep on the doorbell and decides where to
-    /// sleep; `None` if something is already waiting. `progress_thread`: the sleeper is a
-    /// progress thread, which must also notice the rank thread's sends to itself.
-    pub(crate) fn prepare_sleep(&self, progress_thread: bool) -> Option<SleepPlan> {
+    /// sleep; `None` if something is already waiting.
+    pub(crate) fn prepare_sleep(&self) -> Option<SleepPlan> {
         self.flush_credit();
         self.flush_net();
         let bell = self.own().doorbell();
-        let seen = bell.prepare(self.membarrier);
+        // A rank with network peers sleeps in `poll` on its socket; shared-memory senders
+        // (its node-mates, and its own other thread) then write its eventfd.
+        let on = match self.net {
+            Some(_) => SleepOn::Poll,
+            None => SleepOn::Futex,
+        };
+        let seen = bell.prepare(self.membarrier, on);
         if self.pending() {
             bell.awake();
             return None;
@@ -1664,20 +1687,10 @@ impl Engine {
         if let Some(d) = transport.next_deadline() {
             timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
         }
-        if self.local_ranks.len() == 1 {
-            // Only the network can bring anything (but the rank thread's messages to itself,
-            // which ring the doorbell: a progress thread looks at it this often).
-            if progress_thread {
-                timeout = timeout.min(MIXED_NETWORK_SLEEP);
-            }
-            return Some(SleepPlan::Socket {
-                fd: transport.readable_fd(),
-                timeout,
-            });
-        }
-        // Shared memory rings the doorbell; the network is checked at least this often.
-        timeout = timeout.min(MIXED_NETWORK_SLEEP);
-        Some(SleepPlan::Bell { seen, timeout })
+        Some(SleepPlan::Socket {
+            fd: transport.readable_fd(),
+            timeout,
+        })
     }
 
     /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lease
@@ -1691,14 +1704,25 @@ impl Engine {
                 timeout
             }
             SleepPlan::Socket { fd, timeout } => {
-                let mut pfd = libc::pollfd {
+                let wake = self.own_wake();
+                let mut pfds = [fd, wake.raw()].map(|fd| libc::pollfd {
                     fd,
                     events: libc::POLLIN,
                     revents: 0,
+                });
+                // `ppoll`, whose timeout has nanoseconds: `poll`'s milliseconds would turn a
+                // deadline under 1 ms away (a delayed ack, a retransmission) into a busy loop.
+                let ts = libc::timespec {
+                    tv_sec: timeout.as_secs() as libc::time_t,
+                    tv_nsec: timeout.subsec_nanos() as libc::c_long,
                 };
-                let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-                // SAFETY: one valid pollfd on this stack frame for the duration of the call.
-                unsafe { libc::poll(&mut pfd, 1, ms) };
+                // SAFETY: two valid pollfds and a timespec on this stack frame for the duration
+                // of the call; a null signal mask leaves the thread's mask unchanged.
+                unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+                if pfds[1].revents != 0 {
+                    // Read only once woken through it: it costs a system call.
+                    wake.clear();
+                }
                 timeout
             }
         };

@@ -197,7 +197,7 @@ impl ProgressThread {
         let sync = e.thread_sync().expect("a progress thread has its sync");
         sync.stop.store(true, Ordering::Release);
         sync.kick();
-        e.own().doorbell().wake_owner();
+        e.wake_owner();
         let _ = thread.join();
     }
 }
@@ -300,7 +300,7 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync) -> bool {
             }
             Served::Nothing if empty < SPIN_POLLS => empty += 1,
             Served::Nothing => {
-                let plan = e.prepare_sleep(true);
+                let plan = e.prepare_sleep();
                 // The sleep itself needs no engine state.
                 lease.release();
                 if let Some(plan) = plan {

@@ -8,6 +8,7 @@ use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
 use crate::transport::shm::doorbell::{self, Ordering as BellOrder};
+use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
 use crate::transport::Channel;
 
@@ -198,6 +199,7 @@ impl RuntimeBuilder {
             None
         };
         let own = Region::create(layout, job.rank, job.job_key)?;
+        let own_wake = WakeFd::new().map_err(|e| BootstrapError::os("creating an eventfd", e))?;
         let membarrier = doorbell::register_membarrier();
         let info = EndpointInfo {
             layout,
@@ -220,20 +222,21 @@ impl RuntimeBuilder {
                 BellOrder::Fenced
             })
         };
-        let (regions, local_ranks, bells, conn) = match &job.rendezvous {
-            None => (vec![own], vec![0], vec![bell(&info)], None),
+        let (regions, local_ranks, bells, wakes, conn) = match &job.rendezvous {
+            None => (vec![own], vec![0], vec![bell(&info)], vec![own_wake], None),
             Some(path) => {
                 let hello = rendezvous::Hello {
                     rank: job.rank,
                     pid: std::process::id(),
                     blob: serde_json::to_value(&info).expect("endpoint info serializes"),
                 };
-                let (peers, conn) =
-                    rendezvous::exchange(path, job.size, &hello, own.fd().as_raw_fd())?;
-                let mut own = Some(own);
+                let fds = [own.fd().as_raw_fd(), own_wake.raw()];
+                let (peers, conn) = rendezvous::exchange(path, job.size, &hello, fds)?;
+                let mut own = Some((own, own_wake));
                 let mut regions = Vec::with_capacity(job.local_size);
                 let mut local_ranks = Vec::with_capacity(job.local_size);
                 let mut bells = Vec::with_capacity(job.local_size);
+                let mut wakes = Vec::with_capacity(job.local_size);
                 let mut addrs = vec![None; job.size];
                 for peer in peers {
                     let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
@@ -260,9 +263,13 @@ impl RuntimeBuilder {
                     local_ranks.push(r);
                     bells.push(bell(&theirs));
                     if r == job.rank {
-                        regions.push(own.take().expect("own hello comes once"));
+                        let (region, wake) = own.take().expect("own hello comes once");
+                        regions.push(region);
+                        wakes.push(wake);
                     } else {
-                        regions.push(Region::open(peer.fd, layout, r, job.job_key)?);
+                        let [region, wake] = peer.fds;
+                        regions.push(Region::open(region, layout, r, job.job_key)?);
+                        wakes.push(WakeFd::from_owned(wake));
                     }
                 }
                 if regions.len() != job.local_size {
@@ -281,7 +288,7 @@ impl RuntimeBuilder {
                     net.connect(job.rank, &addrs)
                         .map_err(|e| Error::Network(e.to_string()))?;
                 }
-                (regions, local_ranks, bells, Some(conn))
+                (regions, local_ranks, bells, wakes, Some(conn))
             }
         };
         let setup = EngineSetup {
@@ -291,6 +298,7 @@ impl RuntimeBuilder {
             poll_policy,
             block,
             bells,
+            wakes,
             membarrier,
             thread,
             watchdog,

@@ -1,6 +1,6 @@
 //! The rendezvous: each rank sends the launcher a hello (its rank, pid, an opaque JSON blob and
-//! one file descriptor); when all ranks have arrived the launcher sends every rank all hellos and
-//! all descriptors. Arriving at the rendezvous is therefore also the init barrier.
+//! [`FDS_PER_HELLO`] file descriptors); when all ranks have arrived the launcher sends every rank
+//! all hellos and all descriptors. Arriving at the rendezvous is therefore also the init barrier.
 //!
 //! The socket is `SOCK_SEQPACKET` in a private (0700) directory, so message boundaries are kept
 //! and descriptors travel with `SCM_RIGHTS`; no shared-memory name ever exists in the file system,
@@ -20,6 +20,13 @@ use std::path::Path;
 /// Largest rendezvous message; hellos are small JSON documents.
 const MAX_MESSAGE: usize = 1 << 20;
 
+/// How many descriptors travel with every hello, no more and no fewer (the runtime sends its
+/// shared-memory region and its wake-up eventfd).
+pub const FDS_PER_HELLO: usize = 2;
+
+/// The descriptors of one hello, in the order the rank sent them.
+pub type HelloFds = [OwnedFd; FDS_PER_HELLO];
+
 /// What one rank tells the others at startup.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Hello {
@@ -31,13 +38,14 @@ pub struct Hello {
     pub blob: serde_json::Value,
 }
 
-/// A hello together with the descriptor its rank attached.
+/// A hello together with the descriptors its rank attached.
 #[derive(Debug)]
 pub struct PeerHello {
     /// What the rank said.
     pub hello: Hello,
-    /// The descriptor it sent (its shared-memory region).
-    pub fd: OwnedFd,
+    /// The descriptors it sent, in its order; for a rank on another host, where its own would
+    /// mean nothing, descriptors of `/dev/null`.
+    pub fds: HelloFds,
 }
 
 fn rdv_err(path: &str, why: impl Into<String>) -> BootstrapError {
@@ -47,16 +55,10 @@ fn rdv_err(path: &str, why: impl Into<String>) -> BootstrapError {
     }
 }
 
-fn send_msg(sock: RawFd, bytes: &[u8], fd: Option<RawFd>) -> nix::Result<()> {
+fn send_msg(sock: RawFd, bytes: &[u8], fds: &[RawFd]) -> nix::Result<()> {
     let iov = [IoSlice::new(bytes)];
-    let fds;
-    let cmsgs: &[ControlMessage] = match fd {
-        Some(fd) => {
-            fds = [fd];
-            &[ControlMessage::ScmRights(&fds)]
-        }
-        None => &[],
-    };
+    let rights = [ControlMessage::ScmRights(fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &rights };
     let sent = sendmsg::<()>(sock, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
     if sent != bytes.len() {
         return Err(nix::Error::EMSGSIZE);
@@ -64,33 +66,32 @@ fn send_msg(sock: RawFd, bytes: &[u8], fd: Option<RawFd>) -> nix::Result<()> {
     Ok(())
 }
 
-/// Receives one message and at most one descriptor. Returns `None` on an orderly shutdown.
-fn recv_msg(sock: RawFd) -> nix::Result<Option<(Vec<u8>, Option<OwnedFd>)>> {
+/// Receives one message and the descriptors that came with it (a hello's, if it brought
+/// exactly [`FDS_PER_HELLO`]; any others are closed). Returns `None` on an orderly shutdown.
+fn recv_msg(sock: RawFd) -> nix::Result<Option<(Vec<u8>, Option<HelloFds>)>> {
     let mut buf = vec![0u8; MAX_MESSAGE];
-    let mut cmsg = nix::cmsg_space!([RawFd; 1]);
-    let (len, fd) = {
+    // Room for one more than a hello's, so that a sender of too many is caught, not truncated.
+    let mut cmsg = nix::cmsg_space!([RawFd; FDS_PER_HELLO + 1]);
+    let (len, fds) = {
         let mut iov = [IoSliceMut::new(&mut buf)];
         let msg = recvmsg::<()>(sock, &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC)?;
-        let mut fd = None;
+        let mut fds = Vec::new();
         for c in msg.cmsgs()? {
-            if let ControlMessageOwned::ScmRights(fds) = c {
-                for raw in fds {
+            if let ControlMessageOwned::ScmRights(raws) = c {
+                for raw in raws {
                     // SAFETY: the kernel just installed `raw` in our table for this message;
                     // nothing else owns it, so wrapping it in an OwnedFd transfers ownership.
-                    let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                    if fd.is_none() {
-                        fd = Some(owned);
-                    }
+                    fds.push(unsafe { OwnedFd::from_raw_fd(raw) });
                 }
             }
         }
-        (msg.bytes, fd)
+        (msg.bytes, fds)
     };
     if len == 0 {
         return Ok(None);
     }
     buf.truncate(len);
-    Ok(Some((buf, fd)))
+    Ok(Some((buf, fds.try_into().ok())))
 }
 
 fn seqpacket() -> nix::Result<OwnedFd> {
@@ -102,7 +103,7 @@ fn seqpacket() -> nix::Result<OwnedFd> {
     )
 }
 
-/// The rank side: sends this rank's hello and descriptor, blocks until every rank has done the
+/// The rank side: sends this rank's hello and descriptors, blocks until every rank has done the
 /// same, and returns all hellos (indexed by rank) with their descriptors.
 ///
 /// The returned connection stays open for the life of the job; when the launcher goes away the
@@ -111,17 +112,17 @@ pub fn exchange(
     path: &str,
     size: usize,
     hello: &Hello,
-    fd: RawFd,
+    fds: [RawFd; FDS_PER_HELLO],
 ) -> Result<(Vec<PeerHello>, OwnedFd), BootstrapError> {
     let sock = seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
     let addr = UnixAddr::new(path).map_err(|e| rdv_err(path, e.to_string()))?;
     connect(sock.as_raw_fd(), &addr).map_err(|e| rdv_err(path, format!("connect: {e}")))?;
     let bytes = serde_json::to_vec(hello).map_err(|e| rdv_err(path, e.to_string()))?;
-    send_msg(sock.as_raw_fd(), &bytes, Some(fd))
+    send_msg(sock.as_raw_fd(), &bytes, &fds)
         .map_err(|e| rdv_err(path, format!("send hello: {e}")))?;
     let mut peers = Vec::with_capacity(size);
     for i in 0..size {
-        let (bytes, fd) = recv_msg(sock.as_raw_fd())
+        let (bytes, fds) = recv_msg(sock.as_raw_fd())
             .map_err(|e| rdv_err(path, format!("receive: {e}")))?
             .ok_or_else(|| {
                 rdv_err(
@@ -131,14 +132,19 @@ pub fn exchange(
             })?;
         let hello: Hello = serde_json::from_slice(&bytes)
             .map_err(|e| rdv_err(path, format!("bad hello from launcher: {e}")))?;
-        let fd = fd.ok_or_else(|| rdv_err(path, "peer hello without a descriptor"))?;
+        let fds = fds.ok_or_else(|| {
+            rdv_err(
+                path,
+                format!("a hello came without its {FDS_PER_HELLO} descriptors"),
+            )
+        })?;
         if hello.rank != i {
             return Err(rdv_err(
                 path,
                 format!("expected hello of rank {i}, got {}", hello.rank),
             ));
         }
-        peers.push(PeerHello { hello, fd });
+        peers.push(PeerHello { hello, fds });
     }
     Ok((peers, sock))
 }
@@ -196,8 +202,8 @@ pub struct RendezvousServer {
     path: String,
 }
 
-/// A rank that has said hello: its connection, hello, hello bytes and descriptor.
-type Joined = (OwnedFd, Hello, Vec<u8>, OwnedFd);
+/// A rank that has said hello: its connection, hello, hello bytes and descriptors.
+type Joined = (OwnedFd, Hello, Vec<u8>, HelloFds);
 
 /// Every rank of a host has said hello; nobody has been answered yet
 /// ([`RendezvousServer::gather`]). A multi-host launcher forwards [`Gathered::hellos`] to the
@@ -257,17 +263,20 @@ impl RendezvousServer {
                 .map_err(|e| rdv_err(&self.path, format!("accept: {e}")))?;
             // SAFETY: accept returned a fresh descriptor that nothing else owns.
             let conn = unsafe { OwnedFd::from_raw_fd(raw) };
-            let Some((bytes, fd)) = recv_msg(conn.as_raw_fd())
+            let Some((bytes, fds)) = recv_msg(conn.as_raw_fd())
                 .map_err(|e| rdv_err(&self.path, format!("receive hello: {e}")))?
             else {
                 continue;
             };
             let hello: Hello = serde_json::from_slice(&bytes)
                 .map_err(|e| rdv_err(&self.path, format!("bad hello: {e}")))?;
-            let fd = fd.ok_or_else(|| {
+            let fds = fds.ok_or_else(|| {
                 rdv_err(
                     &self.path,
-                    format!("rank {} sent no descriptor", hello.rank),
+                    format!(
+                        "rank {} did not send {FDS_PER_HELLO} descriptors with its hello",
+                        hello.rank
+                    ),
                 )
             })?;
             let slot = hello
@@ -286,7 +295,7 @@ impl RendezvousServer {
                     format!("two ranks claim rank {}", hello.rank),
                 ));
             }
-            *slot = Some((conn, hello, bytes, fd));
+            *slot = Some((conn, hello, bytes, fds));
             arrived += 1;
             on_arrival(arrived);
         }
@@ -306,9 +315,9 @@ impl Gathered {
 
     /// Answers every rank gathered here with `all`, the hellos of the whole job in rank order.
     /// The hellos of this host's ranks travel with their own descriptors; every other rank's
-    /// (on another host, where its descriptor means nothing) with a descriptor of `/dev/null`,
-    /// because [`exchange`] expects one descriptor per hello and the runtime ignores those of
-    /// ranks on other nodes. Returns the open connections.
+    /// (on another host, where its descriptors mean nothing) with descriptors of `/dev/null`,
+    /// because [`exchange`] expects [`FDS_PER_HELLO`] descriptors per hello and the runtime
+    /// ignores those of ranks on other nodes. Returns the open connections.
     pub fn release(self, all: &[Hello]) -> Result<Vec<OwnedFd>, BootstrapError> {
         if let Some((i, h)) = all.iter().enumerate().find(|(i, h)| h.rank != *i) {
             return Err(rdv_err(
@@ -329,22 +338,22 @@ impl Gathered {
         }
         let null = std::fs::File::open("/dev/null")
             .map_err(|e| BootstrapError::os("opening /dev/null", e))?;
-        let mut messages: Vec<(Vec<u8>, RawFd)> = Vec::with_capacity(all.len());
+        let mut messages: Vec<(Vec<u8>, [RawFd; FDS_PER_HELLO])> = Vec::with_capacity(all.len());
         for h in all {
             messages.push(if own.contains(&h.rank) {
-                let (_, _, bytes, fd) = &self.joined[h.rank - self.first];
-                (bytes.clone(), fd.as_raw_fd())
+                let (_, _, bytes, fds) = &self.joined[h.rank - self.first];
+                (bytes.clone(), fds.each_ref().map(|f| f.as_raw_fd()))
             } else {
                 let bytes =
                     serde_json::to_vec(h).map_err(|e| rdv_err(&self.path, e.to_string()))?;
-                (bytes, null.as_raw_fd())
+                (bytes, [null.as_raw_fd(); FDS_PER_HELLO])
             });
         }
         for (conn, _, _, _) in &self.joined {
-            for (bytes, fd) in &messages {
+            for (bytes, fds) in &messages {
                 // A rank that died after its hello cannot be told; the launcher sees its exit
                 // and ends the job, so keep serving the others.
-                if send_msg(conn.as_raw_fd(), bytes, Some(*fd)).is_err() {
+                if send_msg(conn.as_raw_fd(), bytes, fds).is_err() {
                     break;
                 }
             }
@@ -374,23 +383,20 @@ mod tests {
                 let path = path.display().to_string();
                 std::thread::spawn(move || {
                     let mut file = tempfile_with(format!("rank{rank}").as_bytes());
+                    let second = tempfile_with(format!("second{rank}").as_bytes());
                     let hello = Hello {
                         rank,
                         pid: std::process::id(),
                         blob: serde_json::json!({ "r": rank }),
                     };
-                    let (peers, _conn) = exchange(&path, 3, &hello, file.as_raw_fd()).unwrap();
+                    let fds = [file.as_raw_fd(), second.as_raw_fd()];
+                    let (peers, _conn) = exchange(&path, 3, &hello, fds).unwrap();
                     file.flush().unwrap();
                     peers
                         .into_iter()
                         .map(|p| {
-                            // Positional read: every rank holds the same open files, whose
-                            // offsets are shared, so seeking and reading would race.
-                            let f = std::fs::File::from(p.fd);
-                            let mut buf = [0u8; 16];
-                            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
-                            let s = String::from_utf8(buf[..n].to_vec()).unwrap();
-                            (p.hello.blob["r"].as_u64().unwrap(), s)
+                            let [a, b] = p.fds.map(contents);
+                            (p.hello.blob["r"].as_u64().unwrap(), a, b)
                         })
                         .collect::<Vec<_>>()
                 })
@@ -398,14 +404,10 @@ mod tests {
             .collect();
         for r in ranks {
             let got = r.join().unwrap();
-            assert_eq!(
-                got,
-                vec![
-                    (0, "rank0".to_string()),
-                    (1, "rank1".to_string()),
-                    (2, "rank2".to_string())
-                ]
-            );
+            let want: Vec<_> = (0..3)
+                .map(|r| (r, format!("rank{r}"), format!("second{r}")))
+                .collect();
+            assert_eq!(got, want);
         }
         assert_eq!(server.join().unwrap().len(), 3);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -437,19 +439,19 @@ mod tests {
                 let path = hosts[usize::from(rank >= 2)].0.display().to_string();
                 std::thread::spawn(move || {
                     let file = tempfile_with(format!("rank{rank}").as_bytes());
+                    let second = tempfile_with(format!("second{rank}").as_bytes());
                     let hello = Hello {
                         rank,
                         pid: std::process::id(),
                         blob: serde_json::json!(rank),
                     };
-                    let (peers, _conn) = exchange(&path, 3, &hello, file.as_raw_fd()).unwrap();
+                    let fds = [file.as_raw_fd(), second.as_raw_fd()];
+                    let (peers, _conn) = exchange(&path, 3, &hello, fds).unwrap();
                     peers
                         .into_iter()
                         .map(|p| {
-                            let f = std::fs::File::from(p.fd);
-                            let mut buf = [0u8; 16];
-                            let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
-                            (p.hello.rank, String::from_utf8(buf[..n].to_vec()).unwrap())
+                            let [a, b] = p.fds.map(contents);
+                            (p.hello.rank, format!("{a}+{b}"))
                         })
                         .collect::<Vec<_>>()
                 })
@@ -466,11 +468,50 @@ mod tests {
         }
         let got: Vec<_> = ranks.into_iter().map(|r| r.join().unwrap()).collect();
         let s = |x: &str| x.to_string();
-        let host_a = vec![(0, s("rank0")), (1, s("rank1")), (2, s(""))];
+        let host_a = vec![
+            (0, s("rank0+second0")),
+            (1, s("rank1+second1")),
+            (2, s("+")),
+        ];
         assert_eq!(got[0], host_a);
         assert_eq!(got[1], host_a);
-        assert_eq!(got[2], vec![(0, s("")), (1, s("")), (2, s("rank2"))]);
+        let host_b = vec![(0, s("+")), (1, s("+")), (2, s("rank2+second2"))];
+        assert_eq!(got[2], host_b);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_hello_without_all_its_descriptors_is_refused() {
+        let dir = std::env::temp_dir().join(format!("volley-rdv-short-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("rdv.sock");
+        let server = RendezvousServer::bind(&path, 1).unwrap();
+        let server = std::thread::spawn(move || server.serve().unwrap_err().to_string());
+        let sock = seqpacket().unwrap();
+        connect(sock.as_raw_fd(), &UnixAddr::new(&path).unwrap()).unwrap();
+        let hello = Hello {
+            rank: 0,
+            pid: std::process::id(),
+            blob: serde_json::json!(null),
+        };
+        let file = tempfile_with(b"only one");
+        let bytes = serde_json::to_vec(&hello).unwrap();
+        send_msg(sock.as_raw_fd(), &bytes, &[file.as_raw_fd()]).unwrap();
+        let why = server.join().unwrap();
+        assert!(
+            why.contains("rank 0 did not send 2 descriptors with its hello"),
+            "{why}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The bytes of a file received at the rendezvous, read at offset 0 (positionally: every
+    /// rank holds the same open files, whose offsets are shared, so seeking would race).
+    fn contents(fd: OwnedFd) -> String {
+        let f = std::fs::File::from(fd);
+        let mut buf = [0u8; 16];
+        let n = std::os::unix::fs::FileExt::read_at(&f, &mut buf, 0).unwrap();
+        String::from_utf8(buf[..n].to_vec()).unwrap()
     }
 
     fn tempfile_with(bytes: &[u8]) -> std::fs::File {

@@ -19,6 +19,8 @@ pub mod frame;
 #[cfg(not(loom))]
 mod region;
 pub mod ring;
+#[cfg(not(loom))]
+pub mod wake_fd;
 
 #[cfg(not(loom))]
 pub use region::{Layout, PoolFlags, Region, MEDIUM_MAX, UPPER_BYTES};
