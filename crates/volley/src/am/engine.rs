@@ -91,6 +91,9 @@ pub(crate) struct Engine {
     rx: [Vec<RxRing>; 2],
     /// Regions by local index. Declared after the ring views that point into them.
     regions: Vec<Region>,
+    /// Eventfds by local index, written by a ring that finds that rank asleep in `poll`. Not
+    /// in `tx`, whose entries every send indexes, so that those stay small.
+    wakes: Vec<WakeFd>,
     pool_bufs: usize,
     /// The network route, when some peers are on other nodes.
     net: Option<NetRoute>,
@@ -256,13 +259,11 @@ pub(crate) struct EngineSetup {
 
 /// A rank on this node as a destination: the rings this rank sends into, by channel, and
 /// whether its doorbell must be rung after a send (it may sleep: block mode or a progress
-/// thread) with how to order the ring after the frame, and its eventfd for a ring that finds
-/// it asleep in `poll`. One entry per local index, so a send finds all of it with one bounds
-/// check.
+/// thread) with how to order the ring after the frame. One entry per local index, so a send
+/// finds all of it with one bounds check.
 struct TxPeer {
     rings: [TxRing; 2],
     bell: Option<BellOrder>,
-    wake: WakeFd,
 }
 
 /// One outgoing ring and this rank's producer state for it.
@@ -492,14 +493,13 @@ impl Engine {
             unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
         };
         let tx = (0..nlocal)
-            .zip(bells.into_iter().zip(wakes))
-            .map(|(d, (bell, wake))| TxPeer {
+            .zip(bells)
+            .map(|(d, bell)| TxPeer {
                 rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
                     ring: view(regions[d].ring(me_local, ch)),
                     producer: Cell::new(Producer::new(layout.ring_slots)),
                 }),
                 bell,
-                wake,
             })
             .collect();
         let rx = [Channel::Request, Channel::Reply].map(|ch| {
@@ -548,6 +548,7 @@ impl Engine {
             net,
             pool_bufs: layout.pool_bufs,
             regions,
+            wakes,
             pool_next: Default::default(),
             requests: requests.into_iter().map(|(_, f)| f).collect(),
             replies: replies.into_iter().map(|(_, f)| f).collect(),
@@ -625,7 +626,7 @@ impl Engine {
 
     /// This rank's eventfd, which its senders write when it sleeps in `poll`.
     fn own_wake(&self) -> &WakeFd {
-        &self.tx[self.me_local].wake
+        &self.wakes[self.me_local]
     }
 
     /// Wakes this rank's sleeping threads wherever they sleep (to stop a progress thread).
@@ -1261,7 +1262,7 @@ impl Engine {
         if let Some(order) = peer.bell {
             self.regions[dest]
                 .doorbell()
-                .ring_if_asleep(order, &peer.wake);
+                .ring_if_asleep(order, &self.wakes[dest]);
         }
     }
 
