@@ -16,6 +16,7 @@ const BARRIER: &str = env!("CARGO_BIN_EXE_barrier");
 const CRITICAL: &str = env!("CARGO_BIN_EXE_critical");
 const BLOCK_WAIT: &str = env!("CARGO_BIN_EXE_block_wait");
 const BUSY_TARGET: &str = env!("CARGO_BIN_EXE_busy_target");
+const SELF_WAKE: &str = env!("CARGO_BIN_EXE_self_wake");
 
 /// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
 /// them the 8-rank ones took up to a minute.
@@ -292,6 +293,26 @@ fn a_rank_asleep_with_node_mates_reads_the_network_as_soon_as_it_wakes() {
         .output()
         .assert_success()
         .assert_stdout_has(&["block_wait: 300 sleep/wake rounds completed"]);
+}
+
+#[test]
+fn a_sleeping_progress_thread_is_woken_by_its_own_ranks_sends() {
+    // Each rank's progress thread sleeps between rounds; the rank's send to itself must wake
+    // it wherever it sleeps: on the doorbell's futex (one node), in `ppoll` on socket and
+    // eventfd (a rank alone on its node, and one with a node-mate and network peers). Without
+    // the wake each round waits out the sleep: a median of 95 ms, against the 20 ms allowed.
+    for per_node in ["2", "1"] {
+        Job::raw(["run", "-n", "2", "--ranks-per-node", per_node, SELF_WAKE])
+            .timeout(HEAVY)
+            .output()
+            .assert_success()
+            .assert_stdout_has(&["self_wake: rank 1 median round"]);
+    }
+    Job::raw(["run", "-n", "4", "--ranks-per-node", "2", SELF_WAKE, "100"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["self_wake: rank 3 median round"]);
 }
 
 #[test]
