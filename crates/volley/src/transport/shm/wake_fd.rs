@@ -25,14 +25,9 @@ impl WakeFd {
         Self(fd)
     }
 
-    /// The descriptor, for `poll`.
+    /// The descriptor, to send to node-mates at the rendezvous.
     pub fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
-    }
-
-    /// The descriptor to send to node-mates.
-    pub fn as_fd(&self) -> &OwnedFd {
-        &self.0
     }
 
     /// Wakes the sleeper polling this eventfd. Errors are ignored: the only one possible on
