@@ -1705,25 +1705,7 @@ impl Engine {
                 timeout
             }
             SleepPlan::Socket { fd, timeout } => {
-                let wake = self.own_wake();
-                let mut pfds = [fd, wake.raw()].map(|fd| libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                });
-                // `ppoll`, whose timeout has nanoseconds: `poll`'s milliseconds would turn a
-                // deadline under 1 ms away (a delayed ack, a retransmission) into a busy loop.
-                let ts = libc::timespec {
-                    tv_sec: timeout.as_secs() as libc::time_t,
-                    tv_nsec: timeout.subsec_nanos() as libc::c_long,
-                };
-                // SAFETY: two valid pollfds and a timespec on this stack frame for the duration
-                // of the call; a null signal mask leaves the thread's mask unchanged.
-                unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
-                if pfds[1].revents != 0 {
-                    // Read only once woken through it: it costs a system call.
-                    wake.clear();
-                }
+                self.own_wake().sleep_beside(fd, timeout);
                 timeout
             }
         };

@@ -168,19 +168,14 @@ mod tests {
         })
     }
 
-    /// Sleeps as the owner announced `on`: on the futex, or in `poll` on `wake` (then clears it).
+    /// Sleeps as the owner announced `on`: on the futex, or as a rank with network peers does,
+    /// beside a socket (here a quiet eventfd, which nothing writes).
     fn sleep_on(d: &Doorbell, on: SleepOn, wake: &WakeFd, seen: u32, timeout: Duration) {
         match on {
             SleepOn::Futex => d.sleep(seen, timeout),
             SleepOn::Poll => {
-                let mut pfd = libc::pollfd {
-                    fd: wake.raw(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd on this stack frame for the duration of the call.
-                unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as i32) };
-                wake.clear();
+                let quiet = WakeFd::new().unwrap();
+                wake.sleep_beside(quiet.raw(), timeout);
             }
         }
     }

@@ -7,6 +7,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 
 /// An eventfd used only as a wake-up: written to ring, read to clear.
 #[derive(Debug)]
@@ -34,6 +35,29 @@ impl WakeFd {
     /// an eventfd is a saturated counter (`EAGAIN`), which is already a pending wake-up.
     pub fn signal(&self) {
         let _ = nix::unistd::write(&self.0, &1u64.to_ne_bytes());
+    }
+
+    /// Sleeps until `other` (the network socket) is readable, this eventfd is signalled, or
+    /// `timeout` passes; then clears the eventfd if it was signalled.
+    pub fn sleep_beside(&self, other: RawFd, timeout: Duration) {
+        let mut pfds = [other, self.raw()].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        // `ppoll`, whose timeout has nanoseconds: `poll`'s milliseconds would turn a deadline
+        // under 1 ms away (a delayed ack, a retransmission) into a busy loop.
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: two valid pollfds and a timespec on this stack frame for the duration of the
+        // call; a null signal mask leaves the thread's mask unchanged.
+        unsafe { libc::ppoll(pfds.as_mut_ptr(), 2, &ts, std::ptr::null()) };
+        if pfds[1].revents != 0 {
+            // Read only once woken through it: it costs a system call.
+            self.clear();
+        }
     }
 
     /// Reads the counter back to zero, so that the next `poll` sleeps. Returns whether it was
