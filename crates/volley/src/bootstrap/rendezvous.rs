@@ -373,8 +373,7 @@ mod tests {
 
     #[test]
     fn three_ranks_exchange_hellos_and_descriptors() {
-        let dir = std::env::temp_dir().join(format!("volley-rdv-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("test");
         let path = dir.join("rdv.sock");
         let server = RendezvousServer::bind(&path, 3).unwrap();
         let server = std::thread::spawn(move || server.serve().unwrap());
@@ -418,8 +417,7 @@ mod tests {
         // Ranks 0 and 1 on "host" A, rank 2 on "host" B: each host gathers its own ranks, the
         // lists are joined as a multi-host launcher does, and every rank gets all three hellos
         // with the real descriptor for ranks of its host only.
-        let dir = std::env::temp_dir().join(format!("volley-rdv-hosts-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("hosts");
         let hosts = [(dir.join("a.sock"), 0..2), (dir.join("b.sock"), 2..3)];
         let (to_main, gathered) = std::sync::mpsc::channel();
         let mut releases = Vec::new();
@@ -482,8 +480,7 @@ mod tests {
 
     #[test]
     fn a_hello_without_all_its_descriptors_is_refused() {
-        let dir = std::env::temp_dir().join(format!("volley-rdv-short-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch_dir("short");
         let path = dir.join("rdv.sock");
         let server = RendezvousServer::bind(&path, 1).unwrap();
         let server = std::thread::spawn(move || server.serve().unwrap_err().to_string());
@@ -503,6 +500,14 @@ mod tests {
             "{why}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A fresh directory for one test's sockets, named by `tag` and this process (the test
+    /// removes it at its end).
+    fn scratch_dir(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("volley-rdv-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 
     /// The bytes of a file received at the rendezvous, read at offset 0 (positionally: every
