@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{process_gone, Job};
+use common::{process_gone, voluntary_switches, Job};
 use std::time::{Duration, Instant};
 
 const HELLO: &str = env!("CARGO_BIN_EXE_hello");
@@ -219,6 +219,23 @@ fn sigterm_to_the_launcher_stops_hanging_ranks() {
     let sent = Instant::now();
     job.signal(libc::SIGTERM);
     check_interrupted(job, &pids, sent);
+}
+
+#[test]
+fn the_launcher_sleeps_while_its_ranks_run() {
+    // It wakes when a rank ends, a signal comes or the rendezvous has news, not on a timer:
+    // a loop that looked every 2 ms switched about 250 times in these 500 ms.
+    let (job, pids) = start_hanging_job(2);
+    let before = voluntary_switches(job.pid());
+    std::thread::sleep(Duration::from_millis(500));
+    let woke = voluntary_switches(job.pid()) - before;
+    let sent = Instant::now();
+    job.signal(libc::SIGTERM);
+    check_interrupted(job, &pids, sent);
+    assert!(
+        woke < 25,
+        "the launcher's threads woke {woke} times in 500 ms with nothing to do"
+    );
 }
 
 /// Runs a bad command line: exit code 2, one line on stderr, nothing started.

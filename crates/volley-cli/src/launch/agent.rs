@@ -157,13 +157,16 @@ fn listen(stream: TcpStream) -> Receiver<FromLauncher> {
                     if tx.send(FromLauncher::Message(m)).is_err() {
                         return;
                     }
+                    signals::notify();
                 }
                 Ok(None) => {
                     let _ = tx.send(FromLauncher::Gone("it closed the connection".into()));
+                    signals::notify();
                     return;
                 }
                 Err(e) => {
                     let _ = tx.send(FromLauncher::Gone(e.to_string()));
+                    signals::notify();
                     return;
                 }
             }
@@ -292,7 +295,7 @@ fn watch(
         if set.running() == 0 {
             return Ok(0);
         }
-        match from_launcher.recv_timeout(Duration::from_millis(2)) {
+        match signals::recv(from_launcher, super::SUPERVISE_BACKSTOP) {
             Ok(FromLauncher::Message(ToAgent::Hellos(all))) => {
                 if let Some(tx) = job_hellos.take() {
                     let _ = tx.send(all);

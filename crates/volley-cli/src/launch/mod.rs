@@ -27,6 +27,10 @@ use volley::bootstrap::{
     ENV_NODE, ENV_RANK, ENV_RENDEZVOUS, ENV_SIZE,
 };
 
+/// Longest sleep of a supervising loop (launcher or agent) with no news. Every event it acts
+/// on wakes it earlier ([`signals`]); this only bounds the cost of one that would not.
+pub(crate) const SUPERVISE_BACKSTOP: Duration = Duration::from_millis(500);
+
 /// The CPUs this launcher (or agent) may use, which its ranks share: with `VOLLEY_HOST_RANKS`
 /// it decides whether they are oversubscribed, whatever `--bind` does to each rank's own mask.
 pub(crate) fn host_cpus() -> String {
@@ -183,7 +187,9 @@ fn supervise(ranks: &mut RankSet, rdv: &rdv::HostRendezvous, n: usize) -> Result
             return Ok(());
         }
         if ended.is_empty() {
-            std::thread::sleep(Duration::from_millis(2));
+            // Until a rank ends, a signal comes or the rendezvous has news (each wakes this
+            // sleep); the timeout is only a backstop.
+            signals::wait(SUPERVISE_BACKSTOP);
         }
     }
 }

@@ -65,7 +65,11 @@ impl HostRendezvous {
                 (arrived.clone(), link.clone(), sock.clone(), dir.0.clone());
             std::thread::spawn(move || {
                 let result = server
-                    .gather(|n| arrived.store(n, Ordering::Release))
+                    .gather(|n| {
+                        arrived.store(n, Ordering::Release);
+                        // The supervisor judges ranks that exit before the others arrive.
+                        super::signals::notify();
+                    })
                     .map_err(|e| e.to_string())
                     .and_then(|gathered| {
                         // Every rank is connected: the socket is no longer needed, so nothing
@@ -86,6 +90,8 @@ impl HostRendezvous {
                     }
                     Err(e) => link.error = Some(e),
                 }
+                drop(link);
+                super::signals::notify();
             });
         }
         Ok(Self {

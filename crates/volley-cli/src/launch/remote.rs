@@ -33,6 +33,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 const AUTH_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long after its remote shell ended an agent's last reports may still be in flight.
 const LAST_WORDS: Duration = Duration::from_secs(3);
+/// How often the launcher's loop looks at the time-based checks (an agent that never
+/// connected, a shell that ended without its agent) when no event wakes it.
+const REMOTE_TICK: Duration = Duration::from_millis(50);
 
 /// Where the ranks run and how to get there.
 #[derive(Debug, Clone)]
@@ -497,18 +500,21 @@ fn serve_conn(conn: u64, stream: TcpStream, token: &str, events: &Sender<Event>)
     if events.send(Event::Joined { conn, node, stream }).is_err() {
         return;
     }
+    signals::notify();
     loop {
         match read_frame::<ToLauncher>(&mut r) {
             Ok(Some(msg)) => {
                 if events.send(Event::Said { conn, msg }).is_err() {
                     return;
                 }
+                signals::notify();
             }
             Ok(None) => {
                 let _ = events.send(Event::Closed {
                     conn,
                     why: "the connection closed".into(),
                 });
+                signals::notify();
                 return;
             }
             Err(e) => {
@@ -516,6 +522,7 @@ fn serve_conn(conn: u64, stream: TcpStream, token: &str, events: &Sender<Event>)
                     conn,
                     why: e.to_string(),
                 });
+                signals::notify();
                 return;
             }
         }
@@ -644,7 +651,9 @@ fn supervise(
         }
         // Everything pending is handled before the remote shells' ends are judged: an agent
         // that joined, reported and left in a hurry has its reports here already.
-        let mut next = events.recv_timeout(Duration::from_millis(5));
+        // Events and the remote shells' ends wake this at once; the tick serves the checks
+        // below that wait for time to pass.
+        let mut next = signals::recv(events, REMOTE_TICK);
         loop {
             match next {
                 Ok(ev) => on_event(ev, agents, &mut job)?,
