@@ -100,7 +100,18 @@ fn bench_am_reports_every_figure_as_json() {
                 .all(|r| r["cacheline_rtt_ns"].as_f64().is_some_and(|x| x > 0.0)),
         "{doc}"
     );
-    for key in ["am_short_rtt_over_floor", "am_flood_over_floor"] {
+    // The bare ring reference ran in the same blocks (and its reply count was checked there).
+    let bare = doc["bare_am_rtt_ns"].as_f64().unwrap_or(f64::NAN);
+    assert!(
+        bare.is_finite() && bare > 0.0,
+        "bare_am_rtt_ns = {bare} in {doc}"
+    );
+    for key in [
+        "am_short_rtt_over_floor",
+        "am_flood_over_floor",
+        "bare_am_rtt_over_floor",
+        "am_short_rtt_over_bare",
+    ] {
         let ratio = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
         assert!(ratio.is_finite() && ratio > 0.0, "{key}: {doc}");
         assert!(
@@ -111,6 +122,7 @@ fn bench_am_reports_every_figure_as_json() {
     }
     // The table went to stderr, with every figure beside the floor.
     assert!(err.contains("x floor"), "{err}");
+    assert!(err.contains("bare ring reference:"), "{err}");
 }
 
 #[test]
@@ -200,6 +212,9 @@ fn bench_am_over_each_network_reports_its_floor() {
         assert!(doc["am_medium_rtt_ns"]
             .as_array()
             .is_some_and(|a| a.len() == 6));
+        // The bare ring reference is shared memory's alone.
+        assert!(doc["bare_am_rtt_ns"].is_null(), "{doc}");
+        assert!(doc["ratios"]["bare_am_rtt_over_floor"].is_null(), "{doc}");
     }
     let (code, _, err) = run(
         &["bench", "rma", "--transport", "udp"],

@@ -42,6 +42,8 @@ struct Bench {
     /// round trips done on them so far.
     floor: Option<SharedLines>,
     floor_done: Cell<u64>,
+    /// Round trips done so far on the bare ring reference's rings (in the same memory file).
+    bare_done: Cell<u64>,
 }
 
 fn spin_for(d: Duration) {
@@ -103,6 +105,7 @@ impl Bench {
             scale,
             floor,
             floor_done: Cell::new(0),
+            bare_done: Cell::new(0),
         }
     }
 
@@ -160,6 +163,8 @@ impl Bench {
         let mut floors = Vec::new();
         let (mut shorts, mut short_ratios) = (Vec::new(), Vec::new());
         let (mut floods, mut flood_ratios) = (Vec::new(), Vec::new());
+        let (mut bares, mut bare_ratios, mut short_over_bare) =
+            (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..BLOCKS {
             let floor_ns = self.floor.as_ref().map(|f| {
                 let (base, n) = (self.floor_done.get(), self.iters(40_000));
@@ -168,6 +173,17 @@ impl Bench {
                     floor::ping(f.lines(), base, n)
                 } else {
                     floor::echo(f.lines(), base, n);
+                    f64::NAN
+                }
+            });
+            // The bare ring reference right after the floor, in the same block.
+            let bare_ns = self.floor.as_ref().map(|f| {
+                let (base, n) = (self.bare_done.get(), self.iters(20_000));
+                self.bare_done.set(base + n);
+                if me == 0 {
+                    floor::bare_ping(f.bare(), base, n)
+                } else {
+                    floor::bare_echo(f.bare(), base, n);
                     f64::NAN
                 }
             });
@@ -184,6 +200,11 @@ impl Bench {
                     floors.push(f);
                     short_ratios.push(short / f);
                     flood_ratios.push(flood / f);
+                }
+                if let (Some(f), Some(b)) = (floor_ns, bare_ns) {
+                    bares.push(b);
+                    bare_ratios.push(b / f);
+                    short_over_bare.push(short / b);
                 }
                 self.end_phase();
             } else {
@@ -205,6 +226,17 @@ impl Bench {
                 r.insert(
                     "am_flood_over_floor".into(),
                     json!(super::median(&mut flood_ratios)),
+                );
+            }
+            if !bares.is_empty() {
+                r.insert("bare_am_rtt_ns".into(), json!(super::median(&mut bares)));
+                r.insert(
+                    "bare_am_rtt_over_floor".into(),
+                    json!(super::median(&mut bare_ratios)),
+                );
+                r.insert(
+                    "am_short_rtt_over_bare".into(),
+                    json!(super::median(&mut short_over_bare)),
                 );
             }
         }

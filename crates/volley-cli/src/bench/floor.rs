@@ -123,6 +123,100 @@ impl SharedLines {
         // atomics) and lives as long as `self`.
         unsafe { &*self.lines }
     }
+
+    /// The rings of the bare Active Message reference, after the two lines.
+    pub fn bare(&self) -> &BareRings {
+        const _: () = assert!(2 * 64 + std::mem::size_of::<BareRings>() <= SharedLines::LEN);
+        // SAFETY: the rings start at byte 128 of the mapping (64-byte aligned) and end inside
+        // it (checked above); zero-filled memory is valid atomics; the mapping lives as long
+        // as `self`.
+        unsafe { &*self.lines.cast::<u8>().add(2 * 64).cast::<BareRings>() }
+    }
+}
+
+/// Slots per direction of the bare reference's rings.
+const BARE_SLOTS: usize = 16;
+
+/// One slot of a bare ring: a header word (the message's number and handler) and one argument.
+#[repr(C, align(64))]
+pub struct BareSlot {
+    header: AtomicU64,
+    arg: AtomicU64,
+}
+
+/// The two rings of the bare reference: requests from the measuring side, replies back.
+#[repr(C)]
+pub struct BareRings {
+    requests: [BareSlot; BARE_SLOTS],
+    replies: [BareSlot; BARE_SLOTS],
+}
+
+/// A bare ring's handlers: boxed closures by index, as a runtime's table holds them.
+type BareTable<'a> = [Box<dyn Fn(u64, u64) + 'a>];
+
+impl BareRings {
+    /// Publishes message `n` (numbered from 0, never reused) for handler `handler` with `arg`.
+    #[inline(always)]
+    fn send(ring: &[BareSlot; BARE_SLOTS], n: u64, handler: u64, arg: u64) {
+        let slot = &ring[n as usize % BARE_SLOTS];
+        slot.arg.store(arg, Ordering::Relaxed);
+        // Release: the argument is visible to whoever acquires the header.
+        slot.header.store((n + 1) << 8 | handler, Ordering::Release);
+    }
+
+    /// Waits for message `n` of `ring` and runs its handler from `table` (through the table,
+    /// so that the call is indirect like a runtime's) with the message's number and argument.
+    #[inline(always)]
+    fn receive(ring: &[BareSlot; BARE_SLOTS], n: u64, table: &BareTable<'_>) {
+        let slot = &ring[n as usize % BARE_SLOTS];
+        loop {
+            let h = slot.header.load(Ordering::Acquire);
+            if h >> 8 == n + 1 {
+                let handler = table
+                    .get((h & 0xff) as usize)
+                    .expect("bare ring: handler index out of range");
+                handler(n, slot.arg.load(Ordering::Relaxed));
+                return;
+            }
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Measuring side of the bare Active Message reference: `iters` short requests, each answered
+/// by a short reply, through one-line slots of two rings, each message's handler called through
+/// a table of boxed closures. The least an Active Message round trip over shared-memory rings
+/// can cost on this machine: no runtime around it (no checks, no statistics, no credit, one
+/// ring per direction). Messages are numbered after `base`, as in [`ping`]. Returns ns per
+/// round trip, the first tenth excluded as warm-up.
+pub fn bare_ping(rings: &BareRings, base: u64, iters: u64) -> f64 {
+    let replies = std::cell::Cell::new(0u64);
+    let table: Vec<Box<dyn Fn(u64, u64) + '_>> =
+        vec![Box::new(|_, arg| replies.set(replies.get() + arg))];
+    let table = std::hint::black_box(&table[..]);
+    let warm = (iters / 10).max(1);
+    let mut t0 = Instant::now();
+    for n in base..base + iters {
+        if n == base + warm {
+            t0 = Instant::now();
+        }
+        BareRings::send(&rings.requests, n, 0, 1);
+        BareRings::receive(&rings.replies, n, table);
+    }
+    let ns = t0.elapsed().as_nanos() as f64 / (iters - warm) as f64;
+    assert_eq!(replies.get(), iters, "bare ring: a reply was lost");
+    ns
+}
+
+/// Answering side of [`bare_ping`] with the same `base` and `iters`.
+pub fn bare_echo(rings: &BareRings, base: u64, iters: u64) {
+    let table: Vec<Box<dyn Fn(u64, u64) + '_>> = vec![Box::new(|n, arg| {
+        BareRings::send(&rings.replies, n, 0, arg);
+    })];
+    let table = std::hint::black_box(&table[..]);
+    for n in base..base + iters {
+        BareRings::receive(&rings.requests, n, table);
+    }
 }
 
 impl Drop for SharedLines {

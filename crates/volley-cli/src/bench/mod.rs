@@ -349,6 +349,13 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
     };
     let short_over_floor = over_floor("am_short_rtt_over_floor", rtt);
     let flood_over_floor = over_floor("am_flood_over_floor", flood);
+    // Shared memory only: the bare ring reference, beside the floor and beside volley.
+    let bare_over_floor = doc
+        .remove("bare_am_rtt_over_floor")
+        .and_then(|v| v.as_f64());
+    let short_over_bare = doc
+        .remove("am_short_rtt_over_bare")
+        .and_then(|v| v.as_f64());
     let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
     doc.insert("floor_key".into(), json!(floor_key));
     doc.insert("transport".into(), json!(transport.name()));
@@ -369,6 +376,8 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
         json!({
             "am_short_rtt_over_floor": short_over_floor,
             "am_flood_over_floor": flood_over_floor,
+            "bare_am_rtt_over_floor": bare_over_floor,
+            "am_short_rtt_over_bare": short_over_bare,
         }),
     );
     doc.insert("reps".into(), json!(reps));
@@ -667,6 +676,14 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
         "raw sockets, measured before the job"
     };
     row(w, &format!("{floor_key} (floor)"), floor, floor_note);
+    if let Some(bare) = doc["bare_am_rtt_ns"].as_f64() {
+        row(
+            w,
+            "bare_am_rtt_ns (reference)",
+            bare,
+            "two bare rings, boxed handlers, no runtime: in the same blocks",
+        );
+    }
     for (key, note) in [
         ("am_short_rtt_ns", rtt_target),
         ("am_flood_ns_per_msg", flood_target),
@@ -695,6 +712,15 @@ fn print_am_table(doc: &Value, w: &mut dyn Write) {
         ratio("am_short_rtt_over_floor"),
         ratio("am_flood_over_floor"),
     );
+    if doc["ratios"]["bare_am_rtt_over_floor"].is_number() {
+        let _ = writeln!(
+            w,
+            "  bare ring reference: {:.2} x floor; am_short_rtt {:.2} x the bare ring (medians \
+             of the same blocks' ratios)",
+            ratio("bare_am_rtt_over_floor"),
+            ratio("am_short_rtt_over_bare"),
+        );
+    }
     let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
     let _ = writeln!(
         w,
