@@ -166,25 +166,19 @@ impl Bench {
         let (mut bares, mut bare_ratios, mut short_over_bare) =
             (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..BLOCKS {
-            let floor_ns = self.floor.as_ref().map(|f| {
+            // The floor, then the bare ring reference, both in this block.
+            let references = self.floor.as_ref().map(|f| {
                 let (base, n) = (self.floor_done.get(), self.iters(40_000));
                 self.floor_done.set(base + n);
+                let (bare_base, bare_n) = (self.bare_done.get(), self.iters(20_000));
+                self.bare_done.set(bare_base + bare_n);
                 if me == 0 {
-                    floor::ping(f.lines(), base, n)
+                    let floor_ns = floor::ping(f.lines(), base, n);
+                    (floor_ns, floor::bare_ping(f.bare(), bare_base, bare_n))
                 } else {
                     floor::echo(f.lines(), base, n);
-                    f64::NAN
-                }
-            });
-            // The bare ring reference right after the floor, in the same block.
-            let bare_ns = self.floor.as_ref().map(|f| {
-                let (base, n) = (self.bare_done.get(), self.iters(20_000));
-                self.bare_done.set(base + n);
-                if me == 0 {
-                    floor::bare_ping(f.bare(), base, n)
-                } else {
-                    floor::bare_echo(f.bare(), base, n);
-                    f64::NAN
+                    floor::bare_echo(f.bare(), bare_base, bare_n);
+                    (f64::NAN, f64::NAN)
                 }
             });
             *phase += 1;
@@ -196,12 +190,10 @@ impl Bench {
                 let flood = self.flood(1, n) / n as f64;
                 shorts.push(short);
                 floods.push(flood);
-                if let Some(f) = floor_ns {
+                if let Some((f, b)) = references {
                     floors.push(f);
                     short_ratios.push(short / f);
                     flood_ratios.push(flood / f);
-                }
-                if let (Some(f), Some(b)) = (floor_ns, bare_ns) {
                     bares.push(b);
                     bare_ratios.push(b / f);
                     short_over_bare.push(short / b);
@@ -212,32 +204,19 @@ impl Bench {
             }
         }
         if me == 0 {
-            r.insert("am_short_rtt_ns".into(), json!(super::median(&mut shorts)));
-            r.insert(
-                "am_flood_ns_per_msg".into(),
-                json!(super::median(&mut floods)),
-            );
+            let mut medians = vec![("am_short_rtt_ns", shorts), ("am_flood_ns_per_msg", floods)];
             if !floors.is_empty() {
-                r.insert("cacheline_rtt_ns".into(), json!(super::median(&mut floors)));
-                r.insert(
-                    "am_short_rtt_over_floor".into(),
-                    json!(super::median(&mut short_ratios)),
-                );
-                r.insert(
-                    "am_flood_over_floor".into(),
-                    json!(super::median(&mut flood_ratios)),
-                );
+                medians.extend([
+                    ("cacheline_rtt_ns", floors),
+                    ("am_short_rtt_over_floor", short_ratios),
+                    ("am_flood_over_floor", flood_ratios),
+                    ("bare_am_rtt_ns", bares),
+                    ("bare_am_rtt_over_floor", bare_ratios),
+                    ("am_short_rtt_over_bare", short_over_bare),
+                ]);
             }
-            if !bares.is_empty() {
-                r.insert("bare_am_rtt_ns".into(), json!(super::median(&mut bares)));
-                r.insert(
-                    "bare_am_rtt_over_floor".into(),
-                    json!(super::median(&mut bare_ratios)),
-                );
-                r.insert(
-                    "am_short_rtt_over_bare".into(),
-                    json!(super::median(&mut short_over_bare)),
-                );
+            for (key, mut xs) in medians {
+                r.insert(key.into(), json!(super::median(&mut xs)));
             }
         }
         // Phase 1: the other round trips, driven by rank 0.
