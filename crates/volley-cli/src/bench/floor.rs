@@ -1,5 +1,6 @@
 //! The machine's floor for a round trip between two processes: one cache line bounced between
-//! two cores, measured exactly like `shared/peers/limits.c` (fork, pin to CPUs 0 and 1).
+//! two cores, measured exactly like `shared/peers/limits.c` (fork, pin to CPUs 0 and 1); and
+//! beside it the bare ring reference ([`bare_ping`]), the least any ring Active Message costs.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -45,7 +46,8 @@ pub fn echo(lines: &[Line; 2], base: u64, iters: u64) {
 /// in [`SharedLines::ENV`]), so that the two rank processes can measure the floor between
 /// themselves, on their own CPUs, interleaved with what they measure (a forked child shares
 /// them too, as in [`cacheline_rtt_ns`]). A memory file leaves nothing behind however the job
-/// ends.
+/// ends. The bare ring reference's rings follow the two lines in the same file
+/// ([`SharedLines::bare`]).
 pub struct SharedLines {
     fd: libc::c_int,
     lines: *const [Line; 2],
