@@ -419,6 +419,59 @@ fn agent_joining_after_the_failure_is_stopped_too() {
     h.finish();
 }
 
+#[test]
+fn an_ssh_style_remote_shell_keeps_every_word() {
+    // ssh joins its command words with spaces and hands the line to the remote user's shell,
+    // unlike `ip netns exec`, which execs the words as they are. This remote shell does what
+    // ssh does, so words with spaces, quotes, `$`, globs or nothing at all must reach the rank
+    // (and the job's VOLLEY_* settings its environment) unchanged.
+    let Some(h) = Hosts::new(2) else { return };
+    let scratch = common::Scratch::new("ssh-rsh");
+    let rsh = scratch.path().join("fake-ssh");
+    std::fs::write(
+        &rsh,
+        "#!/bin/sh\nhost=$1\nshift\nexec ip netns exec \"$host\" /bin/sh -c \"$*\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let hosts = format!("{},{}", h.name(0), h.name(1));
+    let addr = format!("{}.1", h.prefix);
+    let words = [
+        "two  spaces",
+        "it's",
+        "\"q\"",
+        "$HOME",
+        "*",
+        "",
+        "a;b|c&d",
+        "x\ty",
+    ];
+    let setting = "one 'two' $three";
+    let mut args = vec![
+        "run",
+        "-n",
+        "2",
+        "--hosts",
+        &hosts,
+        "--rsh",
+        rsh.to_str().unwrap(),
+        "--launcher-addr",
+        &addr,
+        "/bin/sh",
+        "-c",
+        "printf '%s|' \"$VOLLEY_NODE\" \"$VOLLEY_TEST_SETTING\" \"$@\"; echo",
+        "sh",
+    ];
+    args.extend(words);
+    let out = Job::raw(&args).env("VOLLEY_TEST_SETTING", setting).output();
+    out.assert_success();
+    let want: Vec<String> = (0..2)
+        .map(|node| format!("{node}|{setting}|{}|", words.join("|")))
+        .collect();
+    assert_eq!(sorted_lines(&out.stdout), want, "\n{out}");
+    h.finish();
+}
+
 /// Starts `rdv_check hang` on 2 hosts × 2 ranks and waits until every rank has passed the
 /// rendezvous; returns the job and, per rank, the pid of its parent (its host's agent).
 fn start_hanging_job(h: &Hosts) -> (common::Running, Vec<u32>) {
