@@ -24,12 +24,14 @@ impl<T> UnsafeCell<T> {
     }
 
     /// Runs `f` with a shared raw pointer to the contents.
+    #[cfg(test)]
     #[inline(always)]
     pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
         f(self.0.get())
     }
 
     /// Runs `f` with a mutable raw pointer to the contents.
+    #[cfg(test)]
     #[inline(always)]
     pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
         f(self.0.get())

@@ -105,6 +105,7 @@ impl FrameHeader {
 
     /// Decodes a header word whose sequence already matched. A `BadCheck` error carries no
     /// trustworthy length; a `BadField` error does (see [`FrameHeader::claimed_slots`]).
+    #[cfg(test)]
     #[inline(always)]
     pub fn decode(word: u64, key: u64) -> Result<Self, HeaderError> {
         HeaderWord::check(word, key).map(|w| w.to_header())
@@ -195,6 +196,7 @@ impl HeaderWord {
     }
 
     /// The decoded struct.
+    #[cfg(test)]
     pub fn to_header(self) -> FrameHeader {
         FrameHeader {
             handler: self.handler(),

@@ -13,14 +13,21 @@
 //! Trust model (seed 001 §3.3): ranks of one job on one host trust each other; the job key in
 //! every frame header guards against misdirected frames, not against a malicious peer.
 
-#[cfg(not(loom))]
-pub mod doorbell;
-pub mod frame;
-#[cfg(not(loom))]
-mod region;
-pub mod ring;
-#[cfg(not(loom))]
-pub mod wake_fd;
+//!
+//! The rings, frames and regions are the runtime's own: their safety rests on invariants the
+//! engine keeps (one producer and one consumer per ring, layouts it validated), so they are
+//! not public. What a program or tool may read, the layout's sizes, is.
 
 #[cfg(not(loom))]
-pub use region::{Layout, PoolFlags, Region, MEDIUM_MAX, UPPER_BYTES};
+pub(crate) mod doorbell;
+pub(crate) mod frame;
+#[cfg(not(loom))]
+mod region;
+pub(crate) mod ring;
+#[cfg(not(loom))]
+pub(crate) mod wake_fd;
+
+#[cfg(not(loom))]
+pub use region::{Layout, MEDIUM_MAX};
+#[cfg(not(loom))]
+pub(crate) use region::{PoolFlags, Region, UPPER_BYTES};

@@ -81,6 +81,7 @@ impl<'a> RingRef<'a> {
 
     /// Writes the `word`-th 8-byte word of the frame starting at `pos` (word 0 is the header and
     /// is written by [`RingRef::publish`] instead).
+    #[cfg(test)]
     #[inline(always)]
     pub fn write_word(&self, pos: u64, word: usize, value: u64) {
         debug_assert!(word > 0);
@@ -97,6 +98,7 @@ impl<'a> RingRef<'a> {
     }
 
     /// Reads the `word`-th word of a frame the consumer has acquired.
+    #[cfg(test)]
     #[inline(always)]
     pub fn read_word(&self, pos: u64, word: usize) -> u64 {
         let slot = self.slot(pos + (word / 8) as u64);
