@@ -36,14 +36,24 @@ pub enum Error {
         /// The maximum.
         max: usize,
     },
-    /// A medium payload larger than [`crate::Runtime::max_medium`] was passed.
-    #[error(
-        "payload of {len} bytes exceeds the medium maximum of {max} bytes; use a long message"
-    )]
+    /// A payload larger than [`crate::Runtime::max_medium`] was passed where a medium message
+    /// carries it (a medium message, a FIFO entry, a conditional write).
+    #[error("payload of {len} bytes exceeds the medium maximum of {max} bytes")]
     PayloadTooLarge {
         /// The payload length.
         len: usize,
         /// The maximum medium payload.
+        max: usize,
+    },
+    /// A long payload too large for one network message: a long message to a rank on another
+    /// node travels whole (on one host any size that fits the segment goes).
+    #[error(
+        "long payload of {len} bytes exceeds the {max} bytes a long message to a rank on another node carries; split it"
+    )]
+    LongTooLarge {
+        /// The payload length.
+        len: usize,
+        /// The maximum for a rank on another node.
         max: usize,
     },
     /// A segment access that does not fit inside the segment.

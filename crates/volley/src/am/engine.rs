@@ -906,7 +906,7 @@ impl Engine {
         }
         let Some(dest) = self.local(dest) else {
             if payload.len() + 256 > crate::transport::net::MAX_MESSAGE {
-                return Err(Error::PayloadTooLarge {
+                return Err(Error::LongTooLarge {
                     len: payload.len(),
                     max: crate::transport::net::MAX_MESSAGE - 256,
                 });

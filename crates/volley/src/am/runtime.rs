@@ -38,6 +38,9 @@ pub struct RuntimeBuilder {
     replies: Vec<(String, Box<ReplyFn>)>,
     config: Config,
     duplicate: Option<String>,
+    /// A setting a layer above found wrong while registering (the first one): `build` fails
+    /// with it.
+    refused: Option<Error>,
     /// Run with this rank's memory once built, before any handler can run (layers above
     /// attach their handlers' state here).
     after_build: Vec<Box<dyn FnOnce(DirectMemory)>>,
@@ -113,6 +116,12 @@ impl RuntimeBuilder {
         self.after_build.push(Box::new(f));
     }
 
+    /// Makes `build` fail with `e` (the first such error wins): for settings of a layer above
+    /// that are read while it registers its handlers.
+    pub(crate) fn refuse_build(&mut self, e: Error) {
+        self.refused.get_or_insert(e);
+    }
+
     /// Slots per ring (power of two, 8..=16384; default 64, or `VOLLEY_RING_SLOTS`).
     pub fn ring_slots(&mut self, slots: usize) -> &mut Self {
         self.config.ring_slots = Some(slots);
@@ -161,9 +170,12 @@ impl RuntimeBuilder {
 
     /// Joins the job: creates this rank's shared-memory region, exchanges regions with the
     /// other ranks (the init barrier), and checks that all ranks agree on handlers and settings.
-    pub fn build(self) -> Result<Runtime> {
+    pub fn build(mut self) -> Result<Runtime> {
         if let Some(name) = self.duplicate {
             return Err(Error::DuplicateHandler(name));
+        }
+        if let Some(e) = self.refused.take() {
+            return Err(e);
         }
         for (kind, n) in [
             ("request", self.requests.len()),
@@ -568,6 +580,11 @@ impl Runtime {
         }
     }
 
+    /// Whether [`Runtime::finalize`] has run.
+    pub fn is_finalized(&self) -> bool {
+        self.finalized.get()
+    }
+
     #[inline(always)]
     fn send_guard(&self, what: &'static str) -> Result<()> {
         self.guard(what);
@@ -601,7 +618,9 @@ impl Runtime {
     }
 
     /// Sends a long request: `payload` is written into `dest`'s segment at `offset`, then
-    /// `handler` runs there with the written bytes as its payload.
+    /// `handler` runs there with the written bytes as its payload. Any size that fits the
+    /// segment goes to a rank of this node; to a rank on another node a long message travels
+    /// whole, so it carries at most a network message's worth ([`Error::LongTooLarge`]).
     pub fn request_long(
         &self,
         dest: usize,
@@ -673,10 +692,17 @@ impl Runtime {
 
     /// Waits until every rank has called `barrier` (a dissemination barrier over Active
     /// Messages; handlers keep running meanwhile).
+    ///
+    /// # Panics
+    ///
+    /// After [`Runtime::finalize`]: the other ranks may have left, so it could never end.
     pub fn barrier(&self) {
         let _e = self.enter();
         self.guard("barrier");
         self.critical_guard("barrier");
+        if self.finalized.get() {
+            panic!("volley: barrier called after finalize; the other ranks may have left the job");
+        }
         let size = self.size();
         let epoch = self.barrier_epoch.get();
         self.barrier_epoch.set(epoch + 1);

@@ -428,3 +428,12 @@ fn a_frame_whose_handler_unwinds_is_delivered_once_and_the_ring_stays_in_step() 
     }
     assert_eq!(rt.stats().dropped, 0);
 }
+
+#[test]
+#[should_panic(expected = "barrier called after finalize")]
+fn barrier_after_finalize_panics_instead_of_hanging() {
+    let rt = Runtime::builder().build().unwrap();
+    rt.finalize();
+    assert!(rt.is_finalized());
+    rt.barrier();
+}

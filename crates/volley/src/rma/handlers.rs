@@ -6,7 +6,7 @@ use super::memops::{self, MemHandlers};
 use super::segment::{Perms, Refusal, Table};
 use crate::am::{DirectMemory, ReplyHandler, RequestHandler, RuntimeBuilder};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 /// Completion slots: operations in flight at once (slot 0 collects implicit operations).
 pub(crate) const SLOTS: usize = 4096;
@@ -37,9 +37,11 @@ struct Slot {
     status: AtomicU64,
     /// An atomic's old value.
     value: AtomicU64,
-    /// Where a get's data goes, and how many bytes may be written there.
-    dest: AtomicU64,
-    dest_len: AtomicU64,
+    /// A get's data, as its fragments arrive. The slot owns it, not the caller's buffer, which
+    /// it fills only when the get is waited for: an `Event` that is leaked (never dropped)
+    /// leaves no pointer to memory that may be freed, and a late or forged reply can only
+    /// write here.
+    staging: Mutex<Vec<u8>>,
     /// Details of the first refusal: rank, offset, length, segment length.
     err: [AtomicU64; 4],
 }
@@ -86,14 +88,30 @@ impl Shared {
         self.slots.get(i as usize)
     }
 
-    /// Prepares a slot: `remaining` replies, a destination for data.
-    pub(crate) fn arm(&self, slot: u32, remaining: u64, dest: u64, dest_len: u64) {
+    /// Prepares a slot: `remaining` replies, room for `data_len` bytes of a get's data.
+    pub(crate) fn arm(&self, slot: u32, remaining: u64, data_len: usize) {
         let s = &self.slots[slot as usize];
         s.status.store(0, Ordering::Relaxed);
         s.value.store(0, Ordering::Relaxed);
-        s.dest.store(dest, Ordering::Relaxed);
-        s.dest_len.store(dest_len, Ordering::Relaxed);
+        {
+            let mut staging = s.staging.lock().unwrap_or_else(PoisonError::into_inner);
+            staging.clear();
+            staging.resize(data_len, 0);
+        }
         s.remaining.store(remaining, Ordering::Relaxed);
+    }
+
+    /// Copies a completed get's data out of its slot into `buf` (as long as the get). A
+    /// large staging buffer is freed rather than kept for the slot's next use.
+    pub(crate) fn take_data(&self, slot: u32, buf: &mut [u8]) {
+        const KEEP: usize = 1 << 20;
+        let s = &self.slots[slot as usize];
+        let mut staging = s.staging.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = buf.len().min(staging.len());
+        buf[..n].copy_from_slice(&staging[..n]);
+        if staging.capacity() > KEEP {
+            *staging = Vec::new();
+        }
     }
 
     pub(crate) fn add_remaining(&self, slot: u32, n: u64) {
@@ -232,24 +250,14 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         let Some(slot) = s.slot(m.arg(0)) else { return };
         let (status, start, p) = (m.arg(1), m.arg(2), m.payload());
         if status == 0 {
-            let dest = slot.dest.load(Ordering::Relaxed);
-            let dest_len = slot.dest_len.load(Ordering::Relaxed);
-            // The destination was registered by this rank for this slot; a reply that does not
-            // fit it is ignored rather than written anywhere else.
-            if start
-                .checked_add(p.len() as u64)
-                .is_some_and(|end| end <= dest_len)
-                && dest != 0
-            {
-                // SAFETY: dest..dest+dest_len is the buffer this rank lent to the pending get
-                // (borrowed by its Event until completion); the fragment fits inside it.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        p.as_ptr(),
-                        (dest as *mut u8).add(start as usize),
-                        p.len(),
-                    )
-                };
+            let mut staging = slot.staging.lock().unwrap_or_else(PoisonError::into_inner);
+            // A reply that does not fit the slot's get is ignored rather than written
+            // anywhere else.
+            let range = usize::try_from(start)
+                .ok()
+                .and_then(|start| Some(start..start.checked_add(p.len())?));
+            if let Some(dest) = range.and_then(|r| staging.get_mut(r)) {
+                dest.copy_from_slice(p);
             }
         }
         s.complete(slot, m.src(), status, 0, [m.arg(3), m.arg(4), m.arg(5)]);

@@ -835,7 +835,7 @@ impl<'rt> Rma<'rt> {
             });
         }
         let bytes = fifo_bytes(entry_size as u64, capacity as u64).unwrap_or(u64::MAX);
-        let at = self.owned_range(seg.id, offset, bytes as usize)?;
+        let at = self.owned_range(seg, offset, bytes as usize)?;
         // SAFETY: `at..at+bytes` lies in our own segment area (checked).
         let base = unsafe { self.shared.local().segment.add(at) };
         if (base as usize) % 8 != 0 {
@@ -932,7 +932,7 @@ impl<'rt> Rma<'rt> {
         }
         let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
         let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
-        let at = self.owned_range(fifo.seg.id, fifo.offset as usize, bytes as usize)?;
+        let at = self.owned_range(fifo.seg, fifo.offset as usize, bytes as usize)?;
         // SAFETY: `at..at+bytes` lies in our own segment area (checked).
         let base = unsafe { self.shared.local().segment.add(at) };
         if (base as usize) % 8 != 0 {

@@ -51,7 +51,6 @@ use crate::error::{Error, Result};
 use handlers::{Handlers, Shared};
 use segment::{AreaAllocator, Table};
 use std::cell::{Cell, RefCell};
-use std::marker::PhantomData;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -85,7 +84,7 @@ impl RmaPath {
 pub struct RmaSetup {
     shared: Arc<Shared>,
     handlers: Handlers,
-    path: Result<RmaPath>,
+    path: RmaPath,
 }
 
 /// A segment this rank owns.
@@ -112,18 +111,33 @@ pub struct Rma<'rt> {
     alloc: RefCell<AreaAllocator>,
     free_slots: RefCell<Vec<u32>>,
     symmetric_seq: Cell<u64>,
-    /// Table entries owned by this rank and their areas, for local access.
-    owned: RefCell<Vec<(u16, usize, usize)>>,
+    /// Segments owned by this rank, for local access and freeing: id, key, area offset and
+    /// length. The key tells a live segment from an earlier one whose id it reuses.
+    owned: RefCell<Vec<OwnedSegment>>,
+}
+
+/// A segment of this rank's table, as this rank's own accesses find it.
+#[derive(Debug, Clone, Copy)]
+struct OwnedSegment {
+    id: u16,
+    key: u64,
+    area_offset: usize,
+    len: usize,
 }
 
 /// A non-blocking operation in flight. `wait` returns its result; dropping it waits too (so a
 /// buffer it writes stays borrowed until the data is in).
+///
+/// A get that travels as messages fills its buffer when it is waited for (or dropped): the
+/// data arrives in memory the runtime owns, so an event that is leaked (`mem::forget`) leaves
+/// its buffer unfilled and its completion slot taken, and nothing else.
 #[derive(Debug)]
 #[must_use = "an Event must be waited for (dropping it waits)"]
 pub struct Event<'a> {
     rma: &'a Rma<'a>,
     state: EventState,
-    _buffer: PhantomData<&'a mut [u8]>,
+    /// A get's buffer, filled from its completion slot when the get completes.
+    dest: Option<&'a mut [u8]>,
 }
 
 #[derive(Debug)]
@@ -142,7 +156,7 @@ impl RmaSetup {
     /// Binds the setup to the built runtime (the handlers were already bound to this rank's
     /// memory by `build()`).
     pub fn attach(self, rt: &Runtime) -> Rma<'_> {
-        let path = self.path.unwrap_or(RmaPath::Direct);
+        let path = self.path;
         let mem = rt
             .direct_memory(rt.rank())
             .expect("a rank can always address its own region");
@@ -168,14 +182,19 @@ impl Rma<'_> {
         Self::register_with(b, path)
     }
 
-    /// Like [`Rma::register`] with an explicit path.
+    /// Like [`Rma::register`] with an explicit path. An `Err` (a bad `VOLLEY_RMA`, say) makes
+    /// the builder's `build` fail with it.
     pub fn register_with(b: &mut RuntimeBuilder, path: Result<RmaPath>) -> RmaSetup {
+        let path = path.unwrap_or_else(|e| {
+            b.refuse_build(e);
+            RmaPath::Direct
+        });
         let shared = Arc::new(Shared::new());
         // The path is part of the handler table, so ranks that disagree fail at init with a
         // handler-table mismatch naming it.
         let marker = match path {
-            Ok(RmaPath::ActiveMessages) => "volley.rma.path=am",
-            _ => "volley.rma.path=direct",
+            RmaPath::ActiveMessages => "volley.rma.path=am",
+            RmaPath::Direct => "volley.rma.path=direct",
         };
         b.request_handler(marker, |_, _| {});
         let handlers = handlers::register(b, &shared);
@@ -217,7 +236,12 @@ impl<'rt> Rma<'rt> {
                     area: self.shared.local().segment_len,
                 })?;
         self.own_table().publish(id, key, area_offset, len, perms);
-        self.owned.borrow_mut().push((id, area_offset, len));
+        self.owned.borrow_mut().push(OwnedSegment {
+            id,
+            key,
+            area_offset,
+            len,
+        });
         Ok((id, area_offset))
     }
 
@@ -240,6 +264,9 @@ impl<'rt> Rma<'rt> {
     /// allocation and free calls in the same order). The same id, key and length are valid at
     /// every rank; returns after every rank has published its segment.
     pub fn alloc_symmetric(&self, len: usize, perms: Perms) -> Result<SymmetricSegment> {
+        if self.rt.is_finalized() {
+            return Err(Error::Finalized);
+        }
         let seq = self.symmetric_seq.get();
         self.symmetric_seq.set(seq + 1);
         let key = mix(self.rt.job_key() ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -252,9 +279,11 @@ impl<'rt> Rma<'rt> {
         })
     }
 
-    fn retire(&self, id: u16) -> bool {
+    /// Frees segment `id` if it is live with `key` (a freed id is reused, so the id alone
+    /// could name a later segment).
+    fn retire(&self, id: u16, key: u64) -> bool {
         let mut owned = self.owned.borrow_mut();
-        let Some(i) = owned.iter().position(|&(x, _, _)| x == id) else {
+        let Some(i) = owned.iter().position(|o| o.id == id && o.key == key) else {
             return false;
         };
         owned.swap_remove(i);
@@ -262,44 +291,51 @@ impl<'rt> Rma<'rt> {
         self.alloc.borrow_mut().free(id)
     }
 
-    /// Frees a segment of this rank; later accesses to it are refused.
+    /// Frees a segment of this rank; later accesses to it are refused. `false` if it was not
+    /// live (already freed).
     pub fn free(&self, seg: LocalSegment) -> bool {
-        self.retire(seg.handle.id)
+        self.retire(seg.handle.id, seg.handle.key)
     }
 
     /// Frees a symmetric segment (collective: waits for every rank first, so no rank still
-    /// uses it).
+    /// uses it; after [`Runtime::finalize`] no rank can, and it frees at once).
     pub fn free_symmetric(&self, seg: SymmetricSegment) -> bool {
-        self.rt.barrier();
-        self.retire(seg.id)
-    }
-
-    fn owned_range(&self, id: u16, offset: usize, len: usize) -> Result<usize> {
-        let owned = self.owned.borrow();
-        let &(_, area, seg_len) =
-            owned
-                .iter()
-                .find(|&&(x, _, _)| x == id)
-                .ok_or(Error::Refused {
-                    rank: self.rt.rank(),
-                    reason: Refusal::NoSuchSegment,
-                })?;
-        if offset.checked_add(len).is_none_or(|e| e > seg_len) {
-            return Err(Error::Refused {
-                rank: self.rt.rank(),
-                reason: Refusal::OutOfBounds {
-                    offset: offset as u64,
-                    len: len as u64,
-                    segment_len: seg_len as u64,
-                },
-            });
+        if !self.rt.is_finalized() {
+            self.rt.barrier();
         }
-        Ok(area + offset)
+        self.retire(seg.id, seg.key)
     }
 
-    /// Copies bytes out of this rank's own segment `id` (a [`SegmentRef`] with our rank).
+    /// Where `len` bytes at `offset` of `seg`, a live segment of this rank, lie in the segment
+    /// area; refused like a remote access otherwise.
+    fn owned_range(&self, seg: SegmentRef, offset: usize, len: usize) -> Result<usize> {
+        let me = self.rt.rank();
+        let refused = |reason| Error::Refused { rank: me, reason };
+        if seg.rank != me {
+            return Err(refused(Refusal::NoSuchSegment));
+        }
+        let owned = self.owned.borrow();
+        let o = owned
+            .iter()
+            .find(|o| o.id == seg.id)
+            .ok_or(refused(Refusal::NoSuchSegment))?;
+        if o.key != seg.key {
+            return Err(refused(Refusal::WrongKey));
+        }
+        if offset.checked_add(len).is_none_or(|e| e > o.len) {
+            return Err(refused(Refusal::OutOfBounds {
+                offset: offset as u64,
+                len: len as u64,
+                segment_len: o.len as u64,
+            }));
+        }
+        Ok(o.area_offset + offset)
+    }
+
+    /// Copies bytes out of this rank's own segment `seg` (a [`SegmentRef`] with our rank; any
+    /// other is refused).
     pub fn read_local(&self, seg: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let at = self.owned_range(seg.id, offset, buf.len())?;
+        let at = self.owned_range(seg, offset, buf.len())?;
         fence(Ordering::Acquire);
         // SAFETY: range checked inside our own segment area, mapped for the runtime's life.
         unsafe {
@@ -312,9 +348,9 @@ impl<'rt> Rma<'rt> {
         Ok(())
     }
 
-    /// Copies bytes into this rank's own segment.
+    /// Copies bytes into this rank's own segment `seg` (as for [`Rma::read_local`]).
     pub fn write_local(&self, seg: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
-        let at = self.owned_range(seg.id, offset, data.len())?;
+        let at = self.owned_range(seg, offset, data.len())?;
         // SAFETY: as in `read_local`.
         unsafe {
             std::ptr::copy_nonoverlapping(
@@ -392,7 +428,7 @@ impl<'rt> Rma<'rt> {
             .ok_or(Error::TooManyOutstanding {
                 max: handlers::SLOTS - 1,
             })?;
-        self.shared.arm(slot, 0, 0, 0);
+        self.shared.arm(slot, 0, 0);
         Ok(slot)
     }
 
@@ -470,8 +506,7 @@ impl<'rt> Rma<'rt> {
         let slot = self.take_slot()?;
         let frag = self.rt.max_medium();
         let pieces = buf.len().div_ceil(frag).max(1);
-        self.shared
-            .arm(slot, pieces as u64, buf.as_mut_ptr() as u64, len);
+        self.shared.arm(slot, pieces as u64, buf.len());
         for i in 0..pieces {
             let start = (i * frag).min(buf.len());
             let n = (buf.len() - start).min(frag);
@@ -492,7 +527,9 @@ impl<'rt> Rma<'rt> {
                 return Err(e);
             }
         }
-        Ok(self.pending(slot, target, off, len))
+        let mut ev = self.pending(slot, target, off, len);
+        ev.dest = Some(buf);
+        Ok(ev)
     }
 
     /// Applies `op` to the 64-bit word of `target` at `offset` (8-byte aligned) and returns
@@ -620,7 +657,7 @@ impl<'rt> Rma<'rt> {
         Event {
             rma: self,
             state: EventState::Done(err),
-            _buffer: PhantomData,
+            dest: None,
         }
     }
 
@@ -633,7 +670,7 @@ impl<'rt> Rma<'rt> {
                 offset,
                 len,
             },
-            _buffer: PhantomData,
+            dest: None,
         }
     }
 }
@@ -694,6 +731,9 @@ impl Event<'_> {
                 let shared = &self.rma.shared;
                 self.rma.rt.wait_until(|| shared.remaining(slot) == 0);
                 let err = shared.error(slot);
+                if let (None, Some(buf)) = (&err, self.dest.take()) {
+                    shared.take_data(slot, buf);
+                }
                 self.rma.free_slots.borrow_mut().push(slot);
                 let _ = (target, offset, len);
                 match err {

@@ -333,7 +333,8 @@ impl AreaAllocator {
     /// Reserves `len` bytes and an id: `(id, offset)`.
     pub(crate) fn alloc(&mut self, len: usize) -> Option<(u16, usize)> {
         let id = self.ids.iter().position(|used| !used)?;
-        let size = len.max(1).div_ceil(ALIGN) * ALIGN;
+        // Checked: a length near usize::MAX would round up to a size of 0.
+        let size = len.max(1).checked_next_multiple_of(ALIGN)?;
         let i = self.free.iter().position(|&(_, l)| l >= size)?;
         let (off, l) = self.free[i];
         if l == size {

@@ -172,3 +172,102 @@ fn implicit_scope_completes_gets_and_puts_at_its_end() {
         assert_eq!(&c, &src[..4], "{path:?}: the good get still completed");
     }
 }
+
+#[test]
+fn a_leaked_get_never_writes_into_its_buffer() {
+    // Leaking an Event ends the buffer's borrow without waiting, so safe code may then free
+    // or reuse the buffer: the data must go nowhere near it. (The AM path is the one where
+    // data arrives after `get_nb` returns.)
+    let (rt, setup) = setup(RmaPath::ActiveMessages);
+    let rma = setup.attach(&rt);
+    let seg = rma.alloc(4096, Perms::ALL).unwrap().handle();
+    rma.put(seg, 0, &[0x5Au8; 4096]).unwrap();
+    let mut buf = vec![0u8; 4096];
+    std::mem::forget(rma.get_nb(seg, 0, &mut buf).unwrap());
+    for _ in 0..100 {
+        rt.poll();
+    }
+    assert!(
+        buf.iter().all(|&b| b == 0),
+        "the leaked get wrote into its buffer after the borrow ended"
+    );
+    // The runtime goes on working; a get that is waited for fills its buffer.
+    rma.get(seg, 0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0x5A));
+}
+
+#[test]
+fn local_accesses_and_frees_check_the_whole_handle() {
+    let (rt, setup) = setup(RmaPath::Direct);
+    let rma = setup.attach(&rt);
+    let a = rma.alloc(64, Perms::ALL).unwrap();
+    assert!(rma.free(a));
+    // The id of `a` is reused by `b`: freeing `a` again must not free `b`.
+    let b = rma.alloc(64, Perms::ALL).unwrap();
+    assert!(!rma.free(a), "a segment was freed twice");
+    rma.write_local(b.handle(), 0, b"still here").unwrap();
+    let refused = |r: Result<()>| match r {
+        Err(Error::Refused { reason, .. }) => reason,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    let mut x = [0u8; 4];
+    assert_eq!(
+        refused(rma.read_local(a.handle(), 0, &mut x)),
+        Refusal::WrongKey,
+        "a freed segment's handle reached the segment that reuses its id"
+    );
+    let mut other_rank = b.handle();
+    other_rank.rank = 1;
+    assert_eq!(
+        refused(rma.read_local(other_rank, 0, &mut x)),
+        Refusal::NoSuchSegment,
+        "a handle of another rank read this rank's memory"
+    );
+    assert!(rma.free(b));
+}
+
+#[test]
+fn a_segment_length_that_cannot_be_rounded_is_refused() {
+    let (rt, setup) = setup(RmaPath::Direct);
+    let rma = setup.attach(&rt);
+    for len in [usize::MAX, usize::MAX - 62, rt.segment_len() + 1] {
+        assert!(
+            matches!(rma.alloc(len, Perms::ALL), Err(Error::SegmentSpace { .. })),
+            "a {len}-byte segment was granted"
+        );
+    }
+}
+
+#[test]
+fn a_bad_path_setting_fails_the_build() {
+    let mut b = Runtime::builder();
+    let _setup = Rma::register_with(
+        &mut b,
+        Err(Error::InvalidConfig {
+            name: "VOLLEY_RMA",
+            value: "AM".into(),
+            why: "expected direct or am",
+        }),
+    );
+    assert!(matches!(
+        b.build(),
+        Err(Error::InvalidConfig {
+            name: "VOLLEY_RMA",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn symmetric_allocation_after_finalize_is_an_error() {
+    let (rt, setup) = setup(RmaPath::Direct);
+    let rma = setup.attach(&rt);
+    let seg = rma.alloc_symmetric(64, Perms::ALL).unwrap();
+    rt.finalize();
+    assert!(matches!(
+        rma.alloc_symmetric(64, Perms::ALL),
+        Err(Error::Finalized)
+    ));
+    // Freeing needs no other rank any more: no barrier, no hang.
+    assert!(rma.free_symmetric(seg));
+}

@@ -108,7 +108,7 @@ fn write_f_observer_never_sees_the_flag_before_the_data() {
         let (rt, setup, _, _) = setup(path);
         let rma = setup.attach(&rt);
         let seg = rma.alloc_symmetric(LEN + 8, Perms::ALL).unwrap().on(0);
-        let at = rma.owned_range(seg.id, 0, LEN + 8).unwrap();
+        let at = rma.owned_range(seg, 0, LEN + 8).unwrap();
         // SAFETY: inside our own segment area.
         let base = unsafe { rma.shared.local().segment.add(at) } as usize;
         let acked = Arc::new(AtomicU64::new(0));
