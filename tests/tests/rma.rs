@@ -16,6 +16,7 @@ const OVERLAP: &str = env!("CARGO_BIN_EXE_rma_overlap");
 const PROTECT: &str = env!("CARGO_BIN_EXE_rma_protect");
 const NB: &str = env!("CARGO_BIN_EXE_rma_nb");
 const MEMOPS: &str = env!("CARGO_BIN_EXE_rma_memops");
+const SYMMETRIC: &str = env!("CARGO_BIN_EXE_rma_symmetric");
 
 const PATHS: [&str; 2] = ["direct", "am"];
 
@@ -198,4 +199,11 @@ fn memory_based_operations_on_5_ranks() {
          flagged rounds of 150001 bytes per sender; 200 signals; 5120 conditional writes match \
          the sequential image",
     );
+}
+
+#[test]
+fn symmetric_allocations_that_differ_fail_on_every_rank() {
+    // (The test matrix runs this across emulated nodes too: offers over UDP and TCP.)
+    let want = "symmetric allocation agrees or fails everywhere";
+    on_both_paths(3, SYMMETRIC, &[], &[], want);
 }

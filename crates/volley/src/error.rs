@@ -120,6 +120,19 @@ pub enum Error {
         /// Size of the whole area.
         area: usize,
     },
+    /// A symmetric allocation came out differently on another rank (no room there, another
+    /// segment id, or other arguments); no rank kept a segment.
+    #[error("symmetric allocation differs: rank {rank} has {theirs} but rank {me} has {mine}")]
+    SymmetricMismatch {
+        /// This rank.
+        me: usize,
+        /// The first rank whose allocation differs.
+        rank: usize,
+        /// What this rank got.
+        mine: String,
+        /// What the other rank got.
+        theirs: String,
+    },
     /// Too many non-blocking one-sided operations are in flight.
     #[error("more than {max} one-sided operations in flight; wait for some first")]
     TooManyOutstanding {

@@ -46,11 +46,52 @@ struct Slot {
     err: [AtomicU64; 4],
 }
 
+/// What one rank made of a symmetric allocation: the segment id it got (`None`: no room),
+/// the length and the permissions. Every rank must have made the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SymmetricOffer {
+    pub(crate) id: Option<u16>,
+    pub(crate) len: u64,
+    pub(crate) perms: u64,
+}
+
+impl SymmetricOffer {
+    /// As message arguments, after the allocation's sequence number.
+    pub(crate) fn args(&self, seq: u64) -> [u64; 4] {
+        let id = self.id.map_or(u64::MAX, u64::from);
+        [seq, id, self.len, self.perms]
+    }
+
+    fn from_args(a: [u64; 3]) -> Self {
+        Self {
+            id: u16::try_from(a[0]).ok(),
+            len: a[1],
+            perms: a[2],
+        }
+    }
+}
+
+impl std::fmt::Display for SymmetricOffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.id {
+            None => write!(f, "no room for a {}-byte segment", self.len),
+            Some(id) => write!(
+                f,
+                "segment id {id} of {} bytes with permissions {:#b}",
+                self.len, self.perms
+            ),
+        }
+    }
+}
+
 /// State shared between the `Rma` handle and its handlers.
 #[derive(Debug)]
 pub(crate) struct Shared {
     local: OnceLock<LocalMem>,
     slots: Box<[Slot]>,
+    /// Other ranks' offers for symmetric allocations: sequence number, rank, offer. A fast
+    /// rank's offer for the next allocation can arrive before this rank's current one ends.
+    offers: Mutex<Vec<(u64, usize, SymmetricOffer)>>,
 }
 
 /// The handler ids of the one-sided layer.
@@ -62,6 +103,8 @@ pub(crate) struct Handlers {
     pub(crate) ack: ReplyHandler,
     /// The memory-based operations' handlers (WRITE_F, FIFO, conditional write).
     pub(crate) mem: MemHandlers,
+    /// Takes another rank's [`SymmetricOffer`] (one-way).
+    pub(crate) offer: RequestHandler,
 }
 
 impl Shared {
@@ -69,7 +112,27 @@ impl Shared {
         Self {
             local: OnceLock::new(),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
+            offers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// How many other ranks' offers for symmetric allocation `seq` have arrived.
+    pub(crate) fn offers_for(&self, seq: u64) -> usize {
+        let offers = self.offers.lock().unwrap_or_else(PoisonError::into_inner);
+        offers.iter().filter(|o| o.0 == seq).count()
+    }
+
+    /// Takes the offers for symmetric allocation `seq`, by rank.
+    pub(crate) fn take_offers(&self, seq: u64) -> Vec<(usize, SymmetricOffer)> {
+        let mut offers = self.offers.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut taken: Vec<(usize, SymmetricOffer)> = offers
+            .iter()
+            .filter(|o| o.0 == seq)
+            .map(|o| (o.1, o.2))
+            .collect();
+        offers.retain(|o| o.0 != seq);
+        taken.sort_by_key(|o| o.0);
+        taken
     }
 
     pub(crate) fn attach(&self, mem: DirectMemory) {
@@ -325,10 +388,19 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         let _ = tok.reply_short(ack, &reply);
     });
     let mem = memops::register(b, shared, ack);
+    let s = shared.clone();
+    let offer = b.request_handler("volley.rma.symmetric_offer", move |m, _| {
+        let offer = SymmetricOffer::from_args([m.arg(1), m.arg(2), m.arg(3)]);
+        s.offers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((m.arg(0), m.src(), offer));
+    });
     Handlers {
         get,
         atomic,
         ack,
         mem,
+        offer,
     }
 }

@@ -48,7 +48,7 @@ pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
 use crate::am::{Runtime, RuntimeBuilder};
 use crate::error::{Error, Result};
-use handlers::{Handlers, Shared};
+use handlers::{Handlers, Shared, SymmetricOffer};
 use segment::{AreaAllocator, Table};
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -263,6 +263,11 @@ impl<'rt> Rma<'rt> {
     /// Allocates a segment on every rank (collective: every rank must make the same
     /// allocation and free calls in the same order). The same id, key and length are valid at
     /// every rank; returns after every rank has published its segment.
+    ///
+    /// The ranks compare what they got: if any rank had no room, or got another segment id
+    /// (a rank-local [`Rma::alloc`] on some ranks only shifts the ids), or was asked for
+    /// another length or permissions, no rank keeps a segment and every rank returns an error:
+    /// [`Error::SegmentSpace`] where there was no room, [`Error::SymmetricMismatch`] elsewhere.
     pub fn alloc_symmetric(&self, len: usize, perms: Perms) -> Result<SymmetricSegment> {
         if self.rt.is_finalized() {
             return Err(Error::Finalized);
@@ -270,13 +275,49 @@ impl<'rt> Rma<'rt> {
         let seq = self.symmetric_seq.get();
         self.symmetric_seq.set(seq + 1);
         let key = mix(self.rt.job_key() ^ seq.wrapping_mul(0x9E37_79B9_7F4A_7C15));
-        let (id, _) = self.publish(len, perms, key)?;
-        self.rt.barrier();
-        Ok(SymmetricSegment {
-            id,
-            key,
+        let published = self.publish(len, perms, key);
+        let mine = SymmetricOffer {
+            id: published.as_ref().ok().map(|&(id, _)| id),
             len: len as u64,
-        })
+            perms: perms.bits(),
+        };
+        // Every rank offers after publishing, so once every offer is in, every rank's segment
+        // is live: the exchange is the barrier too.
+        let others = self.exchange_offers(seq, mine)?;
+        let differs = others.into_iter().find(|&(_, theirs)| theirs != mine);
+        match (published, differs) {
+            (Err(e), _) => Err(e),
+            (Ok((id, _)), Some((rank, theirs))) => {
+                self.retire(id, key);
+                Err(Error::SymmetricMismatch {
+                    me: self.rt.rank(),
+                    rank,
+                    mine: mine.to_string(),
+                    theirs: theirs.to_string(),
+                })
+            }
+            (Ok((id, _)), None) => Ok(SymmetricSegment {
+                id,
+                key,
+                len: len as u64,
+            }),
+        }
+    }
+
+    /// Sends `mine` to every other rank and waits for theirs: (rank, offer), by rank.
+    fn exchange_offers(
+        &self,
+        seq: u64,
+        mine: SymmetricOffer,
+    ) -> Result<Vec<(usize, SymmetricOffer)>> {
+        let (me, size) = (self.rt.rank(), self.rt.size());
+        for peer in (0..size).filter(|&p| p != me) {
+            self.rt
+                .request_short(peer, self.handlers.offer, &mine.args(seq))?;
+        }
+        let shared = &self.shared;
+        self.rt.wait_until(|| shared.offers_for(seq) >= size - 1);
+        Ok(shared.take_offers(seq))
     }
 
     /// Frees segment `id` if it is live with `key` (a freed id is reused, so the id alone
