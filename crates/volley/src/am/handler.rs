@@ -81,7 +81,10 @@ impl<'a> Message<'a> {
     ///
     /// For a long message these bytes are segment memory that any rank may write at any time
     /// (a later long message to the same offset, for example): the program must not target a
-    /// range while a handler may still be reading it, as with any remote write.
+    /// range while a handler may still be reading it, as with any remote write. This rank's
+    /// own accesses (`Runtime::write_segment`, the one-sided layer's local and direct
+    /// operations) wait for a handler running on the progress thread, so they never change
+    /// the bytes under it.
     pub fn payload(&self) -> &'a [u8] {
         self.payload
     }

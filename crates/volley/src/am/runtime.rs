@@ -481,7 +481,7 @@ pub struct Runtime {
 }
 
 /// The rank thread's hold on the engine for one runtime call (thread mode); released on drop.
-struct Entered<'a> {
+pub(crate) struct Entered<'a> {
     rt: &'a Runtime,
     owned: bool,
 }
@@ -551,7 +551,7 @@ impl Runtime {
     /// Takes the engine for one call: in thread mode, the engine lease (unless this thread
     /// already holds it); in inline mode, nothing.
     #[inline(always)]
-    fn enter(&self) -> Entered<'_> {
+    pub(crate) fn enter(&self) -> Entered<'_> {
         let owned = match self.engine().thread_sync() {
             Some(sync) if !self.held.get() => {
                 sync.enter();
@@ -742,8 +742,11 @@ impl Runtime {
         Ok(())
     }
 
-    /// Copies bytes out of this rank's segment (where long messages land).
+    /// Copies bytes out of this rank's segment (where long messages land). With a progress
+    /// thread, handlers wait meanwhile (and this waits for a running one), so the copy never
+    /// overlaps a handler that holds a view of the segment.
     pub fn read_segment(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let _e = self.enter();
         self.segment_range(offset, buf.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {
@@ -756,8 +759,10 @@ impl Runtime {
         Ok(())
     }
 
-    /// Copies bytes into this rank's segment.
+    /// Copies bytes into this rank's segment (handlers wait meanwhile, as for
+    /// [`Runtime::read_segment`]).
     pub fn write_segment(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let _e = self.enter();
         self.segment_range(offset, data.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {

@@ -437,3 +437,47 @@ fn barrier_after_finalize_panics_instead_of_hanging() {
     assert!(rt.is_finalized());
     rt.barrier();
 }
+
+#[test]
+fn segment_writes_wait_for_a_handler_that_views_the_segment() {
+    // A long message's payload is a view of the segment. With a progress thread running the
+    // handler, a `write_segment` by the program must not change those bytes under it.
+    let entered = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // 0: running; 1: the payload stayed; 2: it changed under the handler.
+    let verdict = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    b.progress_thread(true);
+    let (e, v) = (entered.clone(), verdict.clone());
+    let view = b.request_handler("view", move |m, _| {
+        let before = m.payload().to_vec();
+        e.store(true, Ordering::Release);
+        // Long enough for the program's write to come in if it did not wait.
+        std::thread::sleep(Duration::from_millis(50));
+        // (Read as the optimiser cannot assume unchanged.)
+        let after = std::hint::black_box(m.payload()).to_vec();
+        v.store(if after == before { 1 } else { 2 }, Ordering::Release);
+    });
+    let rt = b.build().unwrap();
+    assert!(rt.has_progress_thread());
+    rt.request_long(0, view, &[], &[1u8; 64], 128).unwrap();
+    let t = Instant::now();
+    while !entered.load(Ordering::Acquire) {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "the handler never ran"
+        );
+        std::thread::yield_now();
+    }
+    rt.write_segment(128, &[2u8; 64]).unwrap();
+    while verdict.load(Ordering::Acquire) == 0 {
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        verdict.load(Ordering::Acquire),
+        1,
+        "write_segment changed a running handler's payload"
+    );
+    let mut back = [0u8; 64];
+    rt.read_segment(128, &mut back).unwrap();
+    assert_eq!(back, [2u8; 64]);
+}

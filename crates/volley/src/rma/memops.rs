@@ -777,6 +777,7 @@ impl<'rt> Rma<'rt> {
         flag_value: u64,
         implicit: bool,
     ) -> Result<()> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         let (off, len, foff) = (offset as u64, data.len() as u64, flag_offset as u64);
         if self.direct(target.rank) {
@@ -813,6 +814,7 @@ impl<'rt> Rma<'rt> {
         entry_size: usize,
         capacity: usize,
     ) -> Result<FifoRef> {
+        let _e = self.rt.enter();
         let me = self.rt.rank();
         if entry_size == 0 || entry_size > u32::MAX as usize {
             return Err(Error::InvalidConfig {
@@ -859,6 +861,7 @@ impl<'rt> Rma<'rt> {
     /// nothing is written, and the caller decides (drop, retry, or use
     /// [`Rma::fifo_enqueue_retry`]). Safe with any number of concurrent producers.
     pub fn fifo_enqueue(&self, fifo: FifoRef, data: &[u8]) -> Result<FifoStatus> {
+        let _e = self.rt.enter();
         let target = fifo.seg;
         self.check_rank(target.rank)?;
         let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
@@ -925,6 +928,7 @@ impl<'rt> Rma<'rt> {
     /// Takes the oldest entry of a FIFO this rank created into `buf` (at least
     /// [`FifoRef::entry_size`] bytes); `Ok(false)` if it is empty.
     pub fn fifo_dequeue(&self, fifo: FifoRef, buf: &mut [u8]) -> Result<bool> {
+        let _e = self.rt.enter();
         let me = self.rt.rank();
         let refused = |reason| Error::Refused { rank: me, reason };
         if fifo.seg.rank != me {
@@ -989,6 +993,7 @@ impl<'rt> Rma<'rt> {
     ) -> Result<()> {
         let in_place = self.direct(target.rank);
         if in_place {
+            let _e = self.rt.enter();
             let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` lies in the target's segment (checked).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
@@ -1015,6 +1020,7 @@ impl<'rt> Rma<'rt> {
         data_offset: usize,
         data: &[u8],
     ) -> Result<bool> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         if data.len() > self.rt.max_medium() {
             return Err(Error::PayloadTooLarge {

@@ -376,6 +376,7 @@ impl<'rt> Rma<'rt> {
     /// Copies bytes out of this rank's own segment `seg` (a [`SegmentRef`] with our rank; any
     /// other is refused).
     pub fn read_local(&self, seg: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
+        let _e = self.rt.enter();
         let at = self.owned_range(seg, offset, buf.len())?;
         fence(Ordering::Acquire);
         // SAFETY: range checked inside our own segment area, mapped for the runtime's life.
@@ -391,6 +392,7 @@ impl<'rt> Rma<'rt> {
 
     /// Copies bytes into this rank's own segment `seg` (as for [`Rma::read_local`]).
     pub fn write_local(&self, seg: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        let _e = self.rt.enter();
         let at = self.owned_range(seg, offset, data.len())?;
         // SAFETY: as in `read_local`.
         unsafe {
@@ -480,6 +482,7 @@ impl<'rt> Rma<'rt> {
 
     /// Starts a put; `data` may be reused as soon as this returns.
     pub fn put_nb(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<Event<'_>> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         let (off, len) = (offset as u64, data.len() as u64);
         if self.direct(target.rank) {
@@ -496,6 +499,7 @@ impl<'rt> Rma<'rt> {
 
     /// Starts a put completed by the next [`Rma::sync`].
     pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         if self.direct(target.rank) {
             return self.put_direct(target, offset as u64, data);
@@ -534,6 +538,7 @@ impl<'rt> Rma<'rt> {
         offset: usize,
         buf: &'a mut [u8],
     ) -> Result<Event<'a>> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         let (off, len) = (offset as u64, buf.len() as u64);
         if self.direct(target.rank) {
@@ -584,6 +589,7 @@ impl<'rt> Rma<'rt> {
         operand: u64,
         compare: u64,
     ) -> Result<u64> {
+        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         let off = offset as u64;
         if self.direct(target.rank) {
