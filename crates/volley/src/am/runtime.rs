@@ -621,6 +621,10 @@ impl Runtime {
     /// `handler` runs there with the written bytes as its payload. Any size that fits the
     /// segment goes to a rank of this node; to a rank on another node a long message travels
     /// whole, so it carries at most a network message's worth ([`Error::LongTooLarge`]).
+    ///
+    /// The whole segment area is open to long messages, unchecked: segments of the one-sided
+    /// layer ([`crate::rma`]) are carved from the same area, and a long message that lands on
+    /// one overwrites it whatever its permissions.
     pub fn request_long(
         &self,
         dest: usize,

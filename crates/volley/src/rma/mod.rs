@@ -9,6 +9,11 @@
 //! nothing, is counted at the target ([`Rma::refused`]) and returns
 //! [`Error::Refused`] naming the [`Refusal`].
 //!
+//! Long Active Messages (`Runtime::request_long`) are not one-sided accesses and are not
+//! checked: they write the segment area by offset, the same area segments are carved from
+//! (first fit, from offset 0). A program that uses both must keep its long messages clear of
+//! its segments' memory.
+//!
 //! Two paths, one per job ([`RmaPath`], `VOLLEY_RMA=direct|am`):
 //! - **direct** (default between ranks of one host): the initiator checks the target's table in
 //!   the mapped region and then uses `memcpy` and CPU atomics on the target's memory; no
