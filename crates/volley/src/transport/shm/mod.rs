@@ -1,6 +1,6 @@
 //! Shared-memory transport between ranks on one host.
 //!
-//! Each rank owns one [`Region`]: an anonymous `memfd` mapping that holds
+//! Each rank owns one region: an anonymous `memfd` mapping that holds
 //! - its *incoming* rings, one per (local sender, channel), including one from itself (loopback);
 //! - its outgoing medium buffers (payloads too large to travel inline in a ring);
 //! - its segment, the memory long messages are written into.
