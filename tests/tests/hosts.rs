@@ -729,3 +729,33 @@ fn runtime_job_across_two_hosts_over_udp_and_tcp() {
     routes_across_two_hosts("udp");
     routes_across_two_hosts("tcp");
 }
+
+#[test]
+fn an_ipv6_launcher_address_reaches_the_agents() {
+    // Two "hosts" that are this one, reached by a remote shell that runs the command here;
+    // the agents connect back to the launcher over IPv6 loopback, and the ranks' network
+    // transports (one rank per node) talk over it too.
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        eprintln!("skipped: no IPv6 loopback here");
+        return;
+    }
+    let scratch = common::Scratch::new("ipv6-rsh");
+    let rsh = scratch.path().join("here");
+    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = Job::raw([
+        "run",
+        "-n",
+        "2",
+        "--hosts",
+        "localhost,localhost",
+        "--rsh",
+        rsh.to_str().unwrap(),
+        "--launcher-addr",
+        "::1",
+        env!("CARGO_BIN_EXE_fetch_add_check"),
+        "200",
+    ])
+    .output();
+    out.assert_success();
+}

@@ -302,6 +302,61 @@ fn malformed_rank_count_is_refused() {
 }
 
 #[test]
+fn huge_rank_counts_are_refused() {
+    // A typo, not a wish for that many processes: refused before anything starts (these
+    // used to end in a capacity-overflow panic, or in starting processes without end).
+    for n in ["65537", "1152921504606846976", "18446744073709551615"] {
+        bad_command_line(&["run", "-n", n, HELLO], "at most 65536");
+        bad_command_line(
+            &["run", "-n", n, "--ranks-per-node", "1", HELLO],
+            "at most 65536",
+        );
+        bad_command_line(&["run", "-n", n, "--hosts", "a,b", HELLO], "at most 65536");
+    }
+}
+
+#[test]
+fn a_subcommand_is_missing() {
+    // `volley` alone: the usage, on stderr, exit code 2.
+    for args in [&[][..], &["bench"]] {
+        let out = Job::raw(args).timeout(Duration::from_secs(10)).output();
+        out.assert_code(2).assert_stderr_has(&["Usage: volley"]);
+    }
+}
+
+#[test]
+fn a_labelled_job_ends_when_its_reader_goes_away() {
+    // `volley run --label yes | head -1`: as without --label, the rank must get SIGPIPE once
+    // nobody reads its output any more, and the job end, instead of running on with its
+    // output thrown away.
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(common::launcher())
+        .args(["run", "-n", "1", "--label", "yes"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first, "[0] y\n");
+    // The reader (and with it the pipe's read end) is gone now.
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("the labelled job ran on after its reader went away");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(128 + libc::SIGPIPE), "{status:?}");
+}
+
+#[test]
 fn invalid_setting_reaches_the_ranks_and_fails_the_job() {
     // VOLLEY_* settings are inherited by every rank: an invalid ring size makes build() fail.
     let out = Job::run(2, HELLO, &[])

@@ -1,12 +1,35 @@
 //! `volley info`: limits, defaults and the per-rank memory footprint.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::process::ExitCode;
 use volley::am::{DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT_SEGMENT_BYTES};
 use volley::transport::shm::{Layout, MEDIUM_MAX};
 
-/// Prints the table.
-pub fn print() {
+/// Prints the table; a failed write (a closed pipe, a full disk) ends with an error code
+/// rather than a panic.
+pub fn print() -> ExitCode {
+    let text = table();
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Ok(()) => ExitCode::SUCCESS,
+        // The reader left (`volley info | head -1`): nothing to say about it.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(141),
+        Err(e) => {
+            eprintln!("volley info: writing the table: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The table's text.
+fn table() -> String {
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    macro_rules! println {
+        ($($arg:tt)*) => { let _ = writeln!(out, $($arg)*); };
+    }
     println!("volley {}", env!("CARGO_PKG_VERSION"));
-    println!("transports             shm (ranks on this host, including loopback)");
+    println!("transports             shm (ranks on this host, including loopback), udp, tcp (VOLLEY_NET)");
     println!("max arguments          {}", volley::MAX_ARGS);
     println!("max medium payload     {MEDIUM_MAX} bytes");
     println!("ring slots (default)   {DEFAULT_RING_SLOTS} x 64 B per sender and channel");
@@ -35,4 +58,5 @@ pub fn print() {
             l.total_len() as f64 / (1 << 20) as f64
         );
     }
+    out
 }

@@ -92,6 +92,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let code = if e.use_stderr() { 2 } else { 0 };
+            if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                // `volley` or `volley bench` alone: the help (of that command) says what to add.
+                let _ = e.print();
+                return ExitCode::from(2);
+            }
             if code == 2 {
                 // One line: clap's message up to its usage block, joined.
                 let msg = e.to_string();
@@ -128,6 +133,10 @@ fn main() -> ExitCode {
             grace,
             mut command,
         } => {
+            if let Err(e) = launch::check_rank_count(ranks) {
+                eprintln!("volley run: {e}");
+                return ExitCode::from(2);
+            }
             if ranks_per_node == Some(0) {
                 eprintln!("volley run: --ranks-per-node must be at least 1");
                 return ExitCode::from(2);
@@ -142,7 +151,9 @@ fn main() -> ExitCode {
                 return ExitCode::from(2);
             }
             if multi && ranks_per_node.is_some() {
-                eprintln!("volley run: --ranks-per-node cannot be combined with --hosts");
+                eprintln!(
+                    "volley run: --ranks-per-node cannot be combined with --hosts or --hostfile"
+                );
                 return ExitCode::from(2);
             }
             let host_list = match (&hosts, &hostfile) {
@@ -187,10 +198,7 @@ fn main() -> ExitCode {
         }
         Command::Agent(args) => ExitCode::from(launch::agent::main(args)),
         Command::Bench { which } => bench::main(which),
-        Command::Info => {
-            info::print();
-            ExitCode::SUCCESS
-        }
+        Command::Info => info::print(),
         Command::BenchRank {
             which,
             out,

@@ -180,6 +180,117 @@ fn bench_rejects_bad_arguments() {
 }
 
 #[test]
+fn bench_refuses_a_results_path_it_cannot_write_before_measuring() {
+    for path in ["/nonexistent/dir/x.json", "", "/tmp"] {
+        let t = Instant::now();
+        let (code, _, err) = run(
+            &["bench", "am", "--reps", "3", "--json", path],
+            Duration::from_secs(60),
+        );
+        assert_eq!(code, Some(2), "--json {path:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "--json {path:?}: {err}");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "--json {path:?} was refused only after {:?}",
+            t.elapsed()
+        );
+    }
+}
+
+#[test]
+fn bench_refuses_to_measure_on_one_cpu() {
+    // The floor and the ranks need two CPUs: on one, every figure would be meaningless.
+    let one = Command::new("taskset")
+        .args([
+            "-c", "0", VOLLEY, "bench", "am", "--reps", "1", "--scale", "0.01",
+        ])
+        .output();
+    let Ok(out) = one else {
+        eprintln!("skipped: no taskset here");
+        return;
+    };
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("needs two CPUs"), "{err}");
+}
+
+#[test]
+fn output_that_cannot_be_written_is_an_error_not_a_panic() {
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+    let Ok(full) = full else {
+        eprintln!("skipped: no /dev/full here");
+        return;
+    };
+    let out = Command::new(VOLLEY)
+        .arg("info")
+        .stdout(full)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("No space left"), "{err}");
+}
+
+#[test]
+fn a_killed_bench_leaves_no_floor_process_behind() {
+    // The network floor runs in a forked child; a bench killed while it measures must take
+    // that child with it, not leave it spinning on a CPU.
+    let mut bench = Command::new(VOLLEY)
+        .args([
+            "bench",
+            "am",
+            "--transport",
+            "tcp",
+            "--scale",
+            "100",
+            "--reps",
+            "3",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = bench.id();
+    // Wait for the fork: a child of the bench process.
+    let children = || -> Vec<u32> {
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .collect()
+    };
+    let start = Instant::now();
+    let child = loop {
+        if let Some(&c) = children().first() {
+            break c;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the bench never forked its floor process"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = bench.wait();
+    let gone = Instant::now();
+    // A zombie (reaped by init soon) counts as gone: it runs nothing.
+    let running = || {
+        std::fs::read_to_string(format!("/proc/{child}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+    };
+    while running() {
+        assert!(
+            gone.elapsed() < Duration::from_secs(10),
+            "the floor process {child} outlived its bench"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
 fn bench_am_over_each_network_reports_its_floor() {
     for (transport, floor) in [("udp", "udp_raw_rtt_ns"), ("tcp", "tcp_raw_rtt_ns")] {
         let (code, out, err) = run(

@@ -14,10 +14,13 @@ use std::time::Instant;
 use volley::Runtime;
 
 fn main() {
-    let k: u64 = std::env::args()
-        .nth(1)
-        .map(|s| s.parse().expect("K must be a number"))
-        .unwrap_or(10_000);
+    let k: u64 = match std::env::args().nth(1) {
+        None => 10_000,
+        Some(a) => a.parse().unwrap_or_else(|_| {
+            eprintln!("fetch_add: K must be a whole number, not {a:?}");
+            std::process::exit(2)
+        }),
+    };
 
     // State touched by handlers. Handlers run only inside runtime calls on this thread, but
     // they must be Send + Sync, so plain atomics and a mutex hold it.

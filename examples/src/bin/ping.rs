@@ -28,7 +28,10 @@ fn main() {
     let ping = b.request_handler("ping", move |m, token| {
         token.reply_short(pong, m.args()).expect("reply");
     });
-    let rt = b.build().expect("joining the job");
+    let rt = b.build().unwrap_or_else(|e| {
+        eprintln!("ping: {e}");
+        std::process::exit(1)
+    });
     let target = if rt.size() > 1 { 1 } else { 0 };
     if rt.rank() == 0 {
         let t0 = Instant::now();

@@ -23,7 +23,10 @@ fn main() {
     let sink = b.request_handler("sink", move |_, _| {
         seen.store(seen.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     });
-    let rt = b.build().expect("joining the job");
+    let rt = b.build().unwrap_or_else(|e| {
+        eprintln!("sink: {e}");
+        std::process::exit(1)
+    });
     let target = if rt.size() > 1 { 1 } else { 0 };
     if rt.rank() == 0 {
         let t0 = Instant::now();

@@ -89,7 +89,11 @@ impl Bench {
         });
         let mut b = b;
         b.segment_bytes(2 << 20);
-        let rt = b.build().expect("joining the benchmark job");
+        let rt = b.build().unwrap_or_else(|e| {
+            // A bad VOLLEY_* setting, say: one line, not a panic.
+            eprintln!("volley bench rank: joining the benchmark job: {e}");
+            std::process::exit(1)
+        });
         Self {
             rt,
             pongs,

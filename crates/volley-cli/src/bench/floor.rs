@@ -250,10 +250,12 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
         // Fresh lines for each run; the child shares the mapping across fork.
         let shared = SharedLines::create()?;
         let lines = shared.lines();
+        let parent = std::process::id();
         // SAFETY: called before any thread exists; the child only spins on atomics and exits.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed");
         if pid == 0 {
+            die_with_parent(parent);
             crate::affinity::pin(cpus[1]);
             echo(lines, 0, iters);
             // SAFETY: leave the child without running the parent's atexit handlers.
@@ -267,6 +269,20 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
     }
     crate::affinity::restore(&saved);
     Ok(super::median(&mut samples))
+}
+
+/// In a forked floor child: dies with the bench process (whose pid was `parent` before the
+/// fork), so that a bench killed mid-measurement leaves no child spinning on a CPU.
+fn die_with_parent(parent: u32) {
+    // SAFETY: prctl with an integer signal number has no memory effects; getppid and _exit
+    // are async-signal-safe, as a forked child of a possibly threaded process needs.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        // The parent may have died before the prctl took effect.
+        if libc::getppid() as u32 != parent {
+            libc::_exit(1);
+        }
+    }
 }
 
 /// Which raw socket the network floor bounces a message over.
@@ -335,22 +351,28 @@ pub fn socket_rtt_ns(
                 let _ = s.send(msg);
             }
         }
-        fn read_all(mut s: &TcpStream, buf: &mut [u8]) {
+        /// Spins until `buf` is full; `false` if the other end closed the connection.
+        fn read_all(mut s: &TcpStream, buf: &mut [u8]) -> bool {
             let mut got = 0;
             while got < buf.len() {
-                if let Ok(n) = s.read(&mut buf[got..]) {
-                    got += n;
+                match s.read(&mut buf[got..]) {
+                    Ok(0) => return false,
+                    Ok(n) => got += n,
+                    Err(_) => {}
                 }
             }
+            true
         }
         let mut buf = vec![0u8; 65536];
         let warm = (iters / 10).max(1);
+        let parent = std::process::id();
         // SAFETY: called before any thread exists; the child only uses its socket and exits.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err("network floor: fork failed".into());
         }
         if pid == 0 {
+            die_with_parent(parent);
             if cpus.len() >= 2 {
                 crate::affinity::pin(cpus[1]);
             }
@@ -362,7 +384,9 @@ pub fn socket_rtt_ns(
                 }
                 Ends::Tcp(_, b) => {
                     for _ in 0..iters {
-                        read_all(b, &mut buf[..msg.len()]);
+                        if !read_all(b, &mut buf[..msg.len()]) {
+                            break;
+                        }
                         let _ = (&mut &*b).write_all(&msg);
                     }
                 }
@@ -382,7 +406,9 @@ pub fn socket_rtt_ns(
                 Ends::Udp(a, _) => bounce_udp(a, &msg, &mut buf, true),
                 Ends::Tcp(a, _) => {
                     let _ = (&mut &*a).write_all(&msg);
-                    read_all(a, &mut buf[..msg.len()]);
+                    if !read_all(a, &mut buf[..msg.len()]) {
+                        return Err("network floor: the echoing process went away".into());
+                    }
                 }
             }
         }

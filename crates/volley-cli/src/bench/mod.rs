@@ -97,9 +97,27 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         eprintln!("volley bench {name}: only --transport shm is supported");
         return ExitCode::from(2);
     }
-    match bench(args.reps as usize, args.scale, args.transport) {
-        Ok(doc) => emit(&doc, args.json.as_deref(), table),
+    let cpus = crate::affinity::allowed_cpus().len();
+    if cpus < 2 {
+        eprintln!(
+            "volley bench {name}: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
+        );
+        return ExitCode::from(2);
+    }
+    let json = match Json::open(args.json.as_deref()) {
+        Ok(j) => j,
         Err(e) => {
+            eprintln!("volley bench {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match bench(args.reps as usize, args.scale, args.transport) {
+        Ok(doc) => emit(&doc, json, table),
+        Err(e) => {
+            if let Json::File(_, path) = &json {
+                // Nothing was measured: leave no empty results file behind.
+                let _ = std::fs::remove_file(path);
+            }
             eprintln!("volley bench {name}: {e}");
             ExitCode::FAILURE
         }
@@ -164,7 +182,14 @@ fn run_ranks_per_node(
     transport: Transport,
     extra_env: &[(&str, &str)],
 ) -> Result<Value, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?;
+    // This very binary, even if the file was replaced or deleted since it started (a
+    // rebuild): current_exe() would name a path that is gone.
+    let proc_exe = std::path::PathBuf::from("/proc/self/exe");
+    let exe = if proc_exe.exists() {
+        proc_exe
+    } else {
+        std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?
+    };
     let out = std::env::temp_dir().join(format!(
         "volley-bench-{}-{:x}.json",
         std::process::id(),
@@ -611,22 +636,67 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
     );
 }
 
-fn emit(doc: &Value, json: Option<&str>, table: fn(&Value, &mut dyn Write)) -> ExitCode {
-    match json {
-        Some("-") => {
-            table(doc, &mut std::io::stderr());
-            println!("{}", serde_json::to_string_pretty(doc).expect("json"));
+/// Prints the table (to stderr when the JSON goes to stdout) and writes the JSON to `json`
+/// (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of losing it.
+fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode {
+    let mut text = Vec::new();
+    table(doc, &mut text);
+    let pretty = serde_json::to_string_pretty(doc).expect("json") + "\n";
+    let (written, what) = match json {
+        Json::Stdout => (
+            std::io::stderr()
+                .write_all(&text)
+                .and_then(|_| std::io::stdout().lock().write_all(pretty.as_bytes()))
+                .and_then(|_| std::io::stdout().flush()),
+            "the results".to_string(),
+        ),
+        Json::File(mut file, path) => match std::io::stdout()
+            .lock()
+            .write_all(&text)
+            .and_then(|_| std::io::stdout().flush())
+        {
+            Err(e) => (Err(e), "the table".to_string()),
+            Ok(()) => (
+                file.write_all(pretty.as_bytes())
+                    .and_then(|_| file.sync_all()),
+                path,
+            ),
+        },
+        Json::None => (
+            std::io::stdout()
+                .lock()
+                .write_all(&text)
+                .and_then(|_| std::io::stdout().flush()),
+            "the table".to_string(),
+        ),
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("volley bench: writing {what}: {e}");
+            ExitCode::FAILURE
         }
-        Some(path) => {
-            table(doc, &mut std::io::stdout());
-            if let Err(e) = std::fs::write(path, serde_json::to_string_pretty(doc).expect("json")) {
-                eprintln!("volley bench: writing {path}: {e}");
-                return ExitCode::FAILURE;
-            }
-        }
-        None => table(doc, &mut std::io::stdout()),
     }
-    ExitCode::SUCCESS
+}
+
+/// Where the JSON goes, opened before the benchmark runs so that a bad path is refused at
+/// once rather than after minutes of measuring.
+enum Json {
+    None,
+    Stdout,
+    File(std::fs::File, String),
+}
+
+impl Json {
+    fn open(arg: Option<&str>) -> Result<Self, String> {
+        match arg {
+            None => Ok(Json::None),
+            Some("-") => Ok(Json::Stdout),
+            Some(path) => std::fs::File::create(path)
+                .map(|f| Json::File(f, path.to_string()))
+                .map_err(|e| format!("cannot write --json {path:?}: {e}")),
+        }
+    }
 }
 
 fn print_am_table(doc: &Value, w: &mut dyn Write) {

@@ -51,7 +51,11 @@ impl Bench {
             tok.reply_short(item, &[m.arg(0).wrapping_mul(3)])
                 .expect("reply");
         });
-        let rt = b.build().expect("joining the benchmark job");
+        let rt = b.build().unwrap_or_else(|e| {
+            // A bad VOLLEY_* setting, say: one line, not a panic.
+            eprintln!("volley bench rank: joining the benchmark job: {e}");
+            std::process::exit(1)
+        });
         Self { rt, fetch, replies }
     }
 

@@ -36,9 +36,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`super::wire::encode_word`]).
 #[derive(Debug, clap::Args)]
 pub struct AgentArgs {
-    /// The launcher's TCP address.
+    /// The launcher's TCP address (ENC: an IPv6 one has brackets).
     #[arg(long)]
-    launcher: SocketAddr,
+    launcher: String,
     /// This host's node index.
     #[arg(long)]
     node: usize,
@@ -97,7 +97,7 @@ pub fn main(args: AgentArgs) -> u8 {
     match run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{who}: {e}");
+            say!("{who}: {e}");
             1
         }
     }
@@ -114,8 +114,12 @@ fn run(a: AgentArgs) -> Result<u8, String> {
         (Some(t), Some(k)) => (t.to_string(), k.to_string()),
         _ => return Err("no job secret on standard input".into()),
     };
-    let stream = TcpStream::connect_timeout(&a.launcher, CONNECT_TIMEOUT)
-        .map_err(|e| format!("cannot reach the launcher at {}: {e}", a.launcher))?;
+    let launcher: SocketAddr = decode_word(&a.launcher)?
+        .to_str()
+        .and_then(|w| w.parse().ok())
+        .ok_or_else(|| format!("bad launcher address {:?}", a.launcher))?;
+    let stream = TcpStream::connect_timeout(&launcher, CONNECT_TIMEOUT)
+        .map_err(|e| format!("cannot reach the launcher at {launcher}: {e}"))?;
     let _ = stream.set_nodelay(true);
     super::remote::keepalive(&stream);
     // The address of this host on the path to the launcher: the ranks' network transports

@@ -7,6 +7,16 @@
 //! ([`ranks`]) and judging their exits ([`status`]) are shared with the agent that runs each
 //! host's share of a multi-host job ([`agent`], started by [`remote`]).
 
+/// `eprintln!` in one write: the launcher's lines are written while ranks (and agents) write
+/// to the same stderr, and `eprintln!` writes each formatted piece separately, so a line could
+/// be split by theirs.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let line = format!("{}\n", format_args!($($arg)*));
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 pub mod agent;
 pub mod hosts;
 mod output;
@@ -64,6 +74,9 @@ pub enum LaunchError {
     /// `-n 0`.
     #[error("the number of ranks must be at least 1")]
     NoRanks,
+    /// `-n` above [`MAX_RANKS`] (a typo more likely than a wish for that many processes).
+    #[error("{0} ranks asked for; at most {MAX_RANKS} are possible")]
+    TooManyRanks(usize),
     /// The program does not exist or is not executable.
     #[error("program {0:?} not found or not executable")]
     ProgramNotFound(OsString),
@@ -101,13 +114,23 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, LaunchError> {
         .ok_or_else(|| LaunchError::ProgramNotFound(program.clone()))
 }
 
+/// The most ranks one job may have.
+pub const MAX_RANKS: usize = 1 << 16;
+
+/// Refuses a job of no ranks or of more than [`MAX_RANKS`].
+pub fn check_rank_count(ranks: usize) -> Result<(), LaunchError> {
+    match ranks {
+        0 => Err(LaunchError::NoRanks),
+        n if n > MAX_RANKS => Err(LaunchError::TooManyRanks(n)),
+        _ => Ok(()),
+    }
+}
+
 /// Runs the job to completion and returns the launcher's exit code: 0 if every rank exited 0,
 /// otherwise the failing rank's status (128 + signal for a signal), 128 + signal for an
 /// interrupted launcher.
 pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
-    if opts.ranks == 0 {
-        return Err(LaunchError::NoRanks);
-    }
+    check_rank_count(opts.ranks)?;
     let program = resolve_program(&opts.program)?;
     let job_id = volley::bootstrap::random_u64();
     let job_key = volley::bootstrap::random_u64() | 1;
@@ -171,11 +194,11 @@ fn supervise(ranks: &mut RankSet, rdv: &rdv::HostRendezvous, n: usize) -> Result
             return Err(watch.interrupted(sig));
         }
         if let Some(e) = rdv.take_error() {
-            eprintln!("volley run: rendezvous failed: {e}; stopping the job");
+            say!("volley run: rendezvous failed: {e}; stopping the job");
             return Err(1);
         }
         let ended = ranks.poll().map_err(|e| {
-            eprintln!("volley run: {e}");
+            say!("volley run: {e}");
             1
         })?;
         for e in &ended {

@@ -22,12 +22,18 @@ fn pump<R: Read + Send + 'static>(rank: usize, from: R, to_stderr: bool) -> Join
             // One write per line, under the stream lock: lines of ranks never interleave, not
             // even when several agents of a multi-host job write into one pipe (a write of up
             // to PIPE_BUF bytes is atomic).
-            let _ = if to_stderr {
+            let written = if to_stderr {
                 std::io::stderr().lock().write_all(&out)
             } else {
                 let mut o = std::io::stdout().lock();
                 o.write_all(&out).and_then(|_| o.flush())
             };
+            if written.is_err() {
+                // The reader is gone (a closed pipe, say): stop reading too, so that the rank's
+                // next write fails as it would without --label (SIGPIPE) instead of the job
+                // running on with its output thrown away.
+                break;
+            }
         }
     })
 }

@@ -264,9 +264,7 @@ impl Drop for Agents {
 
 /// Runs a job on several hosts; returns the launcher's exit code like [`super::launch`].
 pub fn launch_hosts(opts: &LaunchOptions, h: &HostOptions) -> Result<i32, LaunchError> {
-    if opts.ranks == 0 {
-        return Err(LaunchError::NoRanks);
-    }
+    super::check_rank_count(opts.ranks)?;
     let setup = LaunchError::Setup;
     let cwd = std::env::current_dir().map_err(|e| setup(format!("current directory: {e}")))?;
     // Resolved here (a shared file system is assumed) for a prompt error, and made absolute so
@@ -490,7 +488,7 @@ fn serve_conn(conn: u64, stream: TcpStream, token: &str, events: &Sender<Event>)
             node
         }
         _ => {
-            eprintln!("volley run: refused a connection from {peer}: not an agent of this job");
+            say!("volley run: refused a connection from {peer}: not an agent of this job");
             return;
         }
     };
@@ -552,7 +550,7 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
                     a.stderr.open();
                 }
                 None => {
-                    eprintln!("volley run: refused a second agent for node {node}");
+                    say!("volley run: refused a second agent for node {node}");
                     let _ = stream.shutdown(std::net::Shutdown::Both);
                 }
             }
@@ -567,7 +565,7 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
                     let expected: Vec<usize> = a.ranks.clone().collect();
                     let got: Vec<usize> = list.iter().map(|h| h.rank).collect();
                     if a.sent_hellos || got != expected {
-                        eprintln!(
+                        say!(
                             "volley run: the agent on host {} sent hellos of ranks {got:?}, \
                              expected {expected:?}; stopping the job",
                             a.host
@@ -588,7 +586,7 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
                 }
                 ToLauncher::Exited { rank, pid, status } => {
                     if !a.ranks.contains(&rank) {
-                        eprintln!(
+                        say!(
                             "volley run: the agent on host {} reported rank {rank}, not one \
                              of its ranks; stopping the job",
                             a.host
@@ -605,7 +603,7 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
                     agents.broadcast(&ToAgent::Exited(rank), Some(node));
                 }
                 ToLauncher::Failed(why) => {
-                    eprintln!("volley run: host {}: {why}; stopping the job", a.host);
+                    say!("volley run: host {}: {why}; stopping the job", a.host);
                     return Err(1);
                 }
             }
@@ -613,7 +611,7 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
         Event::Closed { conn, why } => {
             if let Some(a) = agents.by_conn(conn) {
                 if !a.finished() {
-                    eprintln!(
+                    say!(
                         "volley run: lost the agent on host {} (node {}, ranks {}..{}): \
                          {why}; stopping the job",
                         a.host,
@@ -671,10 +669,11 @@ fn supervise(
         for a in &agents.list {
             let Some((status, when)) = a.rsh_status else {
                 if a.conn.is_none() && !a.finished() && started.elapsed() > CONNECT_TIMEOUT {
-                    eprintln!(
+                    say!(
                         "volley run: the agent on host {} did not connect back within {:?} \
                          (can it reach this host's address? see --launcher-addr)",
-                        a.host, CONNECT_TIMEOUT
+                        a.host,
+                        CONNECT_TIMEOUT
                     );
                     return Err(2);
                 }
@@ -693,7 +692,7 @@ fn supervise(
                 } else {
                     format!(": {said}")
                 };
-                eprintln!(
+                say!(
                     "volley run: cannot start the agent on host {}{said} (`{rsh} {}` {})",
                     a.host,
                     a.host,
@@ -707,7 +706,7 @@ fn supervise(
             }
             // Its last reports may still be on their way; past that, it is gone.
             if when.elapsed() > LAST_WORDS {
-                eprintln!(
+                say!(
                     "volley run: the agent on host {} ended ({}) with ranks still running; \
                      stopping the job",
                     a.host,

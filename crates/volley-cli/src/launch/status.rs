@@ -106,7 +106,7 @@ impl JobWatch {
         }
         self.done[e.rank] = true;
         if !e.status.success() {
-            eprintln!(
+            say!(
                 "volley run: rank {} (pid {}){place} {}; stopping the job",
                 e.rank,
                 e.pid,
@@ -125,7 +125,7 @@ impl JobWatch {
     pub fn check_stranded(&self, arrived: usize) -> Result<(), i32> {
         if let Some((rank, pid, place)) = &self.exited_before_join {
             if arrived > 0 && arrived < self.done.len() {
-                eprintln!(
+                say!(
                     "volley run: rank {rank} (pid {pid}){place} exited before joining the job \
                      while other ranks wait for it; stopping the job"
                 );
@@ -137,7 +137,7 @@ impl JobWatch {
 
     /// Announces an interruption by `sig` and returns the job's exit code.
     pub fn interrupted(&self, sig: i32) -> i32 {
-        eprintln!(
+        say!(
             "volley run: interrupted by {}, stopping {} ranks",
             Signal::try_from(sig).map_or("a signal", |s| s.as_str()),
             self.running()
