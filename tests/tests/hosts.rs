@@ -524,7 +524,7 @@ fn agents_and_launcher_sleep_while_ranks_run() {
     let after = count();
     job.signal(libc::SIGINT);
     let out = job.finish();
-    let woke: Vec<u64> = after.iter().zip(before).map(|(a, b)| a - b).collect();
+    let woke: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a.since(b)).collect();
     assert!(
         woke[0] < 40 && woke[1] < 25 && woke[2] < 25,
         "launcher and agents woke {woke:?} times in 500 ms with nothing to do\n{out}"

@@ -40,6 +40,34 @@ fn label_prefixes_every_line_with_its_rank() {
 }
 
 #[test]
+fn a_failing_ranks_last_words_come_before_the_failure_line() {
+    // The labelled copy of a rank's output runs in its own thread: the launcher waits for it
+    // before saying how the rank ended, so the cause is not printed after the verdict.
+    for _ in 0..8 {
+        let out = Job::raw([
+            "run",
+            "-n",
+            "2",
+            "--label",
+            "/bin/sh",
+            "-c",
+            "echo about to fail $VOLLEY_RANK >&2; [ $VOLLEY_RANK = 1 ] && exit 5; sleep 5",
+        ])
+        .output();
+        out.assert_code(5);
+        let at = |needle: &str| {
+            out.stderr
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle:?} missing:\n{out}"))
+        };
+        assert!(
+            at("[1] about to fail 1") < at("rank 1 (pid "),
+            "the failure line came before the rank's last words:\n{out}"
+        );
+    }
+}
+
+#[test]
 fn label_keeps_lines_whole_and_in_order_per_rank() {
     let (ranks, lines) = (4, 2000);
     let out = Job::raw(["run", "-n", "4", "--label", HELLO, "lines", "2000"]).output();
@@ -228,7 +256,7 @@ fn the_launcher_sleeps_while_its_ranks_run() {
     let (job, pids) = start_hanging_job(2);
     let before = voluntary_switches(job.pid());
     std::thread::sleep(Duration::from_millis(500));
-    let woke = voluntary_switches(job.pid()) - before;
+    let woke = voluntary_switches(job.pid()).since(&before);
     let sent = Instant::now();
     job.signal(libc::SIGTERM);
     check_interrupted(job, &pids, sent);

@@ -161,18 +161,38 @@ pub fn processes_with_env(needle: &[u8]) -> Vec<(u32, String)> {
     found
 }
 
-/// Voluntary context switches of every thread of process `pid` so far.
-pub fn voluntary_switches(pid: u32) -> u64 {
+/// Voluntary context switches of each thread of process `pid` so far, by thread id.
+pub fn voluntary_switches(pid: u32) -> Switches {
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("the process's threads");
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-        })
-        .sum()
+    Switches(
+        tasks
+            .filter_map(|t| {
+                let t = t.ok()?;
+                let tid = t.file_name().to_str()?.parse().ok()?;
+                let status = std::fs::read_to_string(t.path().join("status")).ok()?;
+                let n = status
+                    .lines()
+                    .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                    .and_then(|v| v.trim().parse::<u64>().ok())?;
+                Some((tid, n))
+            })
+            .collect(),
+    )
+}
+
+/// A sample of [`voluntary_switches`].
+#[derive(Debug, Clone)]
+pub struct Switches(std::collections::BTreeMap<u32, u64>);
+
+impl Switches {
+    /// Switches since `earlier` by the threads alive now (a thread that ended meanwhile takes
+    /// its count with it, so totals of two samples cannot simply be subtracted).
+    pub fn since(&self, earlier: &Switches) -> u64 {
+        self.0
+            .iter()
+            .map(|(tid, n)| n.saturating_sub(earlier.0.get(tid).copied().unwrap_or(0)))
+            .sum()
+    }
 }
 
 /// Whether `pid` is gone (no such process, or a zombie).

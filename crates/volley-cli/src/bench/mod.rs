@@ -114,10 +114,6 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
     match bench(args.reps as usize, args.scale, args.transport) {
         Ok(doc) => emit(&doc, json, table),
         Err(e) => {
-            if let Json::File(_, path) = &json {
-                // Nothing was measured: leave no empty results file behind.
-                let _ = std::fs::remove_file(path);
-            }
             eprintln!("volley bench {name}: {e}");
             ExitCode::FAILURE
         }
@@ -221,6 +217,11 @@ fn run_ranks_per_node(
     let code = crate::launch::launch(&opts).map_err(|e| e.to_string())?;
     let text = std::fs::read(&out);
     let _ = std::fs::remove_file(&out);
+    if let Some(sig) = crate::launch::interrupted_by() {
+        // Ctrl-C or a kill: the launcher said so and stopped the ranks; end like it, with
+        // 128 + the signal, rather than as a failed benchmark.
+        std::process::exit(128 + sig);
+    }
     if code != 0 {
         return Err(format!("benchmark ranks failed (exit code {code})"));
     }
@@ -650,17 +651,13 @@ fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode 
                 .and_then(|_| std::io::stdout().flush()),
             "the results".to_string(),
         ),
-        Json::File(mut file, path) => match std::io::stdout()
+        Json::File(path) => match std::io::stdout()
             .lock()
             .write_all(&text)
             .and_then(|_| std::io::stdout().flush())
         {
             Err(e) => (Err(e), "the table".to_string()),
-            Ok(()) => (
-                file.write_all(pretty.as_bytes())
-                    .and_then(|_| file.sync_all()),
-                path,
-            ),
+            Ok(()) => (std::fs::write(&path, pretty.as_bytes()), path),
         },
         Json::None => (
             std::io::stdout()
@@ -679,12 +676,13 @@ fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode 
     }
 }
 
-/// Where the JSON goes, opened before the benchmark runs so that a bad path is refused at
-/// once rather than after minutes of measuring.
+/// Where the JSON goes. A file is tried (created, then removed again) before the benchmark
+/// runs, so that a bad path is refused at once rather than after minutes of measuring, and a
+/// benchmark that fails or is interrupted leaves no empty file.
 enum Json {
     None,
     Stdout,
-    File(std::fs::File, String),
+    File(String),
 }
 
 impl Json {
@@ -692,9 +690,19 @@ impl Json {
         match arg {
             None => Ok(Json::None),
             Some("-") => Ok(Json::Stdout),
-            Some(path) => std::fs::File::create(path)
-                .map(|f| Json::File(f, path.to_string()))
-                .map_err(|e| format!("cannot write --json {path:?}: {e}")),
+            Some(path) => {
+                let existed = std::path::Path::new(path).exists();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(path)
+                    .map_err(|e| format!("cannot write --json {path:?}: {e}"))?;
+                if !existed {
+                    let _ = std::fs::remove_file(path);
+                }
+                Ok(Json::File(path.to_string()))
+            }
         }
     }
 }

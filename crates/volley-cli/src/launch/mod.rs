@@ -114,6 +114,13 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, LaunchError> {
         .ok_or_else(|| LaunchError::ProgramNotFound(program.clone()))
 }
 
+/// The stopping signal (SIGINT, SIGTERM, SIGHUP) that interrupted a job of this process, if
+/// any: a caller that runs jobs (the benchmarks) then exits with 128 + it, as the launcher
+/// does.
+pub fn interrupted_by() -> Option<i32> {
+    signals::received()
+}
+
 /// The most ranks one job may have.
 pub const MAX_RANKS: usize = 1 << 16;
 

@@ -39,7 +39,8 @@ pub struct RankSet {
     children: Vec<(usize, Child)>,
     done: Vec<bool>,
     pgid: Pid,
-    pumps: Vec<JoinHandle<()>>,
+    /// The `--label` copy threads, by rank.
+    pumps: Vec<(usize, JoinHandle<()>)>,
 }
 
 impl RankSet {
@@ -111,7 +112,11 @@ impl RankSet {
                 });
             }
             if plan.label {
-                set.pumps.extend(output::label(rank, &mut child));
+                set.pumps.extend(
+                    output::label(rank, &mut child)
+                        .into_iter()
+                        .map(|p| (rank, p)),
+                );
             }
             set.children.push((rank, child));
         }
@@ -144,7 +149,24 @@ impl RankSet {
                 Err(e) => return Err(format!("cannot wait for rank {rank}: {e}")),
             }
         }
+        self.drain_output_of(&ended);
         Ok(ended)
+    }
+
+    /// Waits, a bounded time, until the `--label` copies of the ranks that just `ended` have
+    /// printed everything those ranks wrote: whatever the caller reports about their ends
+    /// (a failure, say) then comes after their last words, not before. A copy ends when its
+    /// pipe closes, at once unless a descendant of the rank holds it open.
+    fn drain_output_of(&self, ended: &[RankExit]) {
+        let deadline = Instant::now() + Duration::from_millis(200);
+        let pending = || {
+            self.pumps
+                .iter()
+                .any(|(r, p)| ended.iter().any(|e| e.rank == *r) && !p.is_finished())
+        };
+        while pending() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// SIGTERM to every rank, SIGKILL to whatever is left after `grace`, and reap them all.
@@ -187,7 +209,7 @@ impl RankSet {
         let pumps = std::mem::take(&mut self.pumps);
         let (done_tx, done_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            for p in pumps {
+            for (_, p) in pumps {
                 let _ = p.join();
             }
             let _ = done_tx.send(());

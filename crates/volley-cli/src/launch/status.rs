@@ -137,10 +137,11 @@ impl JobWatch {
 
     /// Announces an interruption by `sig` and returns the job's exit code.
     pub fn interrupted(&self, sig: i32) -> i32 {
+        let n = self.running();
         say!(
-            "volley run: interrupted by {}, stopping {} ranks",
+            "volley run: interrupted by {}, stopping {n} rank{}",
             Signal::try_from(sig).map_or("a signal", |s| s.as_str()),
-            self.running()
+            if n == 1 { "" } else { "s" }
         );
         128 + sig
     }
