@@ -157,8 +157,10 @@ impl Shared {
         s.status.store(0, Ordering::Relaxed);
         s.value.store(0, Ordering::Relaxed);
         {
+            // Bytes left from an earlier get are overwritten by this one's fragments before
+            // they are copied out; only growth needs filling.
             let mut staging = s.staging.lock().unwrap_or_else(PoisonError::into_inner);
-            staging.clear();
+            staging.truncate(data_len);
             staging.resize(data_len, 0);
         }
         s.remaining.store(remaining, Ordering::Relaxed);
@@ -167,7 +169,7 @@ impl Shared {
     /// Copies a completed get's data out of its slot into `buf` (as long as the get). A
     /// large staging buffer is freed rather than kept for the slot's next use.
     pub(crate) fn take_data(&self, slot: u32, buf: &mut [u8]) {
-        const KEEP: usize = 1 << 20;
+        const KEEP: usize = 4 << 20;
         let s = &self.slots[slot as usize];
         let mut staging = s.staging.lock().unwrap_or_else(PoisonError::into_inner);
         let n = buf.len().min(staging.len());
