@@ -39,6 +39,17 @@ fn ip(args: &[&str]) -> Result<String, String> {
     }
 }
 
+/// The remote shell that makes the namespaces hosts.
+const IP_NETNS_EXEC: &str = "ip netns exec";
+
+/// Writes an executable shell script `name` into `scratch` (a remote shell for a test).
+fn script(scratch: &common::Scratch, name: &str, text: &str) -> String {
+    let path = scratch.path().join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 /// Emulated hosts: network namespaces on a bridge. Removed on drop.
 struct Hosts {
     names: Vec<String>,
@@ -123,18 +134,29 @@ impl Hosts {
 
     /// `run -n N --hosts ... --rsh 'ip netns exec' --launcher-addr ...` and then `rest`.
     fn run(&self, n: usize, rest: &[&str]) -> Job {
+        self.run_via(IP_NETNS_EXEC, n, rest)
+            .timeout(Duration::from_secs(60))
+    }
+
+    /// `run -n N` on every host, through the remote shell `rsh`, and then `rest`.
+    fn run_via(&self, rsh: &str, n: usize, rest: &[&str]) -> Job {
         let mut args: Vec<String> = vec!["run".into(), "-n".into(), n.to_string()];
         args.extend(["--hosts".into(), self.names.join(",")]);
-        args.extend(self.via());
+        args.extend(self.via_rsh(rsh));
         args.extend(rest.iter().map(|s| s.to_string()));
-        Job::raw(args).timeout(Duration::from_secs(60))
+        Job::raw(args)
     }
 
     /// The remote shell and launcher address options.
     fn via(&self) -> Vec<String> {
+        self.via_rsh(IP_NETNS_EXEC)
+    }
+
+    /// The options for remote shell `rsh` and the launcher's address on the bridge.
+    fn via_rsh(&self, rsh: &str) -> Vec<String> {
         vec![
             "--rsh".into(),
-            "ip netns exec".into(),
+            rsh.into(),
             "--launcher-addr".into(),
             format!("{}.1", self.prefix),
         ]
@@ -379,36 +401,29 @@ fn agent_joining_after_the_failure_is_stopped_too() {
     // it until the launcher gives up, and the sleeping ranks' children could outlive it).
     let Some(h) = Hosts::new(2) else { return };
     let scratch = common::Scratch::new("slow-rsh");
-    let rsh = scratch.path().join("slow-rsh");
-    std::fs::write(
-        &rsh,
-        format!(
+    let rsh = script(
+        &scratch,
+        "slow-rsh",
+        &format!(
             "#!/bin/sh\nif [ \"$1\" = {} ]; then sleep 1; fi\nexec ip netns exec \"$@\"\n",
             h.name(0)
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let hosts = format!("{},{}", h.name(0), h.name(1));
-    let addr = format!("{}.1", h.prefix);
-    let out = Job::raw([
-        "run",
-        "-n",
-        "4",
-        "--hosts",
-        &hosts,
-        "--rsh",
-        rsh.to_str().unwrap(),
-        "--launcher-addr",
-        &addr,
-        "--grace",
-        "20",
-        "/bin/sh",
-        "-c",
-        // Not `exec`: each rank's sleep is a child of its shell, outside PDEATHSIG's reach.
-        "if [ $VOLLEY_RANK = 3 ]; then exit 7; fi; sleep 30; true",
-    ])
-    .output();
+    );
+    let out = h
+        .run_via(
+            &rsh,
+            4,
+            &[
+                "--grace",
+                "20",
+                "/bin/sh",
+                "-c",
+                // Not `exec`: each rank's sleep is a child of its shell, outside PDEATHSIG's
+                // reach.
+                "if [ $VOLLEY_RANK = 3 ]; then exit 7; fi; sleep 30; true",
+            ],
+        )
+        .output();
     out.assert_code(7)
         .assert_stderr_has(&["rank 3 (pid ", "exited with status 7"]);
     assert!(
@@ -427,15 +442,11 @@ fn an_ssh_style_remote_shell_keeps_every_word() {
     // (and the job's VOLLEY_* settings its environment) unchanged.
     let Some(h) = Hosts::new(2) else { return };
     let scratch = common::Scratch::new("ssh-rsh");
-    let rsh = scratch.path().join("fake-ssh");
-    std::fs::write(
-        &rsh,
+    let rsh = script(
+        &scratch,
+        "fake-ssh",
         "#!/bin/sh\nhost=$1\nshift\nexec ip netns exec \"$host\" /bin/sh -c \"$*\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    let hosts = format!("{},{}", h.name(0), h.name(1));
-    let addr = format!("{}.1", h.prefix);
+    );
     let words = [
         "two  spaces",
         "it's",
@@ -448,22 +459,16 @@ fn an_ssh_style_remote_shell_keeps_every_word() {
     ];
     let setting = "one 'two' $three";
     let mut args = vec![
-        "run",
-        "-n",
-        "2",
-        "--hosts",
-        &hosts,
-        "--rsh",
-        rsh.to_str().unwrap(),
-        "--launcher-addr",
-        &addr,
         "/bin/sh",
         "-c",
         "printf '%s|' \"$VOLLEY_NODE\" \"$VOLLEY_TEST_SETTING\" \"$@\"; echo",
         "sh",
     ];
     args.extend(words);
-    let out = Job::raw(&args).env("VOLLEY_TEST_SETTING", setting).output();
+    let out = h
+        .run_via(&rsh, 2, &args)
+        .env("VOLLEY_TEST_SETTING", setting)
+        .output();
     out.assert_success();
     let want: Vec<String> = (0..2)
         .map(|node| format!("{node}|{setting}|{}|", words.join("|")))
@@ -740,9 +745,7 @@ fn an_ipv6_launcher_address_reaches_the_agents() {
         return;
     }
     let scratch = common::Scratch::new("ipv6-rsh");
-    let rsh = scratch.path().join("here");
-    std::fs::write(&rsh, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
-    std::fs::set_permissions(&rsh, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let rsh = script(&scratch, "here", "#!/bin/sh\nshift\nexec \"$@\"\n");
     let out = Job::raw([
         "run",
         "-n",
@@ -750,7 +753,7 @@ fn an_ipv6_launcher_address_reaches_the_agents() {
         "--hosts",
         "localhost,localhost",
         "--rsh",
-        rsh.to_str().unwrap(),
+        &rsh,
         "--launcher-addr",
         "::1",
         env!("CARGO_BIN_EXE_fetch_add_check"),
