@@ -643,33 +643,24 @@ fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode 
     let mut text = Vec::new();
     table(doc, &mut text);
     let pretty = serde_json::to_string_pretty(doc).expect("json") + "\n";
-    let (written, what) = match json {
-        Json::Stdout => (
-            std::io::stderr()
-                .write_all(&text)
-                .and_then(|_| std::io::stdout().lock().write_all(pretty.as_bytes()))
-                .and_then(|_| std::io::stdout().flush()),
-            "the results".to_string(),
-        ),
-        Json::File(path) => match std::io::stdout()
-            .lock()
-            .write_all(&text)
-            .and_then(|_| std::io::stdout().flush())
-        {
-            Err(e) => (Err(e), "the table".to_string()),
-            Ok(()) => (std::fs::write(&path, pretty.as_bytes()), path),
-        },
-        Json::None => (
-            std::io::stdout()
-                .lock()
-                .write_all(&text)
-                .and_then(|_| std::io::stdout().flush()),
-            "the table".to_string(),
-        ),
+    let to_stdout = |bytes: &[u8]| {
+        let mut out = std::io::stdout().lock();
+        out.write_all(bytes).and_then(|_| out.flush())
     };
+    let table_written = match json {
+        Json::Stdout => std::io::stderr().write_all(&text),
+        _ => to_stdout(&text),
+    };
+    let written = table_written
+        .map_err(|e| ("the table".to_string(), e))
+        .and_then(|()| match json {
+            Json::None => Ok(()),
+            Json::Stdout => to_stdout(pretty.as_bytes()).map_err(|e| ("the results".into(), e)),
+            Json::File(path) => std::fs::write(&path, &pretty).map_err(|e| (path, e)),
+        });
     match written {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
+        Err((what, e)) => {
             eprintln!("volley bench: writing {what}: {e}");
             ExitCode::FAILURE
         }
