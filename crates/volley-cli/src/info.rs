@@ -1,6 +1,5 @@
 //! `volley info`: limits, defaults and the per-rank memory footprint.
 
-use std::fmt::Write as _;
 use std::io::Write as _;
 use std::process::ExitCode;
 use volley::am::{DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT_SEGMENT_BYTES};
@@ -24,26 +23,31 @@ pub fn print() -> ExitCode {
 /// The table's text.
 fn table() -> String {
     let mut out = String::new();
-    // Writing into a String cannot fail.
-    macro_rules! println {
-        ($($arg:tt)*) => { let _ = writeln!(out, $($arg)*); };
-    }
-    println!("volley {}", env!("CARGO_PKG_VERSION"));
-    println!("transports             shm (ranks on this host, including loopback), udp, tcp (VOLLEY_NET)");
-    println!("max arguments          {}", volley::MAX_ARGS);
-    println!("max medium payload     {MEDIUM_MAX} bytes");
-    println!("ring slots (default)   {DEFAULT_RING_SLOTS} x 64 B per sender and channel");
-    println!(
+    let mut line = |text: String| {
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!("volley {}", env!("CARGO_PKG_VERSION")));
+    line("transports             shm (ranks on this host, including loopback), udp, tcp (VOLLEY_NET)".into());
+    line(format!("max arguments          {}", volley::MAX_ARGS));
+    line(format!("max medium payload     {MEDIUM_MAX} bytes"));
+    line(format!(
+        "ring slots (default)   {DEFAULT_RING_SLOTS} x 64 B per sender and channel"
+    ));
+    line(format!(
         "medium buffers         {DEFAULT_MEDIUM_BUFFERS} x {} KiB per channel",
         MEDIUM_MAX / 1024
-    );
-    println!("segment (default)      {} MiB", DEFAULT_SEGMENT_BYTES >> 20);
-    println!(
+    ));
+    line(format!(
+        "segment (default)      {} MiB",
+        DEFAULT_SEGMENT_BYTES >> 20
+    ));
+    line(format!(
         "cores available        {}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
-    );
-    println!();
-    println!("per-rank footprint (rings + buffer flags; medium buffers and segment are committed on first touch):");
+    ));
+    line(String::new());
+    line("per-rank footprint (rings + buffer flags; medium buffers and segment are committed on first touch):".into());
     for ranks in [2, 16, 64] {
         let l = Layout {
             ranks,
@@ -51,12 +55,11 @@ fn table() -> String {
             pool_bufs: DEFAULT_MEDIUM_BUFFERS,
             segment_len: DEFAULT_SEGMENT_BYTES,
         };
-        println!(
-            "  {ranks:>3} local ranks: rings {:>7.1} KiB, medium buffers {} KiB, region total {:.1} MiB",
+        line(format!("  {ranks:>3} local ranks: rings {:>7.1} KiB, medium buffers {} KiB, region total {:.1} MiB",
             l.ring_footprint() as f64 / 1024.0,
             2 * DEFAULT_MEDIUM_BUFFERS * MEDIUM_MAX / 1024,
             l.total_len() as f64 / (1 << 20) as f64
-        );
+        ));
     }
     out
 }

@@ -133,10 +133,6 @@ fn main() -> ExitCode {
             grace,
             mut command,
         } => {
-            if let Err(e) = launch::check_rank_count(ranks) {
-                eprintln!("volley run: {e}");
-                return ExitCode::from(2);
-            }
             if ranks_per_node == Some(0) {
                 eprintln!("volley run: --ranks-per-node must be at least 1");
                 return ExitCode::from(2);
