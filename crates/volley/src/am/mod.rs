@@ -58,5 +58,6 @@ pub use handler::{
 };
 pub(crate) use runtime::DirectMemory;
 
+pub(crate) use runtime::Entered;
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
 pub use stats::{NetworkStats, ProgressStats, Stats};

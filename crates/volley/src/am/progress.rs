@@ -14,7 +14,9 @@
 //! over the rings' cache lines and a program that polls keeps inline speed. A program that
 //! polls is also outside between its calls, briefly; the progress thread tells it from one that
 //! computes by the rank thread's call count ([`Lease::calls`]): only when it has made no call
-//! for a short confirmation nap does the progress thread take the engine. (Taking it in such a
+//! for a short confirmation nap does the progress thread take the engine. Operations that
+//! serve nobody (segment copies, direct accesses) own the engine without counting as calls
+//! ([`LOCAL`]), so a rank that computes with them in its loop is still served between them. (Taking it in such a
 //! gap would stall the program: the two threads share its CPU when the rank is pinned, and the
 //! progress thread would poll until it is preempted or spins out.) Holding the engine, it polls
 //! and gives it back as soon as the rank thread enters; once it has found nothing for a while
@@ -29,7 +31,7 @@
 //! `critical.rs`.
 
 use super::engine::{Engine, Served, SharedEngine};
-use super::lease::{Lease, INSIDE, OUTSIDE, SLEEPING};
+use super::lease::{Lease, INSIDE, LOCAL, OUTSIDE, SLEEPING, WANTS};
 use super::stats::ProgressStats;
 use crate::futex::{self, Scope};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -112,6 +114,13 @@ impl ThreadSync {
     #[inline]
     pub(crate) fn enter(&self) {
         self.lease.enter();
+    }
+
+    /// The rank thread enters for an operation that serves nobody (see [`LOCAL`]): owns the
+    /// engine on return.
+    #[inline]
+    pub(crate) fn enter_local(&self) {
+        self.lease.enter_local();
     }
 
     /// The rank thread leaves the runtime.
@@ -234,11 +243,21 @@ fn serve(e: &Engine) {
     let lease = &sync.lease;
     let mut nap = NAP_MIN;
     let mut look = Look::Fresh;
+    // Empty polls since something last came, across takes: a rank whose loop enters often
+    // wants the engine back after every poll, and the count must still reach the sleep.
+    let mut empty = 0u32;
     while !sync.stop.load(Ordering::Acquire) {
         let calls = lease.calls();
         let main = lease.main();
-        // Inside, or outside but it has called since the last look: it polls by itself.
-        let polls = main == INSIDE || (main == OUTSIDE && look.is_outside_before(calls));
+        if main == WANTS {
+            // It stepped back for our last take and owns the engine in a moment.
+            std::thread::yield_now();
+            continue;
+        }
+        // Inside a call, or out of calls (outside, or in an operation that serves nobody) but
+        // it has called since the last look: it polls by itself.
+        let out_of_calls = main == OUTSIDE || main == LOCAL;
+        let polls = main == INSIDE || (out_of_calls && look.is_outside_before(calls));
         if polls {
             look = Look::Fresh;
             bump(&sync.counters.naps);
@@ -246,7 +265,7 @@ fn serve(e: &Engine) {
             nap = (nap * 2).min(NAP_MAX);
             continue;
         }
-        if main == OUTSIDE && look == Look::Fresh {
+        if out_of_calls && look == Look::Fresh {
             // Outside, which a program that polls is too, between two calls: taking the
             // engine now would stall it (the two threads share its CPU when it is pinned).
             // Look again shortly.
@@ -263,7 +282,7 @@ fn serve(e: &Engine) {
             continue;
         }
         bump(&sync.counters.takes);
-        if serve_while_owner(e, sync) {
+        if serve_while_owner(e, sync, &mut empty) {
             // The program needed serving: look at it often again. (A take that found nothing
             // keeps the naps long: a program that polls, like one whose outside spells only
             // look like compute, serves itself.)
@@ -276,11 +295,10 @@ fn serve(e: &Engine) {
 }
 
 /// Polls while owning the engine; gives it back (always) when the rank thread enters, when a
-/// critical section holds handlers back, or to sleep once nothing has come for a while.
-/// Returns whether it ran handlers.
-fn serve_while_owner(e: &Engine, sync: &ThreadSync) -> bool {
+/// critical section holds handlers back, or to sleep once `empty` (empty polls in a row,
+/// carried over from earlier takes) reaches [`SPIN_POLLS`]. Returns whether it ran handlers.
+fn serve_while_owner(e: &Engine, sync: &ThreadSync, empty: &mut u32) -> bool {
     let lease = &sync.lease;
-    let mut empty = 0u32;
     let mut handled = false;
     loop {
         let served = e.serve();
@@ -290,7 +308,7 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync) -> bool {
                 bump(&sync.counters.handled_polls);
                 sync.handlers_ran();
                 handled = true;
-                empty = 0;
+                *empty = 0;
             }
             Served::Deferred => {
                 // A critical section holds handlers back; its end delivers them.
@@ -298,8 +316,9 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync) -> bool {
                 sync.nap(NAP_MIN);
                 return true;
             }
-            Served::Nothing if empty < SPIN_POLLS => empty += 1,
+            Served::Nothing if *empty < SPIN_POLLS => *empty += 1,
             Served::Nothing => {
+                *empty = 0;
                 let plan = e.prepare_sleep();
                 // The sleep itself needs no engine state.
                 lease.release();

@@ -563,6 +563,23 @@ impl Runtime {
         Entered { rt: self, owned }
     }
 
+    /// Takes the engine for an operation that serves nobody (a copy into or out of a segment,
+    /// a direct access to a node-mate's memory): as [`Runtime::enter`], but the progress
+    /// thread does not count it as a call, so a rank that computes with such operations in its
+    /// loop is still served between them.
+    #[inline(always)]
+    pub(crate) fn enter_local(&self) -> Entered<'_> {
+        let owned = match self.engine().thread_sync() {
+            Some(sync) if !self.held.get() => {
+                sync.enter_local();
+                self.held.set(true);
+                true
+            }
+            _ => false,
+        };
+        Entered { rt: self, owned }
+    }
+
     #[inline(always)]
     fn guard(&self, what: &'static str) {
         if self.engine().in_handler() {
@@ -750,7 +767,7 @@ impl Runtime {
     /// thread, handlers wait meanwhile (and this waits for a running one), so the copy never
     /// overlaps a handler that holds a view of the segment.
     pub fn read_segment(&self, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let _e = self.enter();
+        let _e = self.enter_local();
         self.segment_range(offset, buf.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {
@@ -766,7 +783,7 @@ impl Runtime {
     /// Copies bytes into this rank's segment (handlers wait meanwhile, as for
     /// [`Runtime::read_segment`]).
     pub fn write_segment(&self, offset: usize, data: &[u8]) -> Result<()> {
-        let _e = self.enter();
+        let _e = self.enter_local();
         self.segment_range(offset, data.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {

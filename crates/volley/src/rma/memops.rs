@@ -777,8 +777,8 @@ impl<'rt> Rma<'rt> {
         flag_value: u64,
         implicit: bool,
     ) -> Result<()> {
-        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         let (off, len, foff) = (offset as u64, data.len() as u64, flag_offset as u64);
         if self.direct(target.rank) {
             let dst = self.check_direct(target, off, len, Perms::WRITE)?;
@@ -861,9 +861,9 @@ impl<'rt> Rma<'rt> {
     /// nothing is written, and the caller decides (drop, retry, or use
     /// [`Rma::fifo_enqueue_retry`]). Safe with any number of concurrent producers.
     pub fn fifo_enqueue(&self, fifo: FifoRef, data: &[u8]) -> Result<FifoStatus> {
-        let _e = self.rt.enter();
         let target = fifo.seg;
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
         let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
         if self.direct(target.rank) {
@@ -928,7 +928,7 @@ impl<'rt> Rma<'rt> {
     /// Takes the oldest entry of a FIFO this rank created into `buf` (at least
     /// [`FifoRef::entry_size`] bytes); `Ok(false)` if it is empty.
     pub fn fifo_dequeue(&self, fifo: FifoRef, buf: &mut [u8]) -> Result<bool> {
-        let _e = self.rt.enter();
+        let _e = self.rt.enter_local();
         let me = self.rt.rank();
         let refused = |reason| Error::Refused { rank: me, reason };
         if fifo.seg.rank != me {
@@ -993,7 +993,7 @@ impl<'rt> Rma<'rt> {
     ) -> Result<()> {
         let in_place = self.direct(target.rank);
         if in_place {
-            let _e = self.rt.enter();
+            let _e = self.rt.enter_local();
             let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` lies in the target's segment (checked).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
@@ -1020,6 +1020,8 @@ impl<'rt> Rma<'rt> {
         data_offset: usize,
         data: &[u8],
     ) -> Result<bool> {
+        // Always through a handler at the target (the check and the write are one step there),
+        // so it is a call that waits, polling.
         let _e = self.rt.enter();
         self.check_rank(target.rank)?;
         if data.len() > self.rt.max_medium() {

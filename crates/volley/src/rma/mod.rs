@@ -51,6 +51,7 @@ pub use atomic::AtomicOp;
 pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
+use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
 use crate::error::{Error, Result};
 use handlers::{Handlers, Shared, SymmetricOffer};
@@ -381,7 +382,7 @@ impl<'rt> Rma<'rt> {
     /// Copies bytes out of this rank's own segment `seg` (a [`SegmentRef`] with our rank; any
     /// other is refused).
     pub fn read_local(&self, seg: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
-        let _e = self.rt.enter();
+        let _e = self.rt.enter_local();
         let at = self.owned_range(seg, offset, buf.len())?;
         fence(Ordering::Acquire);
         // SAFETY: range checked inside our own segment area, mapped for the runtime's life.
@@ -397,7 +398,7 @@ impl<'rt> Rma<'rt> {
 
     /// Copies bytes into this rank's own segment `seg` (as for [`Rma::read_local`]).
     pub fn write_local(&self, seg: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
-        let _e = self.rt.enter();
+        let _e = self.rt.enter_local();
         let at = self.owned_range(seg, offset, data.len())?;
         // SAFETY: as in `read_local`.
         unsafe {
@@ -458,6 +459,17 @@ impl<'rt> Rma<'rt> {
         self.path == RmaPath::Direct && self.rt.is_local(rank)
     }
 
+    /// Takes the engine for an operation on `rank`'s memory (`rank` checked): on the direct
+    /// path the operation copies and returns, serving nobody, so it enters as a local
+    /// operation; otherwise it sends and may wait, polling, so it enters as a call.
+    pub(crate) fn enter_for(&self, rank: usize) -> Entered<'_> {
+        if self.direct(rank) {
+            self.rt.enter_local()
+        } else {
+            self.rt.enter()
+        }
+    }
+
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.rt.size() {
             return Err(Error::InvalidRank {
@@ -487,8 +499,8 @@ impl<'rt> Rma<'rt> {
 
     /// Starts a put; `data` may be reused as soon as this returns.
     pub fn put_nb(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<Event<'_>> {
-        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         let (off, len) = (offset as u64, data.len() as u64);
         if self.direct(target.rank) {
             self.put_direct(target, off, data)?;
@@ -504,8 +516,8 @@ impl<'rt> Rma<'rt> {
 
     /// Starts a put completed by the next [`Rma::sync`].
     pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
-        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         if self.direct(target.rank) {
             return self.put_direct(target, offset as u64, data);
         }
@@ -543,8 +555,8 @@ impl<'rt> Rma<'rt> {
         offset: usize,
         buf: &'a mut [u8],
     ) -> Result<Event<'a>> {
-        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         let (off, len) = (offset as u64, buf.len() as u64);
         if self.direct(target.rank) {
             let src = self.check_direct(target, off, len, Perms::READ)?;
@@ -594,8 +606,8 @@ impl<'rt> Rma<'rt> {
         operand: u64,
         compare: u64,
     ) -> Result<u64> {
-        let _e = self.rt.enter();
         self.check_rank(target.rank)?;
+        let _e = self.enter_for(target.rank);
         let off = offset as u64;
         if self.direct(target.rank) {
             let p = self.check_direct(target, off, 8, Perms::ATOMIC)?;
