@@ -101,7 +101,12 @@ impl RankSet {
             let mut child = match cmd.spawn() {
                 Ok(c) => c,
                 // Dropping `set` kills the ranks already started.
-                Err(e) => return Err(format!("starting rank {rank}: {e}")),
+                Err(e) => {
+                    return Err(format!(
+                        "starting rank {rank}: {}",
+                        start_error(plan.program, &e)
+                    ))
+                }
             };
             if i == 0 {
                 set.pgid = Pid::from_raw(child.id() as i32);
@@ -232,4 +237,35 @@ impl Drop for RankSet {
     fn drop(&mut self) {
         self.kill_group();
     }
+}
+
+/// Why `program` could not be started, for a person. The kernel reports a script whose `#!`
+/// interpreter is missing as the script itself not existing; the interpreter is named then
+/// (in quotes, so that a stray carriage return of a DOS line ending shows).
+fn start_error(program: &Path, e: &std::io::Error) -> String {
+    let mut why = format!("{}: {e}", program.display());
+    if e.kind() == std::io::ErrorKind::NotFound {
+        if let Some(interpreter) = interpreter_of(program).filter(|i| !Path::new(i).exists()) {
+            why.push_str(&format!(
+                "; the interpreter its #! line names, {interpreter:?}, does not exist"
+            ));
+        }
+    }
+    why
+}
+
+/// The interpreter named on `program`'s `#!` line, if it has one.
+fn interpreter_of(program: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut head = [0u8; 256];
+    let n = std::fs::File::open(program).ok()?.read(&mut head).ok()?;
+    let line = head[..n]
+        .strip_prefix(b"#!")?
+        .split(|&b| b == b'\n')
+        .next()?;
+    let line = String::from_utf8_lossy(line);
+    // The kernel splits the line at spaces and tabs only: a carriage return stays in the name.
+    line.split([' ', '\t'])
+        .find(|w| !w.is_empty())
+        .map(str::to_string)
 }
