@@ -434,3 +434,102 @@ fn politeness_follows_ranks_per_cpu_of_the_job_not_a_pinned_mask() {
             .assert_stdout_has(&["rank 0 polite true"]);
     }
 }
+
+/// A bare `volley run` with `TMPDIR` set to `tmp` (none of the suite's checks: this test makes
+/// its own), output thrown away.
+fn launcher_in(tmp: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(common::launcher());
+    cmd.arg("run")
+        .args(args)
+        .env("TMPDIR", tmp)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VOLLEY_") {
+            cmd.env_remove(&k);
+        }
+    }
+    cmd
+}
+
+#[test]
+fn a_rendezvous_left_by_a_killed_launcher_is_removed_by_the_next_one() {
+    let _serial = common::serial();
+    let tmp = common::Scratch::new("killed-launcher");
+    let rendezvous_dirs = || {
+        tmp.entries()
+            .into_iter()
+            .filter(|e| e.starts_with("volley-") && !e.contains('/'))
+            .collect::<Vec<_>>()
+    };
+    // `sleep` never joins the rendezvous, so its directory stays while the launcher lives.
+    let mut first = launcher_in(tmp.path(), &["-n", "2", "sleep", "60"])
+        .spawn()
+        .expect("starting the launcher");
+    let until = Instant::now() + Duration::from_secs(20);
+    while rendezvous_dirs().is_empty() {
+        assert!(Instant::now() < until, "no rendezvous directory appeared");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let dir = rendezvous_dirs();
+    // Another launcher with the same TMPDIR leaves a live launcher's directory alone.
+    let second = launcher_in(tmp.path(), &["-n", "1", "true"])
+        .status()
+        .unwrap();
+    assert!(second.success(), "a second job failed: {second:?}");
+    assert_eq!(
+        rendezvous_dirs(),
+        dir,
+        "a live launcher's directory was touched"
+    );
+    // Killed outright, the first launcher leaves its directory (its ranks die with it).
+    // SAFETY: plain system call.
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGKILL) }, 0);
+    first.wait().unwrap();
+    let mut needle = b"TMPDIR=".to_vec();
+    needle.extend_from_slice(tmp.path().as_os_str().as_encoded_bytes());
+    let until = Instant::now() + Duration::from_secs(10);
+    while !common::processes_with_env(&needle).is_empty() {
+        assert!(
+            Instant::now() < until,
+            "the killed launcher's ranks survived"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(rendezvous_dirs(), dir, "nothing was left to clean up");
+    // The next launcher removes it, and leaves nothing itself.
+    let third = launcher_in(tmp.path(), &["-n", "1", "true"])
+        .status()
+        .unwrap();
+    assert!(third.success(), "the next job failed: {third:?}");
+    assert_eq!(
+        tmp.entries(),
+        Vec::<String>::new(),
+        "the abandoned directory is still there"
+    );
+}
+
+#[test]
+fn a_script_whose_interpreter_is_missing_is_refused_naming_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = common::Scratch::new("bad-interpreter");
+    // A missing interpreter, and a DOS line ending (the kernel looks for "/bin/sh\r").
+    for (name, text, shown) in [
+        (
+            "missing",
+            "#!/nonexistent/volley-interp -x\necho hi\n",
+            r#""/nonexistent/volley-interp", does not exist"#,
+        ),
+        (
+            "dos",
+            "#!/bin/sh\r\necho hi\r\n",
+            r#""/bin/sh\r", does not exist"#,
+        ),
+    ] {
+        let script = dir.path().join(name);
+        std::fs::write(&script, text).unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bad_command_line(&["run", "-n", "2", script.to_str().unwrap()], shown);
+    }
+}

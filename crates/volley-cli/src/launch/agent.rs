@@ -226,7 +226,7 @@ fn start_and_watch(
     };
     // Several agents may share a file system (and a TMPDIR): the node keeps them apart.
     let rdv = HostRendezvous::start(
-        &format!("volley-{}-node{}", a.job_id, a.node),
+        &format!("{}-node{}", a.job_id, a.node),
         a.first..a.first + a.count,
         complete,
     )?;

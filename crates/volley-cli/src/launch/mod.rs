@@ -141,12 +141,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
     let program = resolve_program(&opts.program)?;
     let job_id = volley::bootstrap::random_u64();
     let job_key = volley::bootstrap::random_u64() | 1;
-    let rdv = rdv::HostRendezvous::start(
-        &format!("volley-{job_id:016x}"),
-        0..opts.ranks,
-        Box::new(Ok),
-    )
-    .map_err(LaunchError::Setup)?;
+    let rdv = rdv::HostRendezvous::start(&format!("{job_id:016x}"), 0..opts.ranks, Box::new(Ok))
+        .map_err(LaunchError::Setup)?;
     signals::install();
     let mut env = opts.env.clone();
     env.extend([
