@@ -533,3 +533,40 @@ fn a_script_whose_interpreter_is_missing_is_refused_naming_it() {
         bad_command_line(&["run", "-n", "2", script.to_str().unwrap()], shown);
     }
 }
+
+#[test]
+fn a_second_ctrl_c_ends_the_grace_period() {
+    // Ranks that ignore SIGTERM, and a grace period of a minute: the first Ctrl-C starts it,
+    // the second kills them at once.
+    let mut job = Job::raw([
+        "run",
+        "-n",
+        "2",
+        "--grace",
+        "60",
+        "--",
+        "sh",
+        "-c",
+        "trap '' TERM; echo ready; exec sleep 60",
+    ])
+    .timeout(Duration::from_secs(40))
+    .spawn();
+    job.wait_for_lines(2, Duration::from_secs(20), |l| l == "ready");
+    job.signal(libc::SIGINT);
+    std::thread::sleep(Duration::from_secs(1));
+    // Still in its grace period (the ranks ignore SIGTERM).
+    let waited = !process_gone(job.pid());
+    let second = Instant::now();
+    job.signal(libc::SIGINT);
+    let out = job.finish();
+    assert!(!out.status.success(), "interrupted job exited 0:\n{out}");
+    assert!(
+        waited,
+        "the launcher did not wait after the first Ctrl-C:\n{out}"
+    );
+    assert!(
+        second.elapsed() < Duration::from_secs(10),
+        "the launcher took {:?} after the second Ctrl-C:\n{out}",
+        second.elapsed()
+    );
+}

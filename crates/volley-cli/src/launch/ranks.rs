@@ -174,11 +174,13 @@ impl RankSet {
         }
     }
 
-    /// SIGTERM to every rank, SIGKILL to whatever is left after `grace`, and reap them all.
+    /// SIGTERM to every rank, SIGKILL to whatever is left after `grace` (or at once when a
+    /// stopping signal, a second Ctrl-C, comes meanwhile), and reap them all.
     pub fn stop(&mut self, grace: Duration) {
         if self.children.is_empty() {
             return;
         }
+        let stops = super::signals::stops();
         let _ = killpg(self.pgid, Signal::SIGTERM);
         let deadline = Instant::now() + grace;
         loop {
@@ -191,7 +193,7 @@ impl RankSet {
             if alive == 0 {
                 break;
             }
-            if Instant::now() >= deadline {
+            if Instant::now() >= deadline || super::signals::stops() != stops {
                 let _ = killpg(self.pgid, Signal::SIGKILL);
                 for (_, c) in self.children.iter_mut() {
                     let _ = c.wait();

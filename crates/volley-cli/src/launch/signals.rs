@@ -9,12 +9,14 @@
 
 use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 /// The last stopping signal received (0: none).
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
+/// How many stopping signals have been received.
+static STOPS: AtomicU32 = AtomicU32::new(0);
 /// The self-pipe's write end, for the signal handlers (-1 until installed).
 static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
 /// The self-pipe: (read end, write end).
@@ -38,6 +40,7 @@ fn ring() {
 
 extern "C" fn on_stop_signal(sig: libc::c_int) {
     RECEIVED.store(sig, Ordering::Relaxed);
+    STOPS.fetch_add(1, Ordering::Relaxed);
     ring();
 }
 
@@ -80,6 +83,12 @@ pub fn received() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// How many stopping signals (SIGINT, SIGTERM, SIGHUP) have been received: one received while
+/// the ranks are being stopped ends their grace period.
+pub fn stops() -> u32 {
+    STOPS.load(Ordering::Relaxed)
 }
 
 /// Wakes the supervising loop (called by the launcher's threads after they record news).
