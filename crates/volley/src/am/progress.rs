@@ -14,11 +14,12 @@
 //! over the rings' cache lines and a program that polls keeps inline speed. A program that
 //! polls is also outside between its calls, briefly; the progress thread tells it from one that
 //! computes by the rank thread's call count ([`Lease::calls`]): only when it has made no call
-//! for a short confirmation nap does the progress thread take the engine. Operations that
-//! serve nobody (segment copies, direct accesses) own the engine without counting as calls
-//! ([`LOCAL`]), so a rank that computes with them in its loop is still served between them. (Taking it in such a
+//! for a short confirmation nap does the progress thread take the engine. (Taking it in such a
 //! gap would stall the program: the two threads share its CPU when the rank is pinned, and the
-//! progress thread would poll until it is preempted or spins out.) Holding the engine, it polls
+//! progress thread would poll until it is preempted or spins out.) Operations that serve
+//! nobody (segment copies, direct accesses) own the engine without counting as calls
+//! ([`LOCAL`]), so a rank that computes with them in its loop is still served between them.
+//! Holding the engine, it polls
 //! and gives it back as soon as the rank thread enters; once it has found nothing for a while
 //! it sleeps on the rank's doorbell, which senders ring only while it sleeps.
 //!

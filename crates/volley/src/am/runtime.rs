@@ -3,7 +3,7 @@
 use super::config::Config;
 use super::engine::{Engine, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
-use super::progress::ProgressThread;
+use super::progress::{ProgressThread, ThreadSync};
 use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
@@ -552,15 +552,7 @@ impl Runtime {
     /// already holds it); in inline mode, nothing.
     #[inline(always)]
     pub(crate) fn enter(&self) -> Entered<'_> {
-        let owned = match self.engine().thread_sync() {
-            Some(sync) if !self.held.get() => {
-                sync.enter();
-                self.held.set(true);
-                true
-            }
-            _ => false,
-        };
-        Entered { rt: self, owned }
+        self.enter_by(ThreadSync::enter)
     }
 
     /// Takes the engine for an operation that serves nobody (a copy into or out of a segment,
@@ -569,9 +561,14 @@ impl Runtime {
     /// loop is still served between them.
     #[inline(always)]
     pub(crate) fn enter_local(&self) -> Entered<'_> {
+        self.enter_by(ThreadSync::enter_local)
+    }
+
+    #[inline(always)]
+    fn enter_by(&self, take: fn(&ThreadSync)) -> Entered<'_> {
         let owned = match self.engine().thread_sync() {
             Some(sync) if !self.held.get() => {
-                sync.enter_local();
+                take(sync);
                 self.held.set(true);
                 true
             }
