@@ -778,9 +778,9 @@ impl<'rt> Rma<'rt> {
         implicit: bool,
     ) -> Result<()> {
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
+        let (_e, direct) = self.enter_for(target.rank);
         let (off, len, foff) = (offset as u64, data.len() as u64, flag_offset as u64);
-        if self.direct(target.rank) {
+        if direct {
             let dst = self.check_direct(target, off, len, Perms::WRITE)?;
             let flag = self.check_direct_word(target, foff, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` and the 8-aligned flag word lie in the target's segment
@@ -863,10 +863,10 @@ impl<'rt> Rma<'rt> {
     pub fn fifo_enqueue(&self, fifo: FifoRef, data: &[u8]) -> Result<FifoStatus> {
         let target = fifo.seg;
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
+        let (_e, direct) = self.enter_for(target.rank);
         let (ent, cap) = (fifo.entry_size as u64, fifo.capacity as u64);
         let bytes = fifo_bytes(ent, cap).unwrap_or(u64::MAX);
-        if self.direct(target.rank) {
+        if direct {
             let p = self.check_direct(target, fifo.offset, bytes, Perms::WRITE | Perms::ATOMIC)?;
             if (p as usize) % 8 != 0 {
                 return Err(self.refuse_direct(target.rank, Refusal::Misaligned));

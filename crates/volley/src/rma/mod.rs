@@ -459,15 +459,18 @@ impl<'rt> Rma<'rt> {
         self.path == RmaPath::Direct && self.rt.is_local(rank)
     }
 
-    /// Takes the engine for an operation on `rank`'s memory (`rank` checked): on the direct
-    /// path the operation copies and returns, serving nobody, so it enters as a local
-    /// operation; otherwise it sends and may wait, polling, so it enters as a call.
-    pub(crate) fn enter_for(&self, rank: usize) -> Entered<'_> {
-        if self.direct(rank) {
+    /// Takes the engine for an operation on `rank`'s memory (`rank` checked), and says
+    /// whether it goes the direct path: there the operation copies and returns, serving
+    /// nobody, so it enters as a local operation; otherwise it sends and may wait, polling,
+    /// so it enters as a call.
+    pub(crate) fn enter_for(&self, rank: usize) -> (Entered<'_>, bool) {
+        let direct = self.direct(rank);
+        let entered = if direct {
             self.rt.enter_local()
         } else {
             self.rt.enter()
-        }
+        };
+        (entered, direct)
     }
 
     fn check_rank(&self, rank: usize) -> Result<()> {
@@ -500,9 +503,9 @@ impl<'rt> Rma<'rt> {
     /// Starts a put; `data` may be reused as soon as this returns.
     pub fn put_nb(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<Event<'_>> {
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
+        let (_e, direct) = self.enter_for(target.rank);
         let (off, len) = (offset as u64, data.len() as u64);
-        if self.direct(target.rank) {
+        if direct {
             self.put_direct(target, off, data)?;
             return Ok(self.done(None));
         }
@@ -517,8 +520,8 @@ impl<'rt> Rma<'rt> {
     /// Starts a put completed by the next [`Rma::sync`].
     pub fn put_nbi(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
-        if self.direct(target.rank) {
+        let (_e, direct) = self.enter_for(target.rank);
+        if direct {
             return self.put_direct(target, offset as u64, data);
         }
         let put = (target, self.handlers.mem.put);
@@ -556,9 +559,9 @@ impl<'rt> Rma<'rt> {
         buf: &'a mut [u8],
     ) -> Result<Event<'a>> {
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
+        let (_e, direct) = self.enter_for(target.rank);
         let (off, len) = (offset as u64, buf.len() as u64);
-        if self.direct(target.rank) {
+        if direct {
             let src = self.check_direct(target, off, len, Perms::READ)?;
             // Acquire: pairs with the writer's release (fence or flag) before our reads.
             fence(Ordering::Acquire);
@@ -607,9 +610,9 @@ impl<'rt> Rma<'rt> {
         compare: u64,
     ) -> Result<u64> {
         self.check_rank(target.rank)?;
-        let _e = self.enter_for(target.rank);
+        let (_e, direct) = self.enter_for(target.rank);
         let off = offset as u64;
-        if self.direct(target.rank) {
+        if direct {
             let p = self.check_direct(target, off, 8, Perms::ATOMIC)?;
             if (p as usize) % 8 != 0 {
                 // SAFETY: as in check_direct; the table outlives the call.
