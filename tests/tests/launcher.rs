@@ -445,11 +445,7 @@ fn launcher_in(tmp: &std::path::Path, args: &[&str]) -> std::process::Command {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("VOLLEY_") {
-            cmd.env_remove(&k);
-        }
-    }
+    common::without_outer_job(&mut cmd);
     cmd
 }
 
@@ -487,8 +483,7 @@ fn a_rendezvous_left_by_a_killed_launcher_is_removed_by_the_next_one() {
     // SAFETY: plain system call.
     assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGKILL) }, 0);
     first.wait().unwrap();
-    let mut needle = b"TMPDIR=".to_vec();
-    needle.extend_from_slice(tmp.path().as_os_str().as_encoded_bytes());
+    let needle = common::tmpdir_var(tmp.path());
     let until = Instant::now() + Duration::from_secs(10);
     while !common::processes_with_env(&needle).is_empty() {
         assert!(

@@ -120,6 +120,24 @@ impl Drop for Scratch {
     }
 }
 
+/// Removes from `cmd`'s environment the `VOLLEY_*` settings of a job the tests may themselves
+/// run under (all but `VOLLEY_LAUNCHER`), so that it does not leak into the jobs they start.
+pub fn without_outer_job(cmd: &mut Command) {
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("VOLLEY_") && k != "VOLLEY_LAUNCHER" {
+            cmd.env_remove(&k);
+        }
+    }
+}
+
+/// `TMPDIR=<dir>`, as it appears in the environment of a job's processes (for
+/// [`processes_with_env`]).
+pub fn tmpdir_var(dir: &Path) -> Vec<u8> {
+    let mut v = b"TMPDIR=".to_vec();
+    v.extend_from_slice(dir.as_os_str().as_encoded_bytes());
+    v
+}
+
 /// Names in `/dev/shm` that contain "volley".
 pub fn shm_volley_entries() -> BTreeSet<OsString> {
     std::fs::read_dir("/dev/shm")
@@ -373,12 +391,7 @@ impl Job {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
-        // The tests may themselves run under a launcher: do not leak its job into ours.
-        for (k, _) in std::env::vars_os() {
-            if k.to_string_lossy().starts_with("VOLLEY_") && k != "VOLLEY_LAUNCHER" {
-                cmd.env_remove(&k);
-            }
-        }
+        without_outer_job(&mut cmd);
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
@@ -524,9 +537,7 @@ impl Running {
     }
 
     fn tmpdir_var(&self) -> Vec<u8> {
-        let mut v = b"TMPDIR=".to_vec();
-        v.extend_from_slice(self.scratch.path().as_os_str().as_encoded_bytes());
-        v
+        tmpdir_var(self.scratch.path())
     }
 
     fn collect_output(&mut self) -> (String, String) {
