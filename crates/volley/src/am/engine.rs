@@ -57,6 +57,10 @@ const PREFETCH_AHEAD: u64 = 8;
 /// Waits in a row that may end right after the reply rings, leaving the request rings for
 /// later (see [`Engine::poll_waiting`]); then one full poll comes first.
 const EARLY_EXITS: u32 = 16;
+
+/// The most arguments a short frame of one slot carries (the header takes the slot's first
+/// word).
+const ONE_SLOT_ARGS: usize = SLOT_BYTES / 8 - 1;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -309,6 +313,26 @@ impl Drop for Draining<'_> {
     fn drop(&mut self) {
         if self.delivering != 0 {
             self.consumer.release(self.rx.ring, self.delivering);
+        }
+        self.rx.advance(self.consumer);
+    }
+}
+
+/// A one-slot frame retired by [`Engine::serve_short`]: dropping it stores the consumer past
+/// the frame (also when the handler unwinds), and after the handler (`settle`) returns credit
+/// if a batch has accumulated. (It prefetches nothing: frames that follow go to the drain,
+/// which does.)
+struct Retired<'a> {
+    rx: &'a RxRing,
+    consumer: Consumer,
+    settle: bool,
+}
+
+impl Drop for Retired<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.settle {
+            self.consumer.settle(self.rx.ring);
         }
         self.rx.advance(self.consumer);
     }
@@ -805,10 +829,17 @@ impl Engine {
         args: &[u64],
     ) -> Result<()> {
         self.check_handler(ch, handler)?;
-        Self::check_args(args)?;
         // A local index has its rings; [`REMOTE`] (u32::MAX) has none: one compare tells the
         // route and bounds the index.
-        match self.tx.get(route as usize) {
+        let peer = self.tx.get(route as usize);
+        if let Some(peer) = peer.filter(|_| args.len() <= ONE_SLOT_ARGS) {
+            // The common case, on a round trip's path: a frame of one slot.
+            self.inject_one_slot(route as usize, peer, ch, handler, args);
+            self.stats.sent(ch, MessageClass::Short);
+            return Ok(());
+        }
+        Self::check_args(args)?;
+        match peer {
             Some(peer) => self.inject_to(
                 route as usize,
                 peer,
@@ -1266,6 +1297,38 @@ impl Engine {
         }
     }
 
+    /// [`Engine::inject_to`] for a short frame of one slot (at most [`ONE_SLOT_ARGS`]
+    /// arguments), with nothing left to work out at run time but the arguments.
+    #[inline(always)]
+    fn inject_one_slot(&self, dest: usize, peer: &TxPeer, ch: Channel, handler: u16, args: &[u64]) {
+        debug_assert!(args.len() <= ONE_SLOT_ARGS);
+        let tx = &peer.rings[ch as usize];
+        let ring = tx.ring;
+        let pos = match tx.reserve_within(1) {
+            Some(pos) => pos,
+            None => self.reserve_out_of_line(dest, ch, 1),
+        };
+        let frame = ring.frame_ptr(pos).cast::<u64>();
+        // SAFETY: slot `pos` is reserved for us and holds the header and up to
+        // ONE_SLOT_ARGS words after it; the receiver does not read it until `publish`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(args.as_ptr(), frame.add(1), args.len());
+        }
+        let header = FrameHeader {
+            handler,
+            nargs: args.len() as u8,
+            kind: FrameKind::Short,
+            nslots: 1,
+        };
+        ring.publish(pos, header.encode(pos, self.key));
+        path_marks::mark(ch, path_marks::Point::Published);
+        if let Some(order) = peer.bell {
+            self.regions[dest]
+                .doorbell()
+                .ring_if_asleep(order, &self.wakes[dest]);
+        }
+    }
+
     /// The rest of a reservation whose common case failed: a skip, fresh credit, or a wait for
     /// it. Out of line, so a send's common case is two compares.
     #[cold]
@@ -1387,10 +1450,68 @@ impl Engine {
             // A path starts here, where the frame was seen: what the drain does before it
             // reads the frame is on the path too.
             path_marks::mark(ch, path_marks::Point::Seen);
-            handled += self.drain(src, ch);
+            let rx = &rings[src];
+            match self.serve_short(rx, src, ch) {
+                // More frames behind the first: the drain takes them in one batch.
+                Some(n) => {
+                    handled += n;
+                    if rx.ready() {
+                        handled += self.drain(src, ch);
+                    }
+                }
+                None => handled += self.drain(src, ch),
+            }
             from = src + 1;
         }
         handled
+    }
+
+    /// The common case of a ring with a frame at its head: a short frame in one slot, served
+    /// without the drain's set-up, which would otherwise lie on a round trip's path. `None`:
+    /// the head frame is of another kind, and nothing was done (the drain takes it). Otherwise
+    /// how many handlers ran (0 if the frame named no handler and was dropped).
+    #[inline(always)]
+    fn serve_short(&self, rx: &RxRing, src: usize, ch: Channel) -> Option<usize> {
+        let (header, _) = rx.watch.get();
+        // Acquire: pairs with the producer's release in `RingRef::publish` (`ready` acquired
+        // the same word; this load hits the line it brought).
+        let h = HeaderWord::one_slot_short(header.load(Ordering::Acquire), self.key)?;
+        let consumer = rx.consumer.get();
+        let head = consumer.head();
+        let frame = rx.ring.frame_ptr(head).cast::<u64>().cast_const();
+        // The frame counts as retired from here: if its handler unwinds, the guard moves the
+        // consumer past it. Otherwise the consumer moves after the handler, off the path from
+        // this frame to the answer its handler sends (nothing the handler runs touches this
+        // ring's consumer: see `drain`).
+        let mut retired = Retired {
+            rx,
+            consumer,
+            settle: false,
+        };
+        retired.consumer.retire_one();
+        let msg = Message {
+            src: rx.src_rank,
+            // SAFETY: the frame's slot is published to us and stays untouched by the sender
+            // until its credit returns, which happens only after the handler (when `retired`
+            // settles, or in a later drain if the handler unwinds); a one-slot short's
+            // arguments fit in its slot.
+            args: unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) },
+            payload: &[],
+            class: MessageClass::Short,
+            offset: 0,
+        };
+        let scope = HandlerScope::enter(self);
+        let ran = scope.run(ch, h.handler(), &msg, src as u32).is_ok();
+        drop(scope);
+        debug_assert_eq!(rx.consumer.get().head(), head, "a handler moved this ring");
+        retired.settle = true;
+        drop(retired);
+        if ran {
+            self.stats.handled(ch, MessageClass::Short);
+        } else {
+            bump(&self.stats.dropped);
+        }
+        Some(usize::from(ran))
     }
 
     /// Retires up to DRAIN_BUDGET frames from the ring of local index `src`, running their
