@@ -57,10 +57,6 @@ const PREFETCH_AHEAD: u64 = 8;
 /// Waits in a row that may end right after the reply rings, leaving the request rings for
 /// later (see [`Engine::poll_waiting`]); then one full poll comes first.
 const EARLY_EXITS: u32 = 16;
-
-/// The most arguments a short frame of one slot carries (the header takes the slot's first
-/// word).
-const ONE_SLOT_ARGS: usize = SLOT_BYTES / 8 - 1;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -320,8 +316,7 @@ impl Drop for Draining<'_> {
 
 /// A one-slot frame retired by [`Engine::serve_short`]: dropping it stores the consumer past
 /// the frame (also when the handler unwinds), and after the handler (`settle`) returns credit
-/// if a batch has accumulated. (It prefetches nothing: frames that follow go to the drain,
-/// which does.)
+/// if a batch has accumulated.
 struct Retired<'a> {
     rx: &'a RxRing,
     consumer: Consumer,
@@ -332,7 +327,12 @@ impl Drop for Retired<'_> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.settle {
-            self.consumer.settle(self.rx.ring);
+            let ring = self.rx.ring;
+            // A receiver that keeps up with a stream takes most frames here, one per poll:
+            // fetching a later slot now keeps several cache misses in flight, as the drain
+            // does. After the handler, so off the path to the handler's answer.
+            ring.prefetch(self.consumer.head() + PREFETCH_AHEAD - 1);
+            self.consumer.settle(ring);
         }
         self.rx.advance(self.consumer);
     }
@@ -428,6 +428,9 @@ struct RxRing {
     /// The header word at the consumer's head and the sequence the next frame carries: what
     /// the poll loop watches, kept ready so that checking a ring is three loads and a compare.
     watch: Cell<(&'static AtomicU64, u64)>,
+    /// Whether frames have been arriving in a stream: then each poll drains the ring in one
+    /// batch instead of serving the head frame by itself first (see `poll_rings`).
+    streaming: Cell<bool>,
 }
 
 impl RxRing {
@@ -438,6 +441,7 @@ impl RxRing {
             src_rank,
             consumer: Cell::new(consumer),
             watch: Cell::new(Self::watch_of(ring, consumer)),
+            streaming: Cell::new(false),
         }
     }
 
@@ -829,17 +833,10 @@ impl Engine {
         args: &[u64],
     ) -> Result<()> {
         self.check_handler(ch, handler)?;
+        Self::check_args(args)?;
         // A local index has its rings; [`REMOTE`] (u32::MAX) has none: one compare tells the
         // route and bounds the index.
-        let peer = self.tx.get(route as usize);
-        if let Some(peer) = peer.filter(|_| args.len() <= ONE_SLOT_ARGS) {
-            // The common case, on a round trip's path: a frame of one slot.
-            self.inject_one_slot(route as usize, peer, ch, handler, args);
-            self.stats.sent(ch, MessageClass::Short);
-            return Ok(());
-        }
-        Self::check_args(args)?;
-        match peer {
+        match self.tx.get(route as usize) {
             Some(peer) => self.inject_to(
                 route as usize,
                 peer,
@@ -1297,38 +1294,6 @@ impl Engine {
         }
     }
 
-    /// [`Engine::inject_to`] for a short frame of one slot (at most [`ONE_SLOT_ARGS`]
-    /// arguments), with nothing left to work out at run time but the arguments.
-    #[inline(always)]
-    fn inject_one_slot(&self, dest: usize, peer: &TxPeer, ch: Channel, handler: u16, args: &[u64]) {
-        debug_assert!(args.len() <= ONE_SLOT_ARGS);
-        let tx = &peer.rings[ch as usize];
-        let ring = tx.ring;
-        let pos = match tx.reserve_within(1) {
-            Some(pos) => pos,
-            None => self.reserve_out_of_line(dest, ch, 1),
-        };
-        let frame = ring.frame_ptr(pos).cast::<u64>();
-        // SAFETY: slot `pos` is reserved for us and holds the header and up to
-        // ONE_SLOT_ARGS words after it; the receiver does not read it until `publish`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(args.as_ptr(), frame.add(1), args.len());
-        }
-        let header = FrameHeader {
-            handler,
-            nargs: args.len() as u8,
-            kind: FrameKind::Short,
-            nslots: 1,
-        };
-        ring.publish(pos, header.encode(pos, self.key));
-        path_marks::mark(ch, path_marks::Point::Published);
-        if let Some(order) = peer.bell {
-            self.regions[dest]
-                .doorbell()
-                .ring_if_asleep(order, &self.wakes[dest]);
-        }
-    }
-
     /// The rest of a reservation whose common case failed: a skip, fresh credit, or a wait for
     /// it. Out of line, so a send's common case is two compares.
     #[cold]
@@ -1451,15 +1416,26 @@ impl Engine {
             // reads the frame is on the path too.
             path_marks::mark(ch, path_marks::Point::Seen);
             let rx = &rings[src];
-            match self.serve_short(rx, src, ch) {
-                // More frames behind the first: the drain takes them in one batch.
+            // A lone short frame (a round trip's) is served at once; a stream goes to the
+            // drain, whose set-up is paid once per batch.
+            let first = match rx.streaming.get() {
+                false => self.serve_short(rx, src, ch),
+                true => None,
+            };
+            // One call site for the drain, so that it is compiled once.
+            let drain = match first {
                 Some(n) => {
                     handled += n;
-                    if rx.ready() {
-                        handled += self.drain(src, ch);
-                    }
+                    // A frame right behind the first: a stream has begun.
+                    rx.ready()
                 }
-                None => handled += self.drain(src, ch),
+                None => true,
+            };
+            if drain {
+                let n = self.drain(src, ch);
+                // The stream goes on while drains find more than one frame.
+                rx.streaming.set(first.is_some() || n > 1);
+                handled += n;
             }
             from = src + 1;
         }

@@ -481,3 +481,40 @@ fn segment_writes_wait_for_a_handler_that_views_the_segment() {
     rt.read_segment(128, &mut back).unwrap();
     assert_eq!(back, [2u8; 64]);
 }
+
+#[test]
+fn frames_run_once_and_in_order_whether_served_alone_or_drained_in_a_batch() {
+    // A poll serves a lone one-slot short by itself, and a ring whose frames come in a stream
+    // through the drain; runs of frames of different lengths switch between the two. Every
+    // frame must run exactly once, in the order sent, with its arguments and payload whole.
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut b = Runtime::builder();
+    let s = seen.clone();
+    let h = b.request_handler("record", move |m, _| {
+        let n = m.arg(0);
+        // Every argument after the first and every payload byte repeats the frame's number.
+        assert!(m.args()[1..].iter().all(|&a| a == n), "frame {n}: {m:?}");
+        assert!(m.payload().iter().all(|&b| b == n as u8), "frame {n}");
+        s.lock().unwrap().push(n);
+    });
+    let rt = b.build().unwrap();
+    let mut sent = 0u64;
+    for run in [1usize, 5, 1, 1, 40, 1, 3, 1, 17, 2, 1] {
+        for i in 0..run {
+            let n = sent;
+            sent += 1;
+            match (i + run) % 4 {
+                // Mostly one-slot shorts, with longer shorts and a medium among them.
+                0 => rt.request_short(0, h, &[n; 9]).unwrap(),
+                1 => rt.request_medium(0, h, &[n], &[n as u8; 100]).unwrap(),
+                _ => rt.request_short(0, h, &[n; 2]).unwrap(),
+            }
+        }
+        rt.wait_until(|| seen.lock().unwrap().len() as u64 >= sent);
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(*seen, (0..sent).collect::<Vec<_>>());
+    let stats = rt.stats();
+    assert_eq!(stats.handled_on(Channel::Request), sent);
+    assert_eq!(stats.dropped, 0);
+}
