@@ -1412,7 +1412,7 @@ impl Engine {
             .and_then(|r| r.iter().position(RxRing::ready))
         {
             let src = from + at;
-            // A path starts here, where the frame was seen: what the drain does before it
+            // A path starts here, where the frame was seen: what the poll does before it
             // reads the frame is on the path too.
             path_marks::mark(ch, path_marks::Point::Seen);
             let rx = &rings[src];
