@@ -314,27 +314,29 @@ impl Drop for Draining<'_> {
     }
 }
 
-/// A one-slot frame retired by [`Engine::serve_short`]: dropping it stores the consumer past
+/// A one-slot frame retired by [`Engine::serve_short`]: dropping it moves the consumer past
 /// the frame (also when the handler unwinds), and after the handler (`settle`) returns credit
-/// if a batch has accumulated.
+/// if a batch has accumulated. The consumer state is read only here, after the handler, so
+/// that none of it lies on the path from the frame to the handler.
 struct Retired<'a> {
     rx: &'a RxRing,
-    consumer: Consumer,
     settle: bool,
 }
 
 impl Drop for Retired<'_> {
     #[inline(always)]
     fn drop(&mut self) {
+        let ring = self.rx.ring;
+        let mut consumer = self.rx.consumer.get();
+        consumer.retire_one();
         if self.settle {
-            let ring = self.rx.ring;
             // A receiver that keeps up with a stream takes most frames here, one per poll:
             // fetching a later slot now keeps several cache misses in flight, as the drain
             // does. After the handler, so off the path to the handler's answer.
-            ring.prefetch(self.consumer.head() + PREFETCH_AHEAD - 1);
-            self.consumer.settle(ring);
+            ring.prefetch(consumer.head() + PREFETCH_AHEAD - 1);
+            consumer.settle(ring);
         }
-        self.rx.advance(self.consumer);
+        self.rx.advance(consumer);
     }
 }
 
@@ -420,44 +422,61 @@ impl Drop for HandlerScope<'_> {
 
 /// One incoming ring and this rank's consumer state for it.
 struct RxRing {
-    ring: RingRef<'static>,
-    consumer: Cell<Consumer>,
-    /// The global rank that sends into this ring (kept here: a drain reads it with the ring's
-    /// state, not from a table with a bounds check).
-    src_rank: usize,
-    /// The header word at the consumer's head and the sequence the next frame carries: what
-    /// the poll loop watches, kept ready so that checking a ring is three loads and a compare.
-    watch: Cell<(&'static AtomicU64, u64)>,
+    /// The frame at the consumer's head (its header word first) and the sequence the next
+    /// frame carries: what the poll loop watches, kept ready so that checking a ring is three
+    /// loads and a compare, and serving a one-slot frame needs no other address. The pointer
+    /// is derived from the whole ring, so it covers the frame's slot (see `RingRef::frame_ptr`).
+    watch: Cell<(*mut u64, u64)>,
     /// Whether frames have been arriving in a stream: then each poll drains the ring in one
     /// batch instead of serving the head frame by itself first (see `poll_rings`).
     streaming: Cell<bool>,
+    /// The local index of the rank that sends into this ring.
+    src: u32,
+    /// The global rank that sends into this ring (kept here: a drain reads it with the ring's
+    /// state, not from a table with a bounds check).
+    src_rank: usize,
+    ring: RingRef<'static>,
+    consumer: Cell<Consumer>,
 }
 
 impl RxRing {
-    /// The ring `ring` read from `consumer`'s position on.
-    fn new(ring: RingRef<'static>, consumer: Consumer, src_rank: usize) -> Self {
+    /// The ring `ring`, which local index `src` (global rank `src_rank`) sends into, read from
+    /// `consumer`'s position on.
+    fn new(ring: RingRef<'static>, consumer: Consumer, src: usize, src_rank: usize) -> Self {
         Self {
-            ring,
-            src_rank,
-            consumer: Cell::new(consumer),
             watch: Cell::new(Self::watch_of(ring, consumer)),
             streaming: Cell::new(false),
+            src: src as u32,
+            src_rank,
+            ring,
+            consumer: Cell::new(consumer),
         }
     }
 
     /// What to watch for the next frame of `ring` read by `consumer`.
     #[inline(always)]
-    fn watch_of(ring: RingRef<'static>, consumer: Consumer) -> (&'static AtomicU64, u64) {
-        (ring.header_word(consumer.head()), consumer.next_seq())
+    fn watch_of(ring: RingRef<'static>, consumer: Consumer) -> (*mut u64, u64) {
+        (ring.frame_ptr(consumer.head()).cast(), consumer.next_seq())
+    }
+
+    /// The header word at the head, if it starts the next frame.
+    #[inline(always)]
+    fn ready_word(&self) -> Option<u64> {
+        let (frame, seq) = self.watch.get();
+        // SAFETY: `frame` points at the header word of a slot of this ring (8-aligned: slots
+        // are 64-aligned), which lives in the region mapped for as long as the engine; every
+        // access to that word, ours and the producer's, is atomic.
+        let header = unsafe { AtomicU64::from_ptr(frame) };
+        // Acquire: pairs with the producer's release in `RingRef::publish`, so the frame's
+        // other words, read after this, are the ones written before it was published.
+        let word = header.load(Ordering::Acquire);
+        Consumer::starts_next(word, seq).then_some(word)
     }
 
     /// Whether a frame is waiting at the head.
     #[inline(always)]
     fn ready(&self) -> bool {
-        let (header, seq) = self.watch.get();
-        // Acquire: pairs with the producer's release in `RingRef::publish` (the frame is then
-        // read by `Consumer::peek`, which acquires the same word again).
-        Consumer::starts_next(header.load(Ordering::Acquire), seq)
+        self.ready_word().is_some()
     }
 
     /// Stores the consumer state after frames were retired.
@@ -534,7 +553,7 @@ impl Engine {
             (0..nlocal)
                 .map(|s| {
                     let ring = view(regions[me_local].ring(s, ch));
-                    RxRing::new(ring, Consumer::new(layout.ring_slots), local_ranks[s])
+                    RxRing::new(ring, Consumer::new(layout.ring_slots), s, local_ranks[s])
                 })
                 .collect()
         });
@@ -1402,24 +1421,19 @@ impl Engine {
     /// an empty poll is a handful of loads.
     #[inline(always)]
     fn poll_rings(&self, ch: Channel) -> usize {
-        let rings = &self.rx[ch as usize];
+        let mut rings = self.rx[ch as usize].iter();
         let mut handled = 0;
-        let mut from = 0;
         // The scan is a loop of its own, so that the delivery path's state does not crowd
-        // the registers of the loop that every empty poll runs.
-        while let Some(at) = rings
-            .get(from..)
-            .and_then(|r| r.iter().position(RxRing::ready))
-        {
-            let src = from + at;
+        // the registers of the loop that every empty poll runs; it goes on from the ring
+        // after the one it found.
+        while let Some((rx, word)) = rings.find_map(|rx| Some((rx, rx.ready_word()?))) {
             // A path starts here, where the frame was seen: what the poll does before it
             // reads the frame is on the path too.
             path_marks::mark(ch, path_marks::Point::Seen);
-            let rx = &rings[src];
             // A lone short frame (a round trip's) is served at once; a stream goes to the
             // drain, whose set-up is paid once per batch.
             let first = match rx.streaming.get() {
-                false => self.serve_short(rx, src, ch),
+                false => self.serve_short(rx, word, ch),
                 true => None,
             };
             // One call site for the drain, so that it is compiled once.
@@ -1432,54 +1446,43 @@ impl Engine {
                 None => true,
             };
             if drain {
-                let n = self.drain(src, ch);
+                let n = self.drain(rx, ch);
                 // The stream goes on while drains find more than one frame.
                 rx.streaming.set(first.is_some() || n > 1);
                 handled += n;
             }
-            from = src + 1;
         }
         handled
     }
 
     /// The common case of a ring with a frame at its head: a short frame in one slot, served
-    /// without the drain's set-up, which would otherwise lie on a round trip's path. `None`:
-    /// the head frame is of another kind, and nothing was done (the drain takes it). Otherwise
-    /// how many handlers ran (0 if the frame named no handler and was dropped).
+    /// without the drain's set-up, which would otherwise lie on a round trip's path. `word`
+    /// is the frame's header, read by the poll. `None`: the head frame is of another kind,
+    /// and nothing was done (the drain takes it). Otherwise how many handlers ran (0 if the
+    /// frame named no handler and was dropped).
     #[inline(always)]
-    fn serve_short(&self, rx: &RxRing, src: usize, ch: Channel) -> Option<usize> {
-        let (header, _) = rx.watch.get();
-        // Acquire: pairs with the producer's release in `RingRef::publish` (`ready` acquired
-        // the same word; this load hits the line it brought).
-        let h = HeaderWord::one_slot_short(header.load(Ordering::Acquire), self.key)?;
-        let consumer = rx.consumer.get();
-        let head = consumer.head();
-        let frame = rx.ring.frame_ptr(head).cast::<u64>().cast_const();
+    fn serve_short(&self, rx: &RxRing, word: u64, ch: Channel) -> Option<usize> {
+        let h = HeaderWord::one_slot_short(word, self.key)?;
+        let (frame, _) = rx.watch.get();
         // The frame counts as retired from here: if its handler unwinds, the guard moves the
         // consumer past it. Otherwise the consumer moves after the handler, off the path from
         // this frame to the answer its handler sends (nothing the handler runs touches this
         // ring's consumer: see `drain`).
-        let mut retired = Retired {
-            rx,
-            consumer,
-            settle: false,
-        };
-        retired.consumer.retire_one();
+        let mut retired = Retired { rx, settle: false };
         let msg = Message {
             src: rx.src_rank,
-            // SAFETY: the frame's slot is published to us and stays untouched by the sender
-            // until its credit returns, which happens only after the handler (when `retired`
-            // settles, or in a later drain if the handler unwinds); a one-slot short's
-            // arguments fit in its slot.
-            args: unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) },
+            // SAFETY: `frame` points at the frame's slot (see `RxRing::watch`), published to
+            // us, which the sender leaves untouched until its credit returns; that happens
+            // only after the handler (when `retired` settles, or in a later drain if the
+            // handler unwinds). A one-slot short's arguments fit in its slot.
+            args: unsafe { std::slice::from_raw_parts(frame.add(1).cast_const(), h.nargs()) },
             payload: &[],
             class: MessageClass::Short,
             offset: 0,
         };
         let scope = HandlerScope::enter(self);
-        let ran = scope.run(ch, h.handler(), &msg, src as u32).is_ok();
+        let ran = scope.run(ch, h.handler(), &msg, rx.src).is_ok();
         drop(scope);
-        debug_assert_eq!(rx.consumer.get().head(), head, "a handler moved this ring");
         retired.settle = true;
         drop(retired);
         if ran {
@@ -1490,12 +1493,12 @@ impl Engine {
         Some(usize::from(ran))
     }
 
-    /// Retires up to DRAIN_BUDGET frames from the ring of local index `src`, running their
+    /// Retires up to DRAIN_BUDGET frames from the ring `rx`, running their
     /// handlers; returns how many handlers ran.
     #[inline(always)]
-    fn drain(&self, src: usize, ch: Channel) -> usize {
-        let rx = &self.rx[ch as usize][src];
+    fn drain(&self, rx: &RxRing, ch: Channel) -> usize {
         let ring = rx.ring;
+        let src = rx.src as usize;
         // Nothing that runs below touches this ring's consumer: a request handler's nested
         // polls serve reply rings only, reply handlers cannot poll at all, and no handler can
         // wait or sleep (which returns credit). So the state is stored back once, at the end.

@@ -148,12 +148,6 @@ impl<'a> RingRef<'a> {
         let _ = pos;
     }
 
-    /// The header word of the slot at `pos`, for a consumer that watches it.
-    #[inline(always)]
-    pub fn header_word(&self, pos: u64) -> &'a AtomicU64 {
-        &self.slot(pos).header
-    }
-
     /// Makes the frame at `pos` visible to the consumer.
     #[inline(always)]
     pub fn publish(&self, pos: u64, header: u64) {
