@@ -278,7 +278,7 @@ impl TxRing {
     #[inline(always)]
     fn reserve_within(&self, nslots: u64) -> Option<u64> {
         let mut producer = self.producer.get();
-        let pos = producer.reserve_within(self.ring.slot_count(), nslots)?;
+        let pos = producer.reserve_within(nslots)?;
         self.producer.set(producer);
         Some(pos)
     }
@@ -1264,8 +1264,12 @@ impl Engine {
             Payload::Long { len, offset } => ([len as u64, offset as u64], &[]),
         };
         let nextra = extra_words(kind);
-        let bytes = (1 + nextra + args.len()) * 8 + inline.len();
-        let nslots = bytes.div_ceil(SLOT_BYTES) as u64;
+        let words = 1 + nextra + args.len();
+        // Without a payload inline (known when this is inlined), whole words: a shift.
+        let nslots = match inline.is_empty() {
+            true => words.div_ceil(SLOT_BYTES / 8),
+            false => (words * 8 + inline.len()).div_ceil(SLOT_BYTES),
+        } as u64;
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
         let tx = &peer.rings[ch as usize];
         let ring = tx.ring;
@@ -1275,7 +1279,8 @@ impl Engine {
         };
         let frame = ring.frame_ptr(pos).cast::<u64>();
         // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
-        // `bytes` <= nslots * 64, so every write stays inside the reservation. The receiver does
+        // the header, words and payload take at most nslots * 64 bytes, so every write stays
+        // inside the reservation. The receiver does
         // not read them until `publish` below.
         unsafe {
             if nextra > 0 {

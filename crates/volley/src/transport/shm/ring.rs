@@ -161,7 +161,11 @@ impl<'a> RingRef<'a> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Producer {
     tail: u64,
+    /// Where the credit last fetched ends.
     limit: u64,
+    /// The nearer of `limit` and the end of the ring's lap that `tail` is in: a frame that
+    /// ends there needs neither fresh credit nor a skip (see [`Producer::reserve_within`]).
+    bound: u64,
 }
 
 impl Producer {
@@ -170,16 +174,17 @@ impl Producer {
         Self {
             tail: 0,
             limit: slots as u64,
+            bound: slots as u64,
         }
     }
 
-    /// The common case of [`Producer::reserve`] in two compares: reserves `n` slots of a ring
-    /// of `size` slots if the cached credit suffices and they end before the end of the ring
-    /// (no skip). `None`: call [`Producer::reserve`].
+    /// The common case of [`Producer::reserve`] in one compare: reserves `n` slots if the
+    /// cached credit suffices and they end before the end of the ring (no skip). `None`: call
+    /// [`Producer::reserve`].
     #[inline(always)]
-    pub fn reserve_within(&mut self, size: u64, n: u64) -> Option<u64> {
+    pub fn reserve_within(&mut self, n: u64) -> Option<u64> {
         let pos = self.tail;
-        if pos + n <= self.limit && (pos & (size - 1)) + n <= size {
+        if pos + n <= self.bound {
             self.tail = pos + n;
             return Some(pos);
         }
@@ -199,6 +204,7 @@ impl Producer {
             // zeroing of those slots happen-before we overwrite them.
             self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
             if self.tail + need > self.limit {
+                self.bound = self.bound_for(size);
                 return None;
             }
         }
@@ -214,7 +220,15 @@ impl Producer {
         }
         let pos = self.tail;
         self.tail += n;
+        self.bound = self.bound_for(size);
         Some(pos)
+    }
+
+    /// The bound for the current tail and limit in a ring of `size` slots.
+    #[inline(always)]
+    fn bound_for(&self, size: u64) -> u64 {
+        let lap_end = (self.tail | (size - 1)) + 1;
+        self.limit.min(lap_end)
     }
 }
 
@@ -389,7 +403,7 @@ mod tests {
         for i in 0..5000u64 {
             let n = 1 + (i * 7 % 4);
             let mut quick = p;
-            let within = quick.reserve_within(ring.slot_count(), n);
+            let within = quick.reserve_within(n);
             let before = p.tail;
             match p.reserve(ring, n, 9) {
                 Some(pos) => {
