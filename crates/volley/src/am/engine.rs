@@ -121,6 +121,9 @@ pub(crate) struct Engine {
     membarrier: bool,
     /// The engine lease and the wake-up state of a blocked wait, in thread progress mode.
     thread: Option<ThreadSync>,
+    /// The watchdog's thread, which stops when this is dropped (its marks are set by the
+    /// wrapped handlers); read only by tests, for its reports.
+    #[cfg_attr(not(test), allow(dead_code))]
     watchdog: Option<Watchdog>,
     barrier_arrivals: [[Cell<u32>; MAX_BARRIER_ROUNDS]; 2],
     pub(crate) finalized_peers: Cell<usize>,
@@ -376,15 +379,10 @@ impl<'a> HandlerScope<'a> {
 
     /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
     /// (or through the network: [`REMOTE`]), where a reply goes. `Err(())`: no such handler.
+    /// (The watchdog, when on, is in the handlers themselves: see [`Watchdog::watch_requests`].)
     #[inline(always)]
     fn run(&self, ch: Channel, index: u16, msg: &Message<'_>, route: u32) -> Result<(), ()> {
         let engine = self.engine;
-        // Whether the watchdog is on: one compare per handler here (the rest is out of line),
-        // none in the scope's entry, which is on a round trip's path.
-        let watchdog = engine.watchdog.is_some();
-        if watchdog {
-            self.watch(Some((ch, index)));
-        }
         let found = match ch {
             Channel::Request => engine
                 .requests
@@ -392,24 +390,7 @@ impl<'a> HandlerScope<'a> {
                 .map(|f| f(msg, ReplyToken::new(engine, msg.src, route))),
             Channel::Reply => engine.replies.get(index as usize).map(|f| f(msg)),
         };
-        if watchdog {
-            self.watch(None);
-        }
         found.ok_or(())
-    }
-
-    /// Starts (`Some`: the handler about to run) or ends (`None`) the watchdog's timing of a
-    /// handler of this scope. It times outermost handlers only: a nested one runs inside them.
-    #[cold]
-    #[inline(never)]
-    fn watch(&self, start: Option<(Channel, u16)>) {
-        let Some(w) = self.engine.watchdog.as_ref().filter(|_| self.depth == 1) else {
-            return;
-        };
-        match start {
-            Some((ch, index)) => w.begin(ch, index),
-            None => w.end(),
-        }
     }
 }
 
@@ -568,6 +549,14 @@ impl Engine {
             let rep = replies.iter().map(|(n, _)| n.clone()).collect();
             Watchdog::start(me, limit, [req, rep])
         });
+        let mut requests: Vec<Box<RequestFn>> = requests.into_iter().map(|(_, f)| f).collect();
+        let mut replies: Vec<Box<ReplyFn>> = replies.into_iter().map(|(_, f)| f).collect();
+        if let Some(w) = &watchdog {
+            // Timed in the handlers themselves, so that without a watchdog no handler pays
+            // for one.
+            requests = w.watch_requests(requests);
+            replies = w.watch_replies(replies);
+        }
         let net = net.map(|t| NetRoute {
             transport: RefCell::new(t),
             inbox: Default::default(),
@@ -597,8 +586,8 @@ impl Engine {
             regions,
             wakes,
             pool_next: Default::default(),
-            requests: requests.into_iter().map(|(_, f)| f).collect(),
-            replies: replies.into_iter().map(|(_, f)| f).collect(),
+            requests,
+            replies,
             stats: StatCells::default(),
             depth: Cell::new(0),
             critical: CriticalState::default(),

@@ -361,6 +361,33 @@ fn watchdog_names_a_handler_that_runs_too_long_while_it_runs() {
 }
 
 #[test]
+fn watchdog_stops_timing_a_handler_that_unwinds_and_times_the_next_one() {
+    let mut b = Runtime::builder();
+    // An unwind without the panic hook, whose backtrace could take longer than the limit.
+    let boom = b.request_handler("boom", |_, _| std::panic::resume_unwind(Box::new("boom")));
+    let slow = b.request_handler("dawdler", |_, _| {
+        std::thread::sleep(Duration::from_millis(300));
+    });
+    b.watchdog(Duration::from_millis(50));
+    let rt = b.build().unwrap();
+    rt.request_short(0, boom, &[]).unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.poll()));
+    assert!(r.is_err(), "the handler's panic reaches the poll's caller");
+    // No handler runs now: a watchdog still timing the one that unwound would report it.
+    std::thread::sleep(Duration::from_millis(300));
+    let reports = rt.engine().watchdog_reports();
+    assert!(reports.is_empty(), "{reports:?}");
+    // The next handler is outermost again, so it is timed and reported.
+    rt.request_short(0, slow, &[]).unwrap();
+    rt.poll();
+    let reports = rt.engine().watchdog_reports();
+    assert!(
+        reports.len() == 1 && reports[0].contains("request handler \"dawdler\""),
+        "{reports:?}"
+    );
+}
+
+#[test]
 fn a_handler_that_unwinds_leaves_the_rank_outside_any_handler() {
     let mut b = Runtime::builder();
     let boom = b.request_handler("boom", |_, _| panic!("handler boom"));

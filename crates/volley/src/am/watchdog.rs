@@ -3,10 +3,12 @@
 //! and reports, once per invocation, a handler that has run longer than N ms, by name, while
 //! it still runs.
 //!
-//! The engine marks the start and end of every outermost handler with a few relaxed and
-//! release stores (a sequence number that is odd while a handler runs, the start time, which
-//! handler); the thread reads them like a seqlock and never touches anything else.
+//! With a watchdog on, every handler is wrapped (see [`Watchdog::watch_requests`]) so that the
+//! start and end of every outermost handler set a few relaxed and release stores (a sequence
+//! number that is odd while a handler runs, the start time, which handler); the thread reads
+//! them like a seqlock and never touches anything else. Without one, no handler pays for it.
 
+use super::handler::{ReplyFn, RequestFn};
 use crate::transport::Channel;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,13 +23,17 @@ struct Shared {
     started: AtomicU64,
     /// Which: channel << 16 | index.
     which: AtomicU32,
+    /// Handlers running, nested in one another: only the outermost is timed. Handlers of a
+    /// rank run one at a time (the progress thread and the rank thread hand the engine over
+    /// with acquire and release), so relaxed accesses count exactly.
+    nesting: AtomicU32,
     stop: AtomicBool,
     epoch: Instant,
     /// Every report made (also printed), for tests and statistics.
     reports: Mutex<Vec<String>>,
 }
 
-/// One rank's watchdog: the marks the engine sets and the thread that reads them.
+/// One rank's watchdog: the marks its wrapped handlers set and the thread that reads them.
 #[derive(Debug)]
 pub(crate) struct Watchdog {
     shared: Arc<Shared>,
@@ -41,6 +47,7 @@ impl Watchdog {
             seq: AtomicU64::new(0),
             started: AtomicU64::new(0),
             which: AtomicU32::new(0),
+            nesting: AtomicU32::new(0),
             stop: AtomicBool::new(false),
             epoch: Instant::now(),
             reports: Mutex::new(Vec::new()),
@@ -56,22 +63,28 @@ impl Watchdog {
         }
     }
 
-    /// A handler starts (outermost only).
-    #[inline]
-    pub(crate) fn begin(&self, ch: Channel, index: u16) {
-        let s = &self.shared;
-        s.started
-            .store(s.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        s.which
-            .store((ch as u32) << 16 | index as u32, Ordering::Relaxed);
-        // Release: the fields above are visible to a reader that sees the odd number.
-        s.seq.fetch_add(1, Ordering::Release);
+    /// The request handlers `fs` (by index), each wrapped to be timed when outermost.
+    pub(crate) fn watch_requests(&self, fs: Vec<Box<RequestFn>>) -> Vec<Box<RequestFn>> {
+        let wrap = |(index, f): (usize, Box<RequestFn>)| -> Box<RequestFn> {
+            let shared = self.shared.clone();
+            Box::new(move |m, token| {
+                let _timed = Timed::begin(&shared, Channel::Request, index as u16);
+                f(m, token)
+            })
+        };
+        fs.into_iter().enumerate().map(wrap).collect()
     }
 
-    /// The handler returned.
-    #[inline]
-    pub(crate) fn end(&self) {
-        self.shared.seq.fetch_add(1, Ordering::Release);
+    /// The reply handlers `fs` (by index), each wrapped to be timed when outermost.
+    pub(crate) fn watch_replies(&self, fs: Vec<Box<ReplyFn>>) -> Vec<Box<ReplyFn>> {
+        let wrap = |(index, f): (usize, Box<ReplyFn>)| -> Box<ReplyFn> {
+            let shared = self.shared.clone();
+            Box::new(move |m| {
+                let _timed = Timed::begin(&shared, Channel::Reply, index as u16);
+                f(m)
+            })
+        };
+        fs.into_iter().enumerate().map(wrap).collect()
     }
 
     /// The reports made so far.
@@ -82,6 +95,43 @@ impl Watchdog {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+}
+
+/// A handler being timed: dropping it (when the handler returns or unwinds) ends its timing.
+struct Timed<'a> {
+    shared: &'a Shared,
+    outermost: bool,
+}
+
+impl<'a> Timed<'a> {
+    /// Handler `index` of channel `ch` starts; it is timed if no other handler is running.
+    fn begin(shared: &'a Shared, ch: Channel, index: u16) -> Self {
+        let nesting = shared.nesting.load(Ordering::Relaxed);
+        shared.nesting.store(nesting + 1, Ordering::Relaxed);
+        let outermost = nesting == 0;
+        if outermost {
+            shared
+                .started
+                .store(shared.epoch.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            shared
+                .which
+                .store((ch as u32) << 16 | index as u32, Ordering::Relaxed);
+            // Release: the fields above are visible to a reader that sees the odd number.
+            shared.seq.fetch_add(1, Ordering::Release);
+        }
+        Self { shared, outermost }
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        let s = self.shared;
+        s.nesting
+            .store(s.nesting.load(Ordering::Relaxed) - 1, Ordering::Relaxed);
+        if self.outermost {
+            s.seq.fetch_add(1, Ordering::Release);
+        }
     }
 }
 
