@@ -236,17 +236,19 @@ impl Producer {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Consumer {
     head: u64,
-    published: u64,
+    /// Where the next batch of credit is due: the position last published plus `batch`.
+    settle_at: u64,
     batch: u64,
 }
 
 impl Consumer {
     /// A consumer for a fresh ring of `slots` slots; credit returns every quarter ring.
     pub fn new(slots: usize) -> Self {
+        let batch = (slots as u64 / 4).max(1);
         Self {
             head: 0,
-            published: 0,
-            batch: (slots as u64 / 4).max(1),
+            settle_at: batch,
+            batch,
         }
     }
 
@@ -302,20 +304,26 @@ impl Consumer {
     /// [`Consumer::retire_one`] have been read.
     #[inline(always)]
     pub fn settle(&mut self, ring: RingRef<'_>) {
-        if self.head - self.published >= self.batch {
-            self.flush(ring);
+        if self.head >= self.settle_at {
+            self.return_credit(ring);
         }
     }
 
     /// Returns all outstanding credit now.
     #[inline(always)]
     pub fn flush(&mut self, ring: RingRef<'_>) {
-        if self.published != self.head {
-            // Release: our reads of the retired slots and the zeroing above happen-before the
-            // producer's acquire load of `consumed` and its subsequent overwrites.
-            ring.ctl.consumed.store(self.head, Ordering::Release);
-            self.published = self.head;
+        if self.settle_at - self.batch != self.head {
+            self.return_credit(ring);
         }
+    }
+
+    /// Publishes the head as consumed.
+    #[inline(always)]
+    fn return_credit(&mut self, ring: RingRef<'_>) {
+        // Release: our reads of the retired slots and the zeroing above happen-before the
+        // producer's acquire load of `consumed` and its subsequent overwrites.
+        ring.ctl.consumed.store(self.head, Ordering::Release);
+        self.settle_at = self.head + self.batch;
     }
 }
 
