@@ -325,6 +325,7 @@ impl RuntimeBuilder {
             polite,
             conn,
         );
+        let plain = engine.thread_sync().is_none();
         let rt = Runtime {
             shared: Arc::new(SharedEngine::new(engine)),
             progress: RefCell::new(None),
@@ -332,6 +333,7 @@ impl RuntimeBuilder {
             job,
             barrier_epoch: Cell::new(0),
             finalized: Cell::new(false),
+            plain: Cell::new(plain),
             not_send: PhantomData,
         };
         let own = rt
@@ -476,6 +478,9 @@ pub struct Runtime {
     job: JobInfo,
     barrier_epoch: Cell<u64>,
     finalized: Cell<bool>,
+    /// Inline progress and not finalized: a short request needs only the check that no
+    /// handler is running (one flag for the other two checks, as every request passes here).
+    plain: Cell<bool>,
     /// The rank's thread drives the runtime: not `Send`, not `Sync`.
     not_send: PhantomData<*const ()>,
 }
@@ -611,6 +616,22 @@ impl Runtime {
     /// Sends a short request: `handler` runs at `dest` with `args` (at most 16).
     #[inline]
     pub fn request_short(&self, dest: usize, handler: RequestHandler, args: &[u64]) -> Result<()> {
+        let engine = self.engine();
+        if self.plain.get() && !engine.in_handler() {
+            return engine.send_short(dest, Channel::Request, handler.0, args);
+        }
+        self.request_short_guarded(dest, handler, args)
+    }
+
+    /// [`Runtime::request_short`] in thread mode, after finalize, or from a handler (which
+    /// is refused).
+    #[inline(never)]
+    fn request_short_guarded(
+        &self,
+        dest: usize,
+        handler: RequestHandler,
+        args: &[u64],
+    ) -> Result<()> {
         let _e = self.enter();
         self.send_guard("request_short")?;
         self.engine()
@@ -801,6 +822,7 @@ impl Runtime {
         let entered = self.enter();
         self.guard("finalize");
         self.critical_guard("finalize");
+        self.plain.set(false);
         if self.finalized.replace(true) {
             return;
         }
