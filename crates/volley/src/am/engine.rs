@@ -1279,9 +1279,7 @@ impl Engine {
                 }
             }
             let at = frame.add(1 + nextra);
-            for (i, w) in args.iter().enumerate() {
-                at.add(i).write(*w);
-            }
+            copy_args(args, at);
             if !inline.is_empty() {
                 std::ptr::copy_nonoverlapping(
                     inline.as_ptr(),
@@ -1903,6 +1901,31 @@ impl Engine {
     #[cfg(test)]
     pub(crate) fn key(&self) -> u64 {
         self.key
+    }
+}
+
+/// Writes `args` to `at`. A short's few arguments (the common case: at most a slot's worth)
+/// are copied by an unrolled loop that stops after the last, a few instructions each; the
+/// general loop's set-up alone cost more than that.
+///
+/// # Safety
+/// `at` must be valid for writing `args.len()` words.
+#[inline(always)]
+unsafe fn copy_args(args: &[u64], at: *mut u64) {
+    const FEW: usize = 7;
+    if args.len() <= FEW {
+        for i in 0..FEW {
+            if i == args.len() {
+                break;
+            }
+            // SAFETY: i < args.len(), for which the caller vouches.
+            unsafe { at.add(i).write(args[i]) };
+        }
+    } else {
+        for (i, w) in args.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { at.add(i).write(*w) };
+        }
     }
 }
 
