@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
-use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
+use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
@@ -77,7 +77,8 @@ pub(crate) enum SystemOp {
 pub(crate) struct Engine {
     pub(crate) me: usize,
     pub(crate) size: usize,
-    key: u64,
+    /// The job key as frame headers are checked with it.
+    key: FrameKey,
     /// Global rank -> local index, or [`REMOTE`].
     local_of: Vec<u32>,
     /// Local index -> global rank.
@@ -288,7 +289,7 @@ impl TxRing {
 
     /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
     #[inline(always)]
-    fn reserve(&self, nslots: u64, key: u64) -> Option<u64> {
+    fn reserve(&self, nslots: u64, key: FrameKey) -> Option<u64> {
         let mut producer = self.producer.get();
         let reserved = producer.reserve(self.ring, nslots, key);
         self.producer.set(producer);
@@ -577,7 +578,7 @@ impl Engine {
             rx,
             me,
             size,
-            key,
+            key: FrameKey::new(key),
             local_of,
             local_ranks,
             me_local,
@@ -1899,7 +1900,7 @@ impl Engine {
     }
 
     #[cfg(test)]
-    pub(crate) fn key(&self) -> u64 {
+    pub(crate) fn key(&self) -> FrameKey {
         self.key
     }
 }

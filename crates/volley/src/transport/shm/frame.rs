@@ -7,8 +7,15 @@
 //! bits 37..40  kind     FrameKind
 //! bits 40..48  nslots   slots the frame occupies, 1..=255
 //! bits 48..56  flags    reserved, 0
-//! bits 56..64  check    hash of the other 56 bits and the job key
+//! bits 56..64  check    makes the top byte of (header * job multiplier) zero
 //! ```
+//!
+//! The check: the job's key gives an odd multiplier whose low byte is 1 ([`FrameKey`]), and
+//! the check byte is chosen so that the top byte of the header times it is 0. A multiplier
+//! with that low byte moves the product's top byte by exactly the check byte, so the receiver
+//! tests a header with one multiplication and one compare; a changed bit of the body changes
+//! the product's top byte by a key-dependent amount (caught but for about 1 in 256), and a
+//! header made under another job's key passes about 1 time in 256.
 //!
 //! A 15-bit position suffices because a slot only ever holds 0 or the header of the frame that
 //! most recently started there, one lap (ring size < 2^15 slots) earlier: see `ring`. The top
@@ -86,28 +93,45 @@ pub fn seq_of(word: u64) -> u64 {
     word & SEQ_MASK
 }
 
+/// A job's key as the frame check uses it: a multiplier derived from the key, odd, with 1 as
+/// its low byte (see the module's documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameKey(u64);
+
+impl FrameKey {
+    /// The multiplier of job key `job_key`.
+    pub fn new(job_key: u64) -> Self {
+        // Mixed, so that keys that differ in a few low bits give unrelated multipliers.
+        let mixed = (job_key ^ job_key >> 29).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        Self((mixed ^ mixed >> 32) & !0xff | 1)
+    }
+}
+
+/// The check byte for header body `body` (its top byte 0), in place.
 #[inline(always)]
-fn check_byte(body: u64, key: u64) -> u64 {
-    ((body ^ key).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) & 0xff
+fn check_byte(body: u64, key: FrameKey) -> u64 {
+    // Top byte of the product t: the check is -t, so that body | check << 56 multiplies to a
+    // product whose top byte is t + check = 0 (mod 256).
+    (body.wrapping_mul(key.0) >> 56).wrapping_neg() << 56
 }
 
 impl FrameHeader {
     /// Encodes the header for ring position `pos` under the job key `key`.
     #[inline(always)]
-    pub fn encode(&self, pos: u64, key: u64) -> u64 {
+    pub fn encode(&self, pos: u64, key: FrameKey) -> u64 {
         let body = seq_for(pos)
             | (self.handler as u64) << 16
             | (self.nargs as u64) << 32
             | (self.kind as u64) << 37
             | (self.nslots as u64) << 40;
-        body | check_byte(body, key) << 56
+        body | check_byte(body, key)
     }
 
     /// Decodes a header word whose sequence already matched. A `BadCheck` error carries no
     /// trustworthy length; a `BadField` error does (see [`FrameHeader::claimed_slots`]).
     #[cfg(test)]
     #[inline(always)]
-    pub fn decode(word: u64, key: u64) -> Result<Self, HeaderError> {
+    pub fn decode(word: u64, key: FrameKey) -> Result<Self, HeaderError> {
         HeaderWord::check(word, key).map(|w| w.to_header())
     }
 
@@ -127,13 +151,13 @@ pub struct HeaderWord(u64);
 impl HeaderWord {
     /// Whether the check byte of `word` matches the rest of it under `key`.
     #[inline(always)]
-    fn sealed(word: u64, key: u64) -> bool {
-        check_byte(word & ((1 << 56) - 1), key) == word >> 56
+    fn sealed(word: u64, key: FrameKey) -> bool {
+        word.wrapping_mul(key.0) < 1 << 56
     }
 
     /// Validates the check byte and the fields of a header whose sequence already matched.
     #[inline(always)]
-    pub fn check(word: u64, key: u64) -> Result<Self, HeaderError> {
+    pub fn check(word: u64, key: FrameKey) -> Result<Self, HeaderError> {
         if !Self::sealed(word, key) {
             return Err(HeaderError::BadCheck);
         }
@@ -158,11 +182,12 @@ impl HeaderWord {
     /// count, the reserved byte and the top bits of the argument count. `None` says nothing
     /// more: the caller runs the full check.
     #[inline(always)]
-    pub fn one_slot_short(word: u64, key: u64) -> Option<Self> {
-        // Bits 35..56: nargs' top two bits (zero: at most 7), kind, nslots and flags.
-        const FIXED: u64 = ((1 << 21) - 1) << 35;
-        const EXPECTED: u64 = (FrameKind::Short as u64) << 37 | 1 << 40;
-        (word & FIXED == EXPECTED && Self::sealed(word, key)).then_some(Self(word))
+    pub fn one_slot_short(word: u64, key: FrameKey) -> Option<Self> {
+        // Bits 35..56: nargs' top two bits (zero: at most 7), kind, nslots and flags, shifted
+        // down, so that the mask and the expected value are immediates.
+        const EXPECTED: u64 = (FrameKind::Short as u64) << 2 | 1 << 5;
+        ((word >> 35) & ((1 << 21) - 1) == EXPECTED && Self::sealed(word, key))
+            .then_some(Self(word))
     }
 
     /// Handler index or system operation.
@@ -231,9 +256,10 @@ mod tests {
                 kind,
                 nslots: 3,
             };
-            let w = h.encode(70_000, 0xdead_beef);
+            let key = FrameKey::new(0xdead_beef);
+            let w = h.encode(70_000, key);
             assert_eq!(seq_of(w), seq_for(70_000));
-            assert_eq!(FrameHeader::decode(w, 0xdead_beef), Ok(h));
+            assert_eq!(FrameHeader::decode(w, key), Ok(h));
         }
     }
 
@@ -245,11 +271,14 @@ mod tests {
             kind: FrameKind::Short,
             nslots: 1,
         };
-        let w = h.encode(5, 42);
-        assert_eq!(FrameHeader::decode(w, 43), Err(HeaderError::BadCheck));
+        let w = h.encode(5, FrameKey::new(42));
+        assert_eq!(
+            FrameHeader::decode(w, FrameKey::new(43)),
+            Err(HeaderError::BadCheck)
+        );
         let mut refused = 0;
         for bit in 16..56 {
-            if FrameHeader::decode(w ^ (1 << bit), 42).is_err() {
+            if FrameHeader::decode(w ^ (1 << bit), FrameKey::new(42)).is_err() {
                 refused += 1;
             }
         }
@@ -260,13 +289,13 @@ mod tests {
     #[test]
     fn the_one_slot_check_agrees_with_the_full_check() {
         // Every kind, edge values of each field and single-bit flips of valid headers.
-        let key = 0x5eed_cafe;
+        let key = FrameKey::new(0x5eed_cafe);
         let mut words = Vec::new();
         for kind in 0..8u64 {
             for nargs in [0u64, 1, 7, 8, 16, 17, 31] {
                 for nslots in [0u64, 1, 2, 4, 255] {
                     let body = 77 | 3 << 16 | nargs << 32 | kind << 37 | nslots << 40;
-                    let word = body | check_byte(body, key) << 56;
+                    let word = body | check_byte(body, key);
                     words.push(word);
                     words.extend((0..64).map(|bit| word ^ 1 << bit));
                     words.push(word | 1 << 50);
@@ -298,7 +327,7 @@ mod tests {
                 assert_ne!(seq_for(pos), seq_for(pos - lap), "position {pos}");
             }
         }
-        let ok = FrameHeader::decode(0, 0x1234);
+        let ok = FrameHeader::decode(0, FrameKey::new(0x1234));
         assert!(ok.is_err(), "a zeroed slot decoded as {ok:?}");
     }
 }

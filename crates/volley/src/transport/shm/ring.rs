@@ -16,7 +16,7 @@
 //! mistaken for a header; a stale header belongs to the previous lap and carries the previous
 //! lap's sequence, which differs because the ring has fewer than 2^15 slots.
 
-use super::frame::{seq_for, seq_of, FrameHeader, FrameKind};
+use super::frame::{seq_for, seq_of, FrameHeader, FrameKey, FrameKind};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// Bytes per slot: one cache line.
@@ -194,7 +194,7 @@ impl Producer {
     /// Reserves `n` consecutive slots (writing a skip frame first if they would wrap) and returns
     /// the position of the first, or `None` if the receiver has not returned enough credit.
     #[inline(always)]
-    pub fn reserve(&mut self, ring: RingRef<'_>, n: u64, key: u64) -> Option<u64> {
+    pub fn reserve(&mut self, ring: RingRef<'_>, n: u64, key: FrameKey) -> Option<u64> {
         let size = ring.slot_count();
         let idx = self.tail & (size - 1);
         let skip = if idx + n > size { size - idx } else { 0 };
@@ -345,7 +345,7 @@ mod tests {
     }
 
     fn send(p: &mut Producer, ring: RingRef<'_>, n: u64, tag: u64) -> bool {
-        let Some(pos) = p.reserve(ring, n, 9) else {
+        let Some(pos) = p.reserve(ring, n, FrameKey::new(9)) else {
             return false;
         };
         for w in 1..(n as usize * 8) {
@@ -357,14 +357,14 @@ mod tests {
             kind: FrameKind::Short,
             nslots: n as u8,
         };
-        ring.publish(pos, h.encode(pos, 9));
+        ring.publish(pos, h.encode(pos, FrameKey::new(9)));
         true
     }
 
     fn recv(c: &mut Consumer, ring: RingRef<'_>) -> Option<(u16, u64)> {
         loop {
             let w = c.peek(ring)?;
-            let h = FrameHeader::decode(w, 9).unwrap();
+            let h = FrameHeader::decode(w, FrameKey::new(9)).unwrap();
             if h.kind == FrameKind::Skip {
                 c.release(ring, h.nslots as u64);
                 continue;
@@ -413,7 +413,7 @@ mod tests {
             let mut quick = p;
             let within = quick.reserve_within(n);
             let before = p.tail;
-            match p.reserve(ring, n, 9) {
+            match p.reserve(ring, n, FrameKey::new(9)) {
                 Some(pos) => {
                     if let Some(q) = within {
                         // Same slots, and no skip was needed.
@@ -431,7 +431,7 @@ mod tests {
                             kind: FrameKind::Short,
                             nslots: n as u8,
                         }
-                        .encode(pos, 9),
+                        .encode(pos, FrameKey::new(9)),
                     );
                 }
                 None => assert_eq!(within, None, "quick reservation without credit"),
@@ -491,7 +491,7 @@ mod tests {
         let mut p = Producer::new(8);
         let mut c = Consumer::new(8);
         for _ in 0..2 {
-            let pos = p.reserve(ring, 4, 9).unwrap();
+            let pos = p.reserve(ring, 4, FrameKey::new(9)).unwrap();
             for w in 1..32 {
                 let fake = FrameHeader {
                     handler: 1,
@@ -500,7 +500,7 @@ mod tests {
                     nslots: 1,
                 };
                 let slot_pos = pos + (w / 8) as u64 + 8;
-                ring.write_word(pos, w, fake.encode(slot_pos, 9));
+                ring.write_word(pos, w, fake.encode(slot_pos, FrameKey::new(9)));
             }
             let h = FrameHeader {
                 handler: 2,
@@ -508,11 +508,14 @@ mod tests {
                 kind: FrameKind::Short,
                 nslots: 4,
             };
-            ring.publish(pos, h.encode(pos, 9));
+            ring.publish(pos, h.encode(pos, FrameKey::new(9)));
         }
         for _ in 0..2 {
             let w = c.peek(ring).unwrap();
-            c.release(ring, FrameHeader::decode(w, 9).unwrap().nslots as u64);
+            c.release(
+                ring,
+                FrameHeader::decode(w, FrameKey::new(9)).unwrap().nslots as u64,
+            );
         }
         assert_eq!(
             c.peek(ring),
@@ -559,7 +562,7 @@ mod loom_tests {
                 let mut p = Producer::new(ring_slots);
                 for (i, &n) in frames.iter().enumerate() {
                     let pos = loop {
-                        if let Some(pos) = p.reserve(ring, n, 3) {
+                        if let Some(pos) = p.reserve(ring, n, FrameKey::new(3)) {
                             break pos;
                         }
                         loom::thread::yield_now();
@@ -573,7 +576,7 @@ mod loom_tests {
                         kind: FrameKind::Short,
                         nslots: n as u8,
                     };
-                    ring.publish(pos, h.encode(pos, 3));
+                    ring.publish(pos, h.encode(pos, FrameKey::new(3)));
                 }
             });
             let ring = RingRef::new(&m.ctl, &m.slots);
@@ -584,7 +587,7 @@ mod loom_tests {
                     loom::thread::yield_now();
                     continue;
                 };
-                let h = FrameHeader::decode(w, 3).expect("torn or stale header");
+                let h = FrameHeader::decode(w, FrameKey::new(3)).expect("torn or stale header");
                 if h.kind == FrameKind::Skip {
                     c.release(ring, h.nslots as u64);
                     continue;
