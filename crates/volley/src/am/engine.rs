@@ -1270,8 +1270,7 @@ impl Engine {
         let frame = ring.frame_ptr(pos).cast::<u64>();
         // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
         // the header, words and payload take at most nslots * 64 bytes, so every write stays
-        // inside the reservation. The receiver does
-        // not read them until `publish` below.
+        // inside the reservation. The receiver does not read them until `publish` below.
         unsafe {
             if nextra > 0 {
                 frame.add(1).write(extra[0]);
@@ -1473,9 +1472,13 @@ impl Engine {
             class: MessageClass::Short,
             offset: 0,
         };
+        #[cfg(debug_assertions)]
+        let entry = rx.consumer.get().head();
         let scope = HandlerScope::enter(self);
         let ran = scope.run(ch, h.handler(), &msg, rx.src).is_ok();
         drop(scope);
+        #[cfg(debug_assertions)]
+        assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
         retired.settle = true;
         drop(retired);
         if ran {
@@ -1486,8 +1489,8 @@ impl Engine {
         Some(usize::from(ran))
     }
 
-    /// Retires up to DRAIN_BUDGET frames from the ring `rx`, running their
-    /// handlers; returns how many handlers ran.
+    /// Retires up to DRAIN_BUDGET frames from the ring `rx`, running their handlers; returns
+    /// how many handlers ran.
     #[inline(always)]
     fn drain(&self, rx: &RxRing, ch: Channel) -> usize {
         let ring = rx.ring;
