@@ -1461,17 +1461,12 @@ impl Engine {
         // this frame to the answer its handler sends (nothing the handler runs touches this
         // ring's consumer: see `drain`).
         let mut retired = Retired { rx, settle: false };
-        let msg = Message {
-            src: rx.src_rank,
-            // SAFETY: `frame` points at the frame's slot (see `RxRing::watch`), published to
-            // us, which the sender leaves untouched until its credit returns; that happens
-            // only after the handler (when `retired` settles, or in a later drain if the
-            // handler unwinds). A one-slot short's arguments fit in its slot.
-            args: unsafe { std::slice::from_raw_parts(frame.add(1).cast_const(), h.nargs()) },
-            payload: &[],
-            class: MessageClass::Short,
-            offset: 0,
-        };
+        // SAFETY: `frame` points at the frame's slot (see `RxRing::watch`), published to us,
+        // which the sender leaves untouched until its credit returns; that happens only after
+        // the handler (when `retired` settles, or in a later drain if the handler unwinds). A
+        // one-slot short's arguments fit in its slot.
+        let args = unsafe { std::slice::from_raw_parts(frame.add(1).cast_const(), h.nargs()) };
+        let msg = Message::short(rx.src_rank, args);
         #[cfg(debug_assertions)]
         let entry = rx.consumer.get().head();
         let scope = HandlerScope::enter(self);
@@ -1508,13 +1503,7 @@ impl Engine {
         let (key, src_rank) = (self.key, rx.src_rank);
         let scope = HandlerScope::enter(self);
         // The message of a one-slot short frame: only its arguments change from frame to frame.
-        let mut short = Message {
-            src: src_rank,
-            args: &[],
-            payload: &[],
-            class: MessageClass::Short,
-            offset: 0,
-        };
+        let mut short = Message::short(src_rank, &[]);
         let mut handled = 0;
         for _ in 0..DRAIN_BUDGET {
             let Some(word) = draining.consumer.peek(ring) else {

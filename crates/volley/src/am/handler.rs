@@ -61,6 +61,18 @@ pub struct Message<'a> {
 }
 
 impl<'a> Message<'a> {
+    /// A short message from `src` with `args`.
+    #[inline(always)]
+    pub(crate) fn short(src: usize, args: &'a [u64]) -> Self {
+        Self {
+            src,
+            args,
+            payload: &[],
+            class: MessageClass::Short,
+            offset: 0,
+        }
+    }
+
     /// The rank that sent the message.
     pub fn src(&self) -> usize {
         self.src
