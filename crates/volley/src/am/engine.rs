@@ -1351,21 +1351,25 @@ impl Engine {
         }
     }
 
-    /// A poll for a wait on `cond`. After reply handlers ran it checks `cond` before going on
-    /// to the request rings: a requester whose reply just came sends its next request that
-    /// much sooner. `None`: `cond` holds and the rest of the poll was left. At most
-    /// [`EARLY_EXITS`] waits in a row end that way, so the request rings are never left for
-    /// long (each wait that does not end at its first poll serves them too).
+    /// A poll for a wait on `cond`. After a reply handler ran it checks `cond` at once,
+    /// before the rest of the reply rings and the request rings: a requester whose reply just
+    /// came sends its next request that much sooner. `None`: `cond` holds and the rest of the
+    /// poll was left (or handlers are held). At most [`EARLY_EXITS`] waits in a row end that
+    /// way, so no ring is left for long (each wait that does not end at its first poll serves
+    /// them all).
     #[inline(always)]
     fn poll_waiting(&self, cond: &mut impl FnMut() -> bool) -> Option<usize> {
-        let replies = self.poll_replies(true)?;
-        if replies > 0 {
-            let early = self.early_exits.get();
-            if early < EARLY_EXITS && cond() {
-                self.early_exits.set(early + 1);
-                return None;
-            }
+        bump(&self.stats.polls);
+        if self.handlers_held() {
+            self.poll_held(true);
+            return None;
         }
+        let early = self.early_exits.get();
+        let Some(replies) = self.poll_rings(Channel::Reply, || early < EARLY_EXITS && cond())
+        else {
+            self.early_exits.set(early + 1);
+            return None;
+        };
         self.early_exits.set(0);
         Some(self.poll_after_replies(true, replies))
     }
@@ -1376,15 +1380,21 @@ impl Engine {
     fn poll_replies(&self, requests: bool) -> Option<usize> {
         bump(&self.stats.polls);
         if self.handlers_held() {
-            // Handlers wait for the section to end; the network still takes in what arrives
-            // (and acknowledges it) so that peers do not time out.
-            self.critical.defer(self.thread.is_some());
-            self.poll_net(requests, false);
+            self.poll_held(requests);
             return None;
         }
         // Every ring with a frame is served up to its budget in each poll, so no source can
         // starve another; replies first, as a blocked reply send needs them.
-        Some(self.poll_rings(Channel::Reply))
+        self.poll_rings(Channel::Reply, || false)
+    }
+
+    /// A poll while handlers are held: they wait for the section to end, but the network
+    /// still takes in what arrives (and acknowledges it) so that peers do not time out.
+    #[cold]
+    #[inline(never)]
+    fn poll_held(&self, requests: bool) {
+        self.critical.defer(self.thread.is_some());
+        self.poll_net(requests, false);
     }
 
     /// The rest of a poll after the reply rings, which handled `replies` frames.
@@ -1392,7 +1402,7 @@ impl Engine {
     fn poll_after_replies(&self, requests: bool, replies: usize) -> usize {
         let mut handled = replies;
         if requests {
-            handled += self.poll_rings(Channel::Request);
+            handled += self.poll_rings(Channel::Request, || false).unwrap_or(0);
         }
         if let Some(net) = &self.net {
             handled += self.poll_net(requests, false);
@@ -1410,9 +1420,11 @@ impl Engine {
 
     /// Serves the rings of channel `ch` that have a frame at their head. The readiness check
     /// is inlined and cheap; the delivery path is called only for a ring that has a frame, so
-    /// an empty poll is a handful of loads.
+    /// an empty poll is a handful of loads. After each ring whose frames ran handlers, `stop`
+    /// may end the scan there (`None`): a wait whose condition a reply handler just made true
+    /// leaves at once (see [`Engine::poll_waiting`]); other polls pass `|| false`.
     #[inline(always)]
-    fn poll_rings(&self, ch: Channel) -> usize {
+    fn poll_rings(&self, ch: Channel, mut stop: impl FnMut() -> bool) -> Option<usize> {
         let mut rings = self.rx[ch as usize].iter();
         let mut handled = 0;
         // The scan is a loop of its own, so that the delivery path's state does not crowd
@@ -1432,6 +1444,9 @@ impl Engine {
             let drain = match first {
                 Some(n) => {
                     handled += n;
+                    if n > 0 && stop() {
+                        return None;
+                    }
                     // A frame right behind the first: a stream has begun.
                     rx.ready()
                 }
@@ -1442,9 +1457,12 @@ impl Engine {
                 // The stream goes on while drains find more than one frame.
                 rx.streaming.set(first.is_some() || n > 1);
                 handled += n;
+                if n > 0 && stop() {
+                    return None;
+                }
             }
         }
-        handled
+        Some(handled)
     }
 
     /// The common case of a ring with a frame at its head: a short frame in one slot, served
