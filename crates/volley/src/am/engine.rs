@@ -1206,13 +1206,7 @@ impl Engine {
             }
             _ => return Err(()),
         };
-        let msg = Message {
-            src,
-            args,
-            payload,
-            class,
-            offset,
-        };
+        let msg = Message::new(src, args, class, payload, offset);
         let result = HandlerScope::enter(self).run(ch, f.handler, &msg, REMOTE);
         if result.is_ok() {
             self.stats.handled(ch, class);
@@ -1677,13 +1671,7 @@ impl Engine {
                 (MessageClass::Long, p, offset)
             }
         };
-        let msg = Message {
-            src: src_rank,
-            args,
-            payload,
-            class,
-            offset,
-        };
+        let msg = Message::new(src_rank, args, class, payload, offset);
         let result = scope.run(ch, h.handler(), &msg, src as u32);
         if result.is_ok() {
             self.stats.handled(ch, class);

@@ -55,9 +55,18 @@ pub enum MessageClass {
 pub struct Message<'a> {
     pub(crate) src: usize,
     pub(crate) args: &'a [u64],
-    pub(crate) payload: &'a [u8],
-    pub(crate) class: MessageClass,
-    pub(crate) offset: usize,
+    /// The class and what only medium and long messages carry: a short message is built with
+    /// one word less to write than a payload's slice and offset would take (it is built on
+    /// every round trip's path, twice).
+    body: Body<'a>,
+}
+
+/// The class of a [`Message`] with its payload and, for a long message, the segment offset.
+#[derive(Debug, Clone, Copy)]
+enum Body<'a> {
+    Short,
+    Medium(&'a [u8]),
+    Long { payload: &'a [u8], offset: usize },
 }
 
 impl<'a> Message<'a> {
@@ -67,10 +76,26 @@ impl<'a> Message<'a> {
         Self {
             src,
             args,
-            payload: &[],
-            class: MessageClass::Short,
-            offset: 0,
+            body: Body::Short,
         }
+    }
+
+    /// A message of class `class` from `src` with `args` and `payload`, which a long message
+    /// wrote at segment offset `offset` (ignored for the other classes).
+    #[inline(always)]
+    pub(crate) fn new(
+        src: usize,
+        args: &'a [u64],
+        class: MessageClass,
+        payload: &'a [u8],
+        offset: usize,
+    ) -> Self {
+        let body = match class {
+            MessageClass::Short => Body::Short,
+            MessageClass::Medium => Body::Medium(payload),
+            MessageClass::Long => Body::Long { payload, offset },
+        };
+        Self { src, args, body }
     }
 
     /// The rank that sent the message.
@@ -98,17 +123,27 @@ impl<'a> Message<'a> {
     /// operations) wait for a handler running on the progress thread, so they never change
     /// the bytes under it.
     pub fn payload(&self) -> &'a [u8] {
-        self.payload
+        match self.body {
+            Body::Short => &[],
+            Body::Medium(payload) | Body::Long { payload, .. } => payload,
+        }
     }
 
     /// The message class.
     pub fn class(&self) -> MessageClass {
-        self.class
+        match self.body {
+            Body::Short => MessageClass::Short,
+            Body::Medium(_) => MessageClass::Medium,
+            Body::Long { .. } => MessageClass::Long,
+        }
     }
 
     /// For a long message, the segment offset its payload was written at.
     pub fn segment_offset(&self) -> Option<usize> {
-        (self.class == MessageClass::Long).then_some(self.offset)
+        match self.body {
+            Body::Long { offset, .. } => Some(offset),
+            _ => None,
+        }
     }
 }
 
