@@ -132,7 +132,7 @@ fn refused_accesses_change_nothing_and_are_counted() {
         PROTECT,
         &["basic"],
         &[],
-        "3 ranks: 53 basic refused accesses per rank, each with the right reason, counted once, \
+        "3 ranks: 55 basic refused accesses per rank, each with the right reason, counted once, \
          memory unchanged",
     );
 }
@@ -144,7 +144,7 @@ fn refused_multi_fragment_accesses_change_nothing_and_are_counted_once() {
         PROTECT,
         &["large"],
         &[],
-        "3 ranks: 7 large refused accesses per rank, each with the right reason, counted once, \
+        "3 ranks: 9 large refused accesses per rank, each with the right reason, counted once, \
          memory unchanged",
     );
 }

@@ -13,6 +13,10 @@
 //! - `large`: the same kind of refusals for puts and gets of 200000 bytes (several AM
 //!   fragments).
 //!
+//! Both modes then send two long messages onto the target's segments (refused: `OnSegment`,
+//! by the sender on one node, by the target across nodes) and one to the free end of its
+//! segment area (accepted: the only one whose handler runs).
+//!
 //! Each access must fail with the right `Error::Refused { rank, reason }` (out-of-bounds
 //! details included). The attacker tells the target how many it made; after a barrier the
 //! target checks that its `refused()` counter equals that number, and that every checksum is
@@ -118,6 +122,14 @@ fn main() {
         b.request_handler("rma-protect-handle", move |m, _| {
             let h = SegmentRef::from_words([m.arg(1), m.arg(2), m.arg(3)]);
             handles.lock().unwrap()[m.arg(0) as usize] = Some(h);
+        })
+    };
+    // Long messages that reached this rank (only one of those its attacker sends may).
+    let longs = Arc::new(AtomicU64::new(0));
+    let long_msg = {
+        let longs = longs.clone();
+        b.request_handler("rma-protect-long", move |_, _| {
+            longs.fetch_add(1, Ordering::Relaxed);
         })
     };
     let tally_msg = {
@@ -278,6 +290,29 @@ fn main() {
     } else {
         basic_attacks(&mut a, all_t, rw_t, bad_key, &theirs, size);
     }
+    // Long messages write the segment area by offset, never a segment's memory. Segments are
+    // carved first fit from offset 0: the target's read+write segment starts there, and its
+    // "all" segment right after it; the end of the area is free. To a rank of this node the
+    // sender sees the segments and refuses; to a rank of another node the send succeeds and
+    // the target drops the message and counts the refusal.
+    let zeros = [0u8; 256];
+    for (what, offset, len) in [
+        ("long message onto the first segment", 0, 64),
+        ("long message across two segments", RW_LEN - 128, 256),
+    ] {
+        let r = rt.request_long(right, long_msg, &[], &zeros[..len], offset);
+        match (a.target_local, r) {
+            (true, r) => a.refused(what, r, Refusal::OnSegment),
+            (false, Ok(())) => a.made += 1,
+            (false, Err(e)) => a.problems.push(format!("{what}, over the network: {e}")),
+        }
+    }
+    // Zeros onto the free end's zeros: accepted, and the area's checksum holds.
+    let free_end = rt.segment_len() - 64;
+    if let Err(e) = rt.request_long(right, long_msg, &[], &zeros[..64], free_end) {
+        a.problems
+            .push(format!("a long message to the free end of the area: {e}"));
+    }
     let Attacker {
         made, mut problems, ..
     } = a;
@@ -312,6 +347,12 @@ fn main() {
                 "refused accesses from rank {left} changed {what} (checksum {b:#x} -> {a:#x})"
             ));
         }
+    }
+    if longs.load(Ordering::Relaxed) != 1 {
+        problems.push(format!(
+            "{} long messages from rank {left} ran their handler, not 1",
+            longs.load(Ordering::Relaxed)
+        ));
     }
     let expect = tally.load(Ordering::Relaxed);
     if rma.refused() != expect {

@@ -27,6 +27,7 @@ use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
 use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::shm::segment_table::Refusal;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
 use crate::transport::Channel;
@@ -954,6 +955,15 @@ impl Engine {
             return Ok(());
         };
         let target = &self.regions[dest];
+        // The sender writes the payload, so the sender checks it does not land on a segment.
+        let table = target.segment_table();
+        if table.overlapping(offset, payload.len()).is_some() {
+            table.count_refusal();
+            return Err(Error::Refused {
+                rank: self.local_ranks[dest],
+                reason: Refusal::OnSegment,
+            });
+        }
         // SAFETY: bounds checked above; the target's segment is mapped for the life of the
         // engine. Concurrent writes to overlapping ranges are the program's race to avoid, as
         // with any remote write; they cannot touch memory outside the segment.
@@ -1192,6 +1202,12 @@ impl Engine {
                     .checked_add(f.payload.len())
                     .is_none_or(|e| e > seg.segment_len())
                 {
+                    return Err(());
+                }
+                // The sender could not see our segments: refused here, dropped and counted.
+                let table = seg.segment_table();
+                if table.overlapping(offset, f.payload.len()).is_some() {
+                    table.count_refusal();
                     return Err(());
                 }
                 // SAFETY: bounds checked against our own segment, which stays mapped. Writing

@@ -194,7 +194,8 @@ impl<'a> ReplyToken<'a> {
     }
 
     /// Replies with a long message: `payload` is written into the requester's segment at
-    /// `offset` before its reply handler runs.
+    /// `offset` before its reply handler runs. As with [`crate::Runtime::request_long`], the
+    /// range must not touch a segment of the one-sided layer.
     pub fn reply_long(
         self,
         handler: ReplyHandler,

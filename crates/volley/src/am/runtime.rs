@@ -657,9 +657,13 @@ impl Runtime {
     /// segment goes to a rank of this node; to a rank on another node a long message travels
     /// whole, so it carries at most a network message's worth ([`Error::LongTooLarge`]).
     ///
-    /// The whole segment area is open to long messages, unchecked: segments of the one-sided
-    /// layer ([`crate::rma`]) are carved from the same area, and a long message that lands on
-    /// one overwrites it whatever its permissions.
+    /// Long messages write the part of the segment area that no segment covers: segments of
+    /// the one-sided layer ([`crate::rma`]) are carved from the same area, and only keyed
+    /// one-sided operations may change them. A payload that would touch a live segment is
+    /// refused, and nothing is written: to a rank of this node the send returns
+    /// [`Error::Refused`] ([`crate::rma::Refusal::OnSegment`]); to a rank on another node,
+    /// whose segments the sender cannot see, the target drops the message and counts it
+    /// (`dropped` in its statistics). Either way the target's refusal count goes up.
     pub fn request_long(
         &self,
         dest: usize,

@@ -9,10 +9,11 @@
 //! nothing, is counted at the target ([`Rma::refused`]) and returns
 //! [`Error::Refused`] naming the [`Refusal`].
 //!
-//! Long Active Messages (`Runtime::request_long`) are not one-sided accesses and are not
-//! checked: they write the segment area by offset, the same area segments are carved from
-//! (first fit, from offset 0). A program that uses both must keep its long messages clear of
-//! its segments' memory.
+//! Long Active Messages (`Runtime::request_long`) write the segment area by offset, the same
+//! area segments are carved from (first fit, from offset 0), but never a segment's memory: a
+//! long message whose range touches a live segment is refused ([`Refusal::OnSegment`]) and
+//! counted at the target like any refusal. A program that uses both keeps its long messages in
+//! the area its segments leave free.
 //!
 //! Two paths, one per job ([`RmaPath`], `VOLLEY_RMA=direct|am`):
 //! - **direct** (default between ranks of one host): the initiator checks the target's table in
@@ -54,8 +55,9 @@ pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
 use crate::error::{Error, Result};
+use crate::transport::shm::segment_table::Table;
 use handlers::{Handlers, Shared, SymmetricOffer};
-use segment::{AreaAllocator, Table};
+use segment::AreaAllocator;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;

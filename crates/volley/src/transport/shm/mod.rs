@@ -25,6 +25,8 @@ pub(crate) mod frame;
 mod region;
 pub(crate) mod ring;
 #[cfg(not(loom))]
+pub(crate) mod segment_table;
+#[cfg(not(loom))]
 pub(crate) mod wake_fd;
 
 #[cfg(not(loom))]

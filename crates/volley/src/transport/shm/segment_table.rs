@@ -1,0 +1,357 @@
+//! The segment table: which ranges of a rank's segment area are segments, with their keys and
+//! permissions. It lives in the rank's region (the header page's upper bytes), so that every
+//! local rank can read it: the one-sided layer checks its accesses against it, and a long
+//! message is refused when its range would land on a segment (see [`Table::overlapping`]).
+//! The segments themselves are made and addressed in [`crate::rma`].
+
+use super::UPPER_BYTES;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Most segments a rank can have at once.
+pub const MAX_SEGMENTS: usize = 64;
+
+/// What remote ranks may do with a segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Perms(u8);
+
+impl Perms {
+    /// Remote reads (get).
+    pub const READ: Perms = Perms(1);
+    /// Remote writes (put).
+    pub const WRITE: Perms = Perms(2);
+    /// Remote atomic operations.
+    pub const ATOMIC: Perms = Perms(4);
+    /// Read, write and atomics.
+    pub const ALL: Perms = Perms(7);
+    /// Nothing.
+    pub const NONE: Perms = Perms(0);
+
+    /// Whether every permission in `other` is granted.
+    pub fn contains(self, other: Perms) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    pub(crate) fn bits(self) -> u64 {
+        self.0 as u64
+    }
+
+    pub(crate) fn from_bits(bits: u64) -> Self {
+        Perms((bits & 7) as u8)
+    }
+}
+
+impl std::ops::BitOr for Perms {
+    type Output = Perms;
+    fn bitor(self, rhs: Perms) -> Perms {
+        Perms(self.0 | rhs.0)
+    }
+}
+
+/// Why a remote access was refused. The target's memory is unchanged whenever one is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The segment id names no live segment at the target.
+    #[error("no such segment")]
+    NoSuchSegment,
+    /// The key does not match the segment's key.
+    #[error("wrong key")]
+    WrongKey,
+    /// The range does not fit in the segment (or its length overflows).
+    #[error(
+        "access of {len} bytes at offset {offset} does not fit the {segment_len}-byte segment"
+    )]
+    OutOfBounds {
+        /// Requested offset.
+        offset: u64,
+        /// Requested length.
+        len: u64,
+        /// Segment length.
+        segment_len: u64,
+    },
+    /// The segment does not grant remote reads.
+    #[error("the segment is not readable")]
+    NotReadable,
+    /// The segment does not grant remote writes.
+    #[error("the segment is not writable")]
+    NotWritable,
+    /// The segment does not grant remote atomics.
+    #[error("the segment does not allow atomics")]
+    NoAtomics,
+    /// An atomic operation (or a flag, reference or FIFO word) on a word that is not 8-byte
+    /// aligned.
+    #[error("atomic operation on an offset that is not 8-byte aligned")]
+    Misaligned,
+    /// No memory-based FIFO with the handle's geometry lives at that offset.
+    #[error("no FIFO with this entry size and capacity at that offset")]
+    NotAFifo,
+    /// A FIFO entry whose length is not the FIFO's entry size.
+    #[error("the entry's length is not the FIFO's entry size")]
+    EntrySize,
+    /// A long message whose payload would land on a segment: segments are written only by
+    /// one-sided operations that present the segment's key and find it writable; long
+    /// messages go to the rest of the segment area.
+    #[error(
+        "the long message's range lies on a segment, which only keyed one-sided writes may change"
+    )]
+    OnSegment,
+}
+
+impl Refusal {
+    /// Encodes for a status word (0 is success).
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            Refusal::NoSuchSegment => 1,
+            Refusal::WrongKey => 2,
+            Refusal::OutOfBounds { .. } => 3,
+            Refusal::NotReadable => 4,
+            Refusal::NotWritable => 5,
+            Refusal::NoAtomics => 6,
+            Refusal::Misaligned => 7,
+            Refusal::NotAFifo => 8,
+            Refusal::EntrySize => 9,
+            Refusal::OnSegment => 10,
+        }
+    }
+
+    /// Decodes a status word; `offset`/`len`/`segment_len` fill an out-of-bounds refusal.
+    pub(crate) fn from_code(code: u64, offset: u64, len: u64, segment_len: u64) -> Option<Self> {
+        Some(match code {
+            1 => Refusal::NoSuchSegment,
+            2 => Refusal::WrongKey,
+            3 => Refusal::OutOfBounds {
+                offset,
+                len,
+                segment_len,
+            },
+            4 => Refusal::NotReadable,
+            5 => Refusal::NotWritable,
+            6 => Refusal::NoAtomics,
+            7 => Refusal::Misaligned,
+            8 => Refusal::NotAFifo,
+            9 => Refusal::EntrySize,
+            10 => Refusal::OnSegment,
+            _ => return None,
+        })
+    }
+}
+
+/// One table entry, written by the owner, read by any local rank.
+#[repr(C)]
+pub(crate) struct Entry {
+    /// 0 = free; otherwise 1 | perms << 1.
+    state: AtomicU64,
+    key: AtomicU64,
+    offset: AtomicU64,
+    len: AtomicU64,
+}
+
+/// The table in a rank's region: a refusal counter, then the entries.
+#[repr(C)]
+pub(crate) struct Table {
+    /// Remote accesses refused against this rank's segments (counted by whoever refused).
+    pub(crate) refused: AtomicU64,
+    _pad: [u64; 7],
+    entries: [Entry; MAX_SEGMENTS],
+}
+
+const _: () = assert!(std::mem::size_of::<Table>() <= UPPER_BYTES);
+
+/// A validated range, as an offset into the owner's segment area.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Grant {
+    pub(crate) area_offset: usize,
+}
+
+impl Table {
+    /// Views the table bytes of a region.
+    ///
+    /// # Safety
+    /// `ptr` must be a region's upper-layer bytes, which live as long as the runtime.
+    pub(crate) unsafe fn at<'a>(ptr: *mut u8) -> &'a Table {
+        // SAFETY: the caller guarantees the bytes exist; they are zeroed at creation (a valid
+        // Table: all atomics), 64-byte aligned, and at least size_of::<Table>() long.
+        unsafe { &*ptr.cast::<Table>() }
+    }
+
+    /// Publishes entry `id` (owner only).
+    pub(crate) fn publish(&self, id: u16, key: u64, area_offset: usize, len: usize, perms: Perms) {
+        let e = &self.entries[id as usize];
+        e.key.store(key, Ordering::Relaxed);
+        e.offset.store(area_offset as u64, Ordering::Relaxed);
+        e.len.store(len as u64, Ordering::Relaxed);
+        // Release: a reader that acquires `state` sees the fields above.
+        e.state.store(1 | perms.bits() << 1, Ordering::Release);
+    }
+
+    /// Retires entry `id` (owner only).
+    pub(crate) fn retire(&self, id: u16) {
+        self.entries[id as usize].state.store(0, Ordering::Release);
+    }
+
+    /// Checks an access of `len` bytes at `offset` of segment `id` needing `need`.
+    pub(crate) fn check(
+        &self,
+        id: u16,
+        key: u64,
+        offset: u64,
+        len: u64,
+        need: Perms,
+    ) -> Result<Grant, Refusal> {
+        let e = self
+            .entries
+            .get(id as usize)
+            .ok_or(Refusal::NoSuchSegment)?;
+        let state = e.state.load(Ordering::Acquire);
+        if state & 1 == 0 {
+            return Err(Refusal::NoSuchSegment);
+        }
+        if e.key.load(Ordering::Relaxed) != key {
+            return Err(Refusal::WrongKey);
+        }
+        let segment_len = e.len.load(Ordering::Relaxed);
+        if offset.checked_add(len).is_none_or(|end| end > segment_len) {
+            return Err(Refusal::OutOfBounds {
+                offset,
+                len,
+                segment_len,
+            });
+        }
+        let perms = Perms::from_bits(state >> 1);
+        if !perms.contains(need) {
+            return Err(if need.contains(Perms::ATOMIC) {
+                Refusal::NoAtomics
+            } else if need.contains(Perms::WRITE) {
+                Refusal::NotWritable
+            } else {
+                Refusal::NotReadable
+            });
+        }
+        let area_offset = e
+            .offset
+            .load(Ordering::Relaxed)
+            .checked_add(offset)
+            .ok_or(Refusal::NoSuchSegment)?;
+        Ok(Grant {
+            area_offset: area_offset as usize,
+        })
+    }
+
+    /// The first live segment that bytes `area_offset..area_offset + len` of the segment area
+    /// touch, if any (an empty range touches none). A long message must not land on one: it
+    /// carries no key and would bypass the segment's permissions.
+    ///
+    /// Read without a lock while the owner may be making or freeing segments: a segment made
+    /// after this check can still be written by the message, as any access can race with the
+    /// owner's free. Programs make segments before handing them out, so this does not arise
+    /// in a correct program; the check catches a long message aimed at the wrong offset.
+    pub(crate) fn overlapping(&self, area_offset: usize, len: usize) -> Option<u16> {
+        let end = area_offset.checked_add(len)? as u64;
+        let start = area_offset as u64;
+        self.entries
+            .iter()
+            .position(|e| {
+                // Acquire: pairs with `publish`, so that offset and length are the entry's.
+                e.state.load(Ordering::Acquire) & 1 == 1 && {
+                    let (at, n) = (
+                        e.offset.load(Ordering::Relaxed),
+                        e.len.load(Ordering::Relaxed),
+                    );
+                    start < end && start < at.saturating_add(n) && at < end
+                }
+            })
+            .map(|id| id as u16)
+    }
+
+    /// Counts a refusal against this rank.
+    pub(crate) fn count_refusal(&self) {
+        self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_checks_key_bounds_and_permissions() {
+        let mem = vec![0u64; UPPER_BYTES / 8];
+        // SAFETY: a zeroed, 8-aligned buffer of UPPER_BYTES stands in for a region's bytes
+        // (Table needs only 8-byte alignment for its atomics).
+        let t = unsafe { Table::at(mem.as_ptr().cast_mut().cast()) };
+        t.publish(3, 99, 4096, 100, Perms::READ);
+        assert_eq!(
+            t.check(3, 99, 0, 100, Perms::READ).unwrap().area_offset,
+            4096
+        );
+        assert_eq!(
+            t.check(3, 98, 0, 1, Perms::READ).unwrap_err(),
+            Refusal::WrongKey
+        );
+        assert!(matches!(
+            t.check(3, 99, 50, 51, Perms::READ),
+            Err(Refusal::OutOfBounds { .. })
+        ));
+        assert!(matches!(
+            t.check(3, 99, u64::MAX, 2, Perms::READ),
+            Err(Refusal::OutOfBounds { .. })
+        ));
+        assert_eq!(
+            t.check(3, 99, 0, 8, Perms::WRITE).unwrap_err(),
+            Refusal::NotWritable
+        );
+        assert_eq!(
+            t.check(3, 99, 0, 8, Perms::ATOMIC).unwrap_err(),
+            Refusal::NoAtomics
+        );
+        assert_eq!(
+            t.check(4, 99, 0, 8, Perms::READ).unwrap_err(),
+            Refusal::NoSuchSegment
+        );
+        assert_eq!(
+            t.check(200, 99, 0, 8, Perms::READ).unwrap_err(),
+            Refusal::NoSuchSegment
+        );
+        t.retire(3);
+        assert_eq!(
+            t.check(3, 99, 0, 8, Perms::READ).unwrap_err(),
+            Refusal::NoSuchSegment
+        );
+    }
+
+    #[test]
+    fn overlapping_finds_the_live_segments_a_range_touches() {
+        let mem = vec![0u64; UPPER_BYTES / 8];
+        // SAFETY: as in the test above.
+        let t = unsafe { Table::at(mem.as_ptr().cast_mut().cast()) };
+        assert_eq!(t.overlapping(0, 1 << 20), None, "no segments yet");
+        t.publish(5, 1, 4096, 100, Perms::ALL);
+        t.publish(9, 2, 8192, 64, Perms::NONE);
+        assert_eq!(
+            t.overlapping(0, 4096),
+            None,
+            "ends where the segment starts"
+        );
+        assert_eq!(
+            t.overlapping(4196, 10),
+            None,
+            "starts where the segment ends"
+        );
+        assert_eq!(t.overlapping(4195, 1), Some(5), "its last byte");
+        assert_eq!(t.overlapping(4000, 97), Some(5), "its first byte");
+        assert_eq!(
+            t.overlapping(4100, 0),
+            None,
+            "an empty range touches nothing"
+        );
+        assert_eq!(t.overlapping(0, 1 << 20), Some(5), "a range covering both");
+        assert_eq!(t.overlapping(8200, 8), Some(9), "inside the second");
+        assert_eq!(t.overlapping(usize::MAX, 2), None, "an overflowing range");
+        t.retire(5);
+        assert_eq!(
+            t.overlapping(4100, 8),
+            None,
+            "a freed segment is open again"
+        );
+        assert_eq!(t.overlapping(0, 1 << 20), Some(9));
+    }
+}
