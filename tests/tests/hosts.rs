@@ -681,6 +681,30 @@ fn bad_host_lists_are_refused() {
 }
 
 #[test]
+fn a_volley_path_a_remote_shell_would_split_is_refused() {
+    // The agent is started as `RSH HOST <volley's path> __agent ...`: every word but the path
+    // is encoded, so a path with a space would reach the remote shell as two words.
+    let scratch = common::Scratch::new("spaced volley");
+    let dir = scratch.path().join("with space");
+    std::fs::create_dir(&dir).unwrap();
+    let volley = dir.join("volley");
+    std::fs::copy(common::launcher(), &volley).unwrap();
+    let out = Command::new(&volley)
+        .args(["run", "-n", "2", "--hosts", "a,b", "--rsh", "/bin/true"])
+        .arg(env!("CARGO_BIN_EXE_hello"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(out.stdout.is_empty(), "something ran: {stderr}");
+    assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    assert!(
+        stderr.contains("with space/volley") && stderr.contains("remote shell"),
+        "the error should name the path and why: {stderr}"
+    );
+}
+
+#[test]
 fn unknown_host_is_a_one_line_error_naming_it() {
     let Some(h) = Hosts::new(1) else { return };
     let stranger = format!("{}-nonexistent", h.name(0));

@@ -12,7 +12,7 @@
 use super::hosts::{self, Host};
 use super::signals;
 use super::status::{JobWatch, RankExit};
-use super::wire::{encode_word, read_frame, write_frame, ToAgent, ToLauncher};
+use super::wire::{encode_word, is_plain_word, read_frame, write_frame, ToAgent, ToLauncher};
 use super::{resolve_program, LaunchError, LaunchOptions};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -277,6 +277,15 @@ pub fn launch_hosts(opts: &LaunchOptions, h: &HostOptions) -> Result<i32, Launch
     }
     let volley = std::env::current_exe()
         .map_err(|e| setup(format!("cannot find the volley executable: {e}")))?;
+    // The one word of the agent's command line that cannot be encoded (it is the program the
+    // remote side starts): a remote shell would split or expand anything but plain bytes.
+    if !is_plain_word(volley.as_os_str()) {
+        return Err(setup(format!(
+            "the volley executable's path {volley:?} has characters a remote shell would split \
+             or expand; for jobs on several hosts run volley from a path of letters, digits and \
+             _./:=,@+- only"
+        )));
+    }
     let addr = h.launcher_addr.unwrap_or_else(|| default_addr(&h.hosts));
     let listener = TcpListener::bind((addr, 0)).map_err(|e| {
         setup(format!(

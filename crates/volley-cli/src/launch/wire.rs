@@ -93,13 +93,19 @@ fn is_plain(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"_./:=,@+-".contains(&b)
 }
 
+/// Whether `w` passes through every remote shell unchanged as one word.
+pub fn is_plain_word(w: &OsStr) -> bool {
+    let b = w.as_bytes();
+    !b.is_empty() && b.iter().all(|&c| is_plain(c))
+}
+
 /// A word for the agent's command line: itself if plain, else `%` and its bytes in hex (`%`
 /// is not plain, so a plain word never starts with it).
 pub fn encode_word(w: &OsStr) -> String {
-    let b = w.as_bytes();
-    if !b.is_empty() && b.iter().all(|&c| is_plain(c)) {
+    if is_plain_word(w) {
         return w.to_string_lossy().into_owned();
     }
+    let b = w.as_bytes();
     let mut s = String::with_capacity(1 + 2 * b.len());
     s.push('%');
     for c in b {
