@@ -150,7 +150,10 @@ pub(crate) struct Entry {
 pub(crate) struct Table {
     /// Remote accesses refused against this rank's segments (counted by whoever refused).
     pub(crate) refused: AtomicU64,
-    _pad: [u64; 7],
+    /// One past the highest id ever published: the ids a scan for live segments must look at
+    /// (0 while the rank has made none, so that a long message to it checks one word).
+    ids_used: AtomicU64,
+    _pad: [u64; 6],
     entries: [Entry; MAX_SEGMENTS],
 }
 
@@ -181,6 +184,10 @@ impl Table {
         e.len.store(len as u64, Ordering::Relaxed);
         // Release: a reader that acquires `state` sees the fields above.
         e.state.store(1 | perms.bits() << 1, Ordering::Release);
+        // Only the owner writes it, so a load and a store make the maximum.
+        if u64::from(id) >= self.ids_used.load(Ordering::Relaxed) {
+            self.ids_used.store(u64::from(id) + 1, Ordering::Release);
+        }
     }
 
     /// Retires entry `id` (owner only).
@@ -247,7 +254,9 @@ impl Table {
     pub(crate) fn overlapping(&self, area_offset: usize, len: usize) -> Option<u16> {
         let end = area_offset.checked_add(len)? as u64;
         let start = area_offset as u64;
-        self.entries
+        // Acquire: pairs with `publish`, so every id published before is in the range.
+        let used = (self.ids_used.load(Ordering::Acquire) as usize).min(MAX_SEGMENTS);
+        self.entries[..used]
             .iter()
             .position(|e| {
                 // Acquire: pairs with `publish`, so that offset and length are the entry's.
@@ -324,6 +333,13 @@ mod tests {
         // SAFETY: as in the test above.
         let t = unsafe { Table::at(mem.as_ptr().cast_mut().cast()) };
         assert_eq!(t.overlapping(0, 1 << 20), None, "no segments yet");
+        t.publish(63, 3, 1 << 16, 8, Perms::READ);
+        assert_eq!(
+            t.overlapping(0, 1 << 20),
+            Some(63),
+            "the last id is scanned"
+        );
+        t.retire(63);
         t.publish(5, 1, 4096, 100, Perms::ALL);
         t.publish(9, 2, 8192, 64, Perms::NONE);
         assert_eq!(
