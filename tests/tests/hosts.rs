@@ -458,10 +458,13 @@ fn an_ssh_style_remote_shell_keeps_every_word() {
         "x\ty",
     ];
     let setting = "one 'two' $three";
+    // The line is written with one `echo`: `printf` and then `echo` would be two writes, and
+    // without `--label` the launcher passes output on as it comes, so the two hosts' halves
+    // could interleave.
     let mut args = vec![
         "/bin/sh",
         "-c",
-        "printf '%s|' \"$VOLLEY_NODE\" \"$VOLLEY_TEST_SETTING\" \"$@\"; echo",
+        "line=$(printf '%s|' \"$VOLLEY_NODE\" \"$VOLLEY_TEST_SETTING\" \"$@\"); echo \"$line\"",
         "sh",
     ];
     args.extend(words);

@@ -56,8 +56,8 @@ pub struct Message<'a> {
     pub(crate) src: usize,
     pub(crate) args: &'a [u64],
     /// The class and what only medium and long messages carry: a short message is built with
-    /// one word less to write than a payload's slice and offset would take (it is built on
-    /// every round trip's path, twice).
+    /// three words fewer to write than a class, a payload slice and an offset would take (one
+    /// is built on each side's path of every round trip).
     body: Body<'a>,
 }
 
