@@ -153,7 +153,7 @@ impl HostRendezvous {
 /// renamed, so that no other launcher ever finds the lock of a live owner unlocked.
 fn hold_owner_lock(dir: &Path) -> Result<Flock<File>, String> {
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("{what} in {}: {e}", dir.display());
-    let fresh = dir.join("owner.lock.new");
+    let fresh = dir.join(format!("{OWNER_LOCK}.new"));
     let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

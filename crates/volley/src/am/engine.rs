@@ -27,7 +27,6 @@ use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
 use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
-use crate::transport::shm::segment_table::Refusal;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
 use crate::transport::Channel;
@@ -956,13 +955,9 @@ impl Engine {
         };
         let target = &self.regions[dest];
         // The sender writes the payload, so the sender checks it does not land on a segment.
-        let table = target.segment_table();
-        if table.overlapping(offset, payload.len()).is_some() {
-            table.count_refusal();
-            return Err(Error::Refused {
-                rank: self.local_ranks[dest],
-                reason: Refusal::OnSegment,
-            });
+        if let Err(reason) = target.segment_table().admit_long(offset, payload.len()) {
+            let rank = self.local_ranks[dest];
+            return Err(Error::Refused { rank, reason });
         }
         // SAFETY: bounds checked above; the target's segment is mapped for the life of the
         // engine. Concurrent writes to overlapping ranges are the program's race to avoid, as
@@ -1205,11 +1200,9 @@ impl Engine {
                     return Err(());
                 }
                 // The sender could not see our segments: refused here, dropped and counted.
-                let table = seg.segment_table();
-                if table.overlapping(offset, f.payload.len()).is_some() {
-                    table.count_refusal();
-                    return Err(());
-                }
+                seg.segment_table()
+                    .admit_long(offset, f.payload.len())
+                    .map_err(|_| ())?;
                 // SAFETY: bounds checked against our own segment, which stays mapped. Writing
                 // before the handler runs is the long message's contract; the handler then
                 // sees the segment's copy, as on the shared-memory path.

@@ -253,6 +253,9 @@ impl Table {
     /// in a correct program; the check catches a long message aimed at the wrong offset.
     pub(crate) fn overlapping(&self, area_offset: usize, len: usize) -> Option<u16> {
         let end = area_offset.checked_add(len)? as u64;
+        if len == 0 {
+            return None;
+        }
         let start = area_offset as u64;
         // Acquire: pairs with `publish`, so every id published before is in the range.
         let used = (self.ids_used.load(Ordering::Acquire) as usize).min(MAX_SEGMENTS);
@@ -265,10 +268,24 @@ impl Table {
                         e.offset.load(Ordering::Relaxed),
                         e.len.load(Ordering::Relaxed),
                     );
-                    start < end && start < at.saturating_add(n) && at < end
+                    start < at.saturating_add(n) && at < end
                 }
             })
             .map(|id| id as u16)
+    }
+
+    /// Admits a long message's payload at `area_offset..area_offset + len`, or refuses it
+    /// (and counts the refusal) when it would touch a live segment (see
+    /// [`Table::overlapping`]). Whoever writes the payload checks: the sender on one node, the
+    /// target across nodes.
+    pub(crate) fn admit_long(&self, area_offset: usize, len: usize) -> Result<(), Refusal> {
+        match self.overlapping(area_offset, len) {
+            None => Ok(()),
+            Some(_) => {
+                self.count_refusal();
+                Err(Refusal::OnSegment)
+            }
+        }
     }
 
     /// Counts a refusal against this rank.
@@ -369,5 +386,12 @@ mod tests {
             "a freed segment is open again"
         );
         assert_eq!(t.overlapping(0, 1 << 20), Some(9));
+        assert_eq!(t.admit_long(8192, 1), Err(Refusal::OnSegment));
+        assert_eq!(t.admit_long(8256, 64), Ok(()));
+        assert_eq!(
+            t.refused.load(Ordering::Relaxed),
+            1,
+            "the refusal is counted"
+        );
     }
 }
