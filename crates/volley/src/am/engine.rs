@@ -57,6 +57,9 @@ const PREFETCH_AHEAD: u64 = 8;
 /// Waits in a row that may end right after the reply rings, leaving the request rings for
 /// later (see [`Engine::poll_waiting`]); then one full poll comes first.
 const EARLY_EXITS: u32 = 16;
+
+/// [`Engine::deferred`] when no retirement waits.
+const NO_DEFERRED: u32 = u32::MAX;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -111,6 +114,11 @@ pub(crate) struct Engine {
     serving: Cell<bool>,
     /// Waits that ended in a row right after the reply rings (see [`Engine::poll_waiting`]).
     early_exits: Cell<u32>,
+    /// The reply ring (by local index of its sender) whose head frame ran its handler and
+    /// ended a wait, but whose consumer has not yet moved past it: the wait left first, so
+    /// that the requester's next request goes out sooner, and the next look at the reply
+    /// rings finishes the retirement (see [`Engine::retire_deferred`]). [`NO_DEFERRED`]: none.
+    deferred: Cell<u32>,
     pub(crate) polite: bool,
     /// No other rank shares this node: every message from another rank comes through the
     /// network, so an empty poll needs no `pause` (no ring head is written from another core)
@@ -318,28 +326,21 @@ impl Drop for Draining<'_> {
     }
 }
 
-/// A one-slot frame retired by [`Engine::serve_short`]: dropping it moves the consumer past
-/// the frame (also when the handler unwinds), and after the handler (`settle`) returns credit
-/// if a batch has accumulated. The consumer state is read only here, after the handler, so
+/// The one-slot frame that [`Engine::serve_short`] hands to its handler: if the handler
+/// unwinds, dropping this moves the consumer past the frame, so that it does not run again.
+/// After a handler that returns, the guard is forgotten and the frame is retired (with its
+/// credit) by [`Engine::retire_served`], now or, when the handler ended a wait, at the next
+/// poll ([`Engine::deferred`]). The consumer state is read only then, after the handler, so
 /// that none of it lies on the path from the frame to the handler.
-struct Retired<'a> {
+struct Unwinding<'a> {
     rx: &'a RxRing,
-    settle: bool,
 }
 
-impl Drop for Retired<'_> {
-    #[inline(always)]
+impl Drop for Unwinding<'_> {
+    #[cold]
     fn drop(&mut self) {
-        let ring = self.rx.ring;
         let mut consumer = self.rx.consumer.get();
         consumer.retire_one();
-        if self.settle {
-            // A receiver that keeps up with a stream takes most frames here, one per poll:
-            // fetching a later slot now keeps several cache misses in flight, as the drain
-            // does. After the handler, so off the path to the handler's answer.
-            ring.prefetch(consumer.head() + PREFETCH_AHEAD - 1);
-            consumer.settle(ring);
-        }
         self.rx.advance(consumer);
     }
 }
@@ -469,6 +470,17 @@ impl RxRing {
     }
 }
 
+/// What [`Engine::serve_short`] did with the frame at a ring's head.
+enum HeadFrame {
+    /// It is not a one-slot short: nothing was done (the drain takes it).
+    Other,
+    /// The frame was served; its handler ran (1) or it named none and was dropped (0).
+    Ran(usize),
+    /// A reply handler ran and the poll's `stop` ended it; the frame's retirement waits for
+    /// the next poll ([`Engine::deferred`]).
+    Left,
+}
+
 /// How the payload of a frame travels.
 enum Payload<'p> {
     None,
@@ -594,6 +606,7 @@ impl Engine {
             critical: CriticalState::default(),
             serving: Cell::new(false),
             early_exits: Cell::new(0),
+            deferred: Cell::new(NO_DEFERRED),
             polite,
             net_only,
             block,
@@ -732,6 +745,8 @@ impl Engine {
     /// Whether anything waits to be handled: a frame at the head of a ring, or a message the
     /// network already took in.
     fn pending(&self) -> bool {
+        // A frame whose retirement a wait left for later is not waiting.
+        self.retire_deferred();
         self.rx.iter().flatten().any(RxRing::ready)
             || self
                 .net
@@ -1428,6 +1443,9 @@ impl Engine {
     /// leaves at once (see [`Engine::poll_waiting`]); other polls pass `|| false`.
     #[inline(always)]
     fn poll_rings(&self, ch: Channel, mut stop: impl FnMut() -> bool) -> Option<usize> {
+        if ch == Channel::Reply {
+            self.retire_deferred();
+        }
         let mut rings = self.rx[ch as usize].iter();
         let mut handled = 0;
         // The scan is a loop of its own, so that the delivery path's state does not crowd
@@ -1440,25 +1458,24 @@ impl Engine {
             // A lone short frame (a round trip's) is served at once; a stream goes to the
             // drain, whose set-up is paid once per batch.
             let first = match rx.streaming.get() {
-                false => self.serve_short(rx, word, ch),
-                true => None,
+                false => self.serve_short(rx, word, ch, &mut stop),
+                true => HeadFrame::Other,
             };
             // One call site for the drain, so that it is compiled once.
             let drain = match first {
-                Some(n) => {
+                HeadFrame::Ran(n) => {
                     handled += n;
-                    if n > 0 && stop() {
-                        return None;
-                    }
                     // A frame right behind the first: a stream has begun.
                     rx.ready()
                 }
-                None => true,
+                HeadFrame::Left => return None,
+                HeadFrame::Other => true,
             };
             if drain {
                 let n = self.drain(rx, ch);
                 // The stream goes on while drains find more than one frame.
-                rx.streaming.set(first.is_some() || n > 1);
+                rx.streaming
+                    .set(matches!(first, HeadFrame::Ran(_)) || n > 1);
                 handled += n;
                 if n > 0 && stop() {
                     return None;
@@ -1468,24 +1485,54 @@ impl Engine {
         Some(handled)
     }
 
+    /// Finishes the retirement that a wait left for later (see [`Engine::deferred`]): before
+    /// anything reads the reply rings' consumer state again.
+    #[inline(always)]
+    fn retire_deferred(&self) {
+        let src = self.deferred.replace(NO_DEFERRED);
+        if src != NO_DEFERRED {
+            Self::retire_served(&self.rx[Channel::Reply as usize][src as usize]);
+        }
+    }
+
+    /// Moves the consumer of `rx` past the one-slot frame at its head, whose handler has run,
+    /// and returns credit if a batch has accumulated.
+    #[inline(always)]
+    fn retire_served(rx: &RxRing) {
+        let ring = rx.ring;
+        let mut consumer = rx.consumer.get();
+        consumer.retire_one();
+        // A receiver that keeps up with a stream takes most frames here, one per poll:
+        // fetching a later slot now keeps several cache misses in flight, as the drain does.
+        ring.prefetch(consumer.head() + PREFETCH_AHEAD - 1);
+        consumer.settle(ring);
+        rx.advance(consumer);
+    }
+
     /// The common case of a ring with a frame at its head: a short frame in one slot, served
     /// without the drain's set-up, which would otherwise lie on a round trip's path. `word`
-    /// is the frame's header, read by the poll. `None`: the head frame is of another kind,
-    /// and nothing was done (the drain takes it). Otherwise how many handlers ran (0 if the
-    /// frame named no handler and was dropped).
+    /// is the frame's header, read by the poll. After a reply handler ran, `stop` may end the
+    /// poll at once ([`HeadFrame::Left`]), before the frame is retired (see [`Engine::deferred`]).
     #[inline(always)]
-    fn serve_short(&self, rx: &RxRing, word: u64, ch: Channel) -> Option<usize> {
-        let h = HeaderWord::one_slot_short(word, self.key)?;
+    fn serve_short(
+        &self,
+        rx: &RxRing,
+        word: u64,
+        ch: Channel,
+        stop: &mut impl FnMut() -> bool,
+    ) -> HeadFrame {
+        let Some(h) = HeaderWord::one_slot_short(word, self.key) else {
+            return HeadFrame::Other;
+        };
         let (frame, _) = rx.watch.get();
-        // The frame counts as retired from here: if its handler unwinds, the guard moves the
-        // consumer past it. Otherwise the consumer moves after the handler, off the path from
-        // this frame to the answer its handler sends (nothing the handler runs touches this
-        // ring's consumer: see `drain`).
-        let mut retired = Retired { rx, settle: false };
+        // If the handler unwinds, the guard moves the consumer past its frame. Otherwise the
+        // consumer moves after the handler, off the path from this frame to the answer its
+        // handler sends (nothing the handler runs touches this ring's consumer: see `drain`).
+        let unwinding = Unwinding { rx };
         // SAFETY: `frame` points at the frame's slot (see `RxRing::watch`), published to us,
         // which the sender leaves untouched until its credit returns; that happens only after
-        // the handler (when `retired` settles, or in a later drain if the handler unwinds). A
-        // one-slot short's arguments fit in its slot.
+        // the handler (when the frame is retired, or in a later drain if the handler unwinds).
+        // A one-slot short's arguments fit in its slot.
         let args = unsafe { std::slice::from_raw_parts(frame.add(1).cast_const(), h.nargs()) };
         let msg = Message::short(rx.src_rank, args);
         #[cfg(debug_assertions)]
@@ -1495,14 +1542,26 @@ impl Engine {
         drop(scope);
         #[cfg(debug_assertions)]
         assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
-        retired.settle = true;
-        drop(retired);
-        if ran {
-            self.stats.handled(ch, MessageClass::Short);
-        } else {
+        std::mem::forget(unwinding);
+        if !ran {
             bump(&self.stats.dropped);
+            Self::retire_served(rx);
+            return HeadFrame::Ran(0);
         }
-        Some(usize::from(ran))
+        self.stats.handled(ch, MessageClass::Short);
+        if ch == Channel::Reply {
+            // Marked for retirement before `stop` runs: a condition that polls retires it
+            // there, instead of running its handler again.
+            self.deferred.set(rx.src);
+            if stop() {
+                return HeadFrame::Left;
+            }
+            // Ours, or one that a poll inside `stop` left (ours was retired by that poll).
+            self.retire_deferred();
+        } else {
+            Self::retire_served(rx);
+        }
+        HeadFrame::Ran(1)
     }
 
     /// Retires up to DRAIN_BUDGET frames from the ring `rx`, running their handlers; returns
@@ -1884,6 +1943,7 @@ impl Engine {
 
     /// Flushes the credit of every incoming ring (before sleeping or exiting).
     pub(crate) fn flush_credit(&self) {
+        self.retire_deferred();
         for src in 0..self.local_ranks.len() {
             for ch in [Channel::Request, Channel::Reply] {
                 let rx = &self.rx[ch as usize][src];

@@ -545,3 +545,45 @@ fn frames_run_once_and_in_order_whether_served_alone_or_drained_in_a_batch() {
     assert_eq!(stats.handled_on(Channel::Request), sent);
     assert_eq!(stats.dropped, 0);
 }
+
+#[test]
+fn a_wait_left_at_its_reply_retires_the_reply_before_any_later_look_at_the_ring() {
+    // Each wait below ends at the reply that makes its condition true, before the reply's
+    // frame is retired (see `Engine::deferred`). The next poll must retire it first: a reply
+    // handler that ran twice, or a ring whose head fell behind, would show in the count or
+    // stall a later round trip. The condition itself polls on some rounds (a poll inside the
+    // wait, while the frame is marked but not yet retired), and every few rounds the rank
+    // returns its credit as it would before sleeping.
+    let pongs = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    let p = pongs.clone();
+    let pong = b.reply_handler("pong", move |m| {
+        assert_eq!(
+            m.arg(0),
+            p.load(Ordering::Relaxed),
+            "a reply ran twice or out of order"
+        );
+        p.fetch_add(1, Ordering::Relaxed);
+    });
+    let ping = b.request_handler("ping", move |m, tok| {
+        tok.reply_short(pong, m.args()).unwrap();
+    });
+    b.ring_slots(8);
+    let rt = b.build().unwrap();
+    for i in 0..5_000u64 {
+        rt.request_short(0, ping, &[i]).unwrap();
+        if i % 3 == 0 {
+            rt.wait_until(|| {
+                rt.poll();
+                pongs.load(Ordering::Relaxed) > i
+            });
+        } else {
+            rt.wait_until(|| pongs.load(Ordering::Relaxed) > i);
+        }
+        if i % 7 == 0 {
+            rt.engine().flush_credit();
+        }
+    }
+    assert_eq!(pongs.load(Ordering::Relaxed), 5_000);
+    assert_eq!(rt.stats().handled_on(Channel::Reply), 5_000);
+}
