@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
-use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord};
+use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord, PADDED};
 use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
@@ -60,6 +60,9 @@ const EARLY_EXITS: u32 = 16;
 
 /// [`Engine::deferred`] when no retirement waits.
 const NO_DEFERRED: u32 = u32::MAX;
+
+/// In [`Engine::deferred`], beside the ring's index: its head frame is padded.
+const DEFERRED_PADDED: u32 = 1 << 31;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -119,6 +122,10 @@ pub(crate) struct Engine {
     /// that the requester's next request goes out sooner, and the next look at the reply
     /// rings finishes the retirement (see [`Engine::retire_deferred`]). [`NO_DEFERRED`]: none.
     deferred: Cell<u32>,
+    /// The last frame this rank handled came alone ([`Engine::serve_short`], not a drain), and
+    /// no one-slot frame has been sent since: the next one may be padded (see `ring`,
+    /// "Padded frames"). A round trip's request and reply are such sends; a stream's are not.
+    lone: Cell<bool>,
     pub(crate) polite: bool,
     /// No other rank shares this node: every message from another rank comes through the
     /// network, so an empty poll needs no `pause` (no ring head is written from another core)
@@ -295,6 +302,23 @@ impl TxRing {
         Some(pos)
     }
 
+    /// A one-slot reservation padded to its quarter (see [`Producer::reserve_padded`]).
+    #[inline(always)]
+    fn reserve_padded(&self) -> Option<u64> {
+        let mut producer = self.producer.get();
+        let pos = producer.reserve_padded(self.ring)?;
+        self.producer.set(producer);
+        Some(pos)
+    }
+
+    /// Reads the receiver's credit afresh (see [`Producer::refresh`]).
+    #[inline(always)]
+    fn refresh(&self) {
+        let mut producer = self.producer.get();
+        producer.refresh(self.ring);
+        self.producer.set(producer);
+    }
+
     /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
     #[inline(always)]
     fn reserve(&self, nslots: u64, key: FrameKey) -> Option<u64> {
@@ -334,13 +358,18 @@ impl Drop for Draining<'_> {
 /// that none of it lies on the path from the frame to the handler.
 struct Unwinding<'a> {
     rx: &'a RxRing,
+    /// The frame is padded ([`HeaderWord::padded`]).
+    padded: bool,
 }
 
 impl Drop for Unwinding<'_> {
     #[cold]
     fn drop(&mut self) {
         let mut consumer = self.rx.consumer.get();
-        consumer.retire_one();
+        match self.padded {
+            true => consumer.retire_padded(self.rx.ring),
+            false => consumer.retire_one(),
+        }
         self.rx.advance(consumer);
     }
 }
@@ -607,6 +636,7 @@ impl Engine {
             serving: Cell::new(false),
             early_exits: Cell::new(0),
             deferred: Cell::new(NO_DEFERRED),
+            lone: Cell::new(false),
             polite,
             net_only,
             block,
@@ -1281,9 +1311,19 @@ impl Engine {
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
         let tx = &peer.rings[ch as usize];
         let ring = tx.ring;
-        let pos = match tx.reserve_within(nslots) {
+        // The first one-slot frame after a frame that came alone (a round trip's turn) is
+        // padded if its receiver has caught up: see `ring`, "Padded frames".
+        let padded = nslots == 1 && self.lone.replace(false);
+        let padded_at = match padded {
+            true => tx.reserve_padded(),
+            false => None,
+        };
+        let pos = match padded_at {
             Some(pos) => pos,
-            None => self.reserve_out_of_line(dest, ch, nslots),
+            None => match tx.reserve_within(nslots) {
+                Some(pos) => pos,
+                None => self.reserve_out_of_line(dest, ch, nslots),
+            },
         };
         let frame = ring.frame_ptr(pos).cast::<u64>();
         // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
@@ -1312,9 +1352,18 @@ impl Engine {
             kind,
             nslots: nslots as u8,
         };
-        ring.publish(pos, header.encode(pos, self.key));
+        let flags = match padded_at {
+            Some(_) => PADDED,
+            None => 0,
+        };
+        ring.publish(pos, header.encode_with(pos, self.key, flags));
         if kind == FrameKind::Short {
             path_marks::mark(ch, path_marks::Point::Published);
+        }
+        if padded {
+            // Padded or refused for stale credit: either way the next round trip's frame
+            // wants fresh credit, and this load's miss overlaps the wait for the answer.
+            tx.refresh();
         }
         if let Some(order) = peer.bell {
             self.regions[dest]
@@ -1489,22 +1538,28 @@ impl Engine {
     /// anything reads the reply rings' consumer state again.
     #[inline(always)]
     fn retire_deferred(&self) {
-        let src = self.deferred.replace(NO_DEFERRED);
-        if src != NO_DEFERRED {
-            Self::retire_served(&self.rx[Channel::Reply as usize][src as usize]);
+        let deferred = self.deferred.replace(NO_DEFERRED);
+        if deferred != NO_DEFERRED {
+            let rx = &self.rx[Channel::Reply as usize][(deferred & !DEFERRED_PADDED) as usize];
+            Self::retire_served(rx, deferred & DEFERRED_PADDED != 0);
         }
     }
 
-    /// Moves the consumer of `rx` past the one-slot frame at its head, whose handler has run,
-    /// and returns credit if a batch has accumulated.
+    /// Moves the consumer of `rx` past the one-slot frame at its head, whose handler has run
+    /// (and past its padding if `padded`), and returns credit if a batch has accumulated.
     #[inline(always)]
-    fn retire_served(rx: &RxRing) {
+    fn retire_served(rx: &RxRing, padded: bool) {
         let ring = rx.ring;
         let mut consumer = rx.consumer.get();
-        consumer.retire_one();
-        // A receiver that keeps up with a stream takes most frames here, one per poll:
-        // fetching a later slot now keeps several cache misses in flight, as the drain does.
-        ring.prefetch(consumer.head() + PREFETCH_AHEAD - 1);
+        if padded {
+            consumer.retire_padded(ring);
+        } else {
+            consumer.retire_one();
+            // A receiver that keeps up with a stream takes most frames here, one per poll:
+            // fetching a later slot now keeps several cache misses in flight, as the drain
+            // does.
+            ring.prefetch(consumer.head() + PREFETCH_AHEAD - 1);
+        }
         consumer.settle(ring);
         rx.advance(consumer);
     }
@@ -1528,7 +1583,10 @@ impl Engine {
         // If the handler unwinds, the guard moves the consumer past its frame. Otherwise the
         // consumer moves after the handler, off the path from this frame to the answer its
         // handler sends (nothing the handler runs touches this ring's consumer: see `drain`).
-        let unwinding = Unwinding { rx };
+        let unwinding = Unwinding {
+            rx,
+            padded: h.padded(),
+        };
         // SAFETY: `frame` points at the frame's slot (see `RxRing::watch`), published to us,
         // which the sender leaves untouched until its credit returns; that happens only after
         // the handler (when the frame is retired, or in a later drain if the handler unwinds).
@@ -1538,28 +1596,31 @@ impl Engine {
         #[cfg(debug_assertions)]
         let entry = rx.consumer.get().head();
         let scope = HandlerScope::enter(self);
+        self.lone.set(true);
         let ran = scope.run(ch, h.handler(), &msg, rx.src).is_ok();
         drop(scope);
         #[cfg(debug_assertions)]
         assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
         std::mem::forget(unwinding);
+        let padded = h.padded();
         if !ran {
             bump(&self.stats.dropped);
-            Self::retire_served(rx);
+            Self::retire_served(rx, padded);
             return HeadFrame::Ran(0);
         }
         self.stats.handled(ch, MessageClass::Short);
         if ch == Channel::Reply {
             // Marked for retirement before `stop` runs: a condition that polls retires it
             // there, instead of running its handler again.
-            self.deferred.set(rx.src);
+            self.deferred
+                .set(rx.src | if padded { DEFERRED_PADDED } else { 0 });
             if stop() {
                 return HeadFrame::Left;
             }
             // Ours, or one that a poll inside `stop` left (ours was retired by that poll).
             self.retire_deferred();
         } else {
-            Self::retire_served(rx);
+            Self::retire_served(rx, padded);
         }
         HeadFrame::Ran(1)
     }
@@ -1582,6 +1643,8 @@ impl Engine {
         let entry = draining.consumer.head();
         let (key, src_rank) = (self.key, rx.src_rank);
         let scope = HandlerScope::enter(self);
+        // Frames that come in a batch are a stream's: what their handlers send is not padded.
+        self.lone.set(false);
         // The message of a one-slot short frame: only its arguments change from frame to frame.
         let mut short = Message::short(src_rank, &[]);
         let mut handled = 0;
@@ -1603,7 +1666,10 @@ impl Engine {
                 short.args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
                 // Retired now, so that it stays retired if its handler unwinds; the slot
                 // returns to the sender only at `settle`, after the handler.
-                draining.consumer.retire_one();
+                match h.padded() {
+                    true => draining.consumer.retire_padded(ring),
+                    false => draining.consumer.retire_one(),
+                }
                 if scope.run(ch, h.handler(), &short, src as u32).is_ok() {
                     self.stats.handled(ch, MessageClass::Short);
                     handled += 1;
@@ -1617,17 +1683,21 @@ impl Engine {
             }
             // The length decides what we read and what we zero: it must be a legal frame
             // length that does not run past the end of the ring, whatever else is wrong.
-            let claimed = FrameHeader::claimed_slots(word);
+            let mut claimed = FrameHeader::claimed_slots(word);
             if !ring.fits(head, claimed) {
                 self.corrupt_ring(src, ch, word);
             }
             match HeaderWord::check(word, key) {
                 Ok(h) if h.is(FrameKind::Skip) => {
-                    if claimed != ring.slots_to_end(head) {
+                    if claimed != ring.slots_to_end(head) || h.padded() {
                         self.corrupt_ring(src, ch, word);
                     }
                 }
                 Ok(h) => {
+                    // Its padding too (trusted only from a header whose check passed).
+                    if h.padded() {
+                        claimed = ring.quarter_end(head + claimed - 1) - head;
+                    }
                     let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                     draining.delivering = claimed;
                     let delivered = self.deliver(&scope, src, ch, h, frame);

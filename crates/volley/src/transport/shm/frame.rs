@@ -6,7 +6,8 @@
 //! bits 32..37  nargs    number of u64 arguments, 0..=16
 //! bits 37..40  kind     FrameKind
 //! bits 40..48  nslots   slots the frame occupies, 1..=255
-//! bits 48..56  flags    reserved, 0
+//! bits 48..56  flags    bit 48: PADDED (the frame claims the slots after it up to the
+//!                        next quarter of the ring); the others reserved, 0
 //! bits 56..64  check    makes the top byte of (header * job multiplier) zero
 //! ```
 //!
@@ -77,6 +78,11 @@ pub enum HeaderError {
     BadField,
 }
 
+/// Header flag: the frame claims, besides its own slots, the rest of the quarter of the ring
+/// it ends in, so that the next frame starts at a quarter boundary (see `ring`, "Padded
+/// frames"). The receiver moves past the padding and zeroes it like any slot it consumes.
+pub const PADDED: u64 = 1 << 48;
+
 const SEQ_MASK: u64 = 0xffff;
 /// Set in every sequence, so that none is 0.
 const SEQ_MARK: u64 = 0x8000;
@@ -119,11 +125,18 @@ impl FrameHeader {
     /// Encodes the header for ring position `pos` under the job key `key`.
     #[inline(always)]
     pub fn encode(&self, pos: u64, key: FrameKey) -> u64 {
+        self.encode_with(pos, key, 0)
+    }
+
+    /// [`FrameHeader::encode`] with header flags `flags` (0 or [`PADDED`]).
+    #[inline(always)]
+    pub fn encode_with(&self, pos: u64, key: FrameKey, flags: u64) -> u64 {
         let body = seq_for(pos)
             | (self.handler as u64) << 16
             | (self.nargs as u64) << 32
             | (self.kind as u64) << 37
-            | (self.nslots as u64) << 40;
+            | (self.nslots as u64) << 40
+            | flags;
         body | check_byte(body, key)
     }
 
@@ -169,7 +182,7 @@ impl HeaderWord {
             | (kind > 6)
             | (nargs as usize > crate::MAX_ARGS)
             | (nslots == 0)
-            | ((word >> 48) & 0xff != 0)
+            | ((word >> 48) & 0xff & !1 != 0)
         {
             return Err(HeaderError::BadField);
         }
@@ -179,15 +192,22 @@ impl HeaderWord {
     /// The check for the common case, a short frame in one slot (at most 7 arguments): `Some`
     /// exactly when [`HeaderWord::check`] accepts `word`, its kind is `Short`, it occupies one
     /// slot and its arguments fit in that slot. One masked compare covers the kind, the slot
-    /// count, the reserved byte and the top bits of the argument count. `None` says nothing
-    /// more: the caller runs the full check.
+    /// count, the reserved flags and the top bits of the argument count (the frame may be
+    /// [`PADDED`]). `None` says nothing more: the caller runs the full check.
     #[inline(always)]
     pub fn one_slot_short(word: u64, key: FrameKey) -> Option<Self> {
-        // Bits 35..56: nargs' top two bits (zero: at most 7), kind, nslots and flags, shifted
-        // down, so that the mask and the expected value are immediates.
+        // Bits 35..56 but the padding flag (48): nargs' top two bits (zero: at most 7), kind,
+        // nslots and the reserved flags, shifted down, so that the mask and the expected
+        // value are immediates.
+        const MASK: u64 = ((1 << 21) - 1) & !(PADDED >> 35);
         const EXPECTED: u64 = (FrameKind::Short as u64) << 2 | 1 << 5;
-        ((word >> 35) & ((1 << 21) - 1) == EXPECTED && Self::sealed(word, key))
-            .then_some(Self(word))
+        ((word >> 35) & MASK == EXPECTED && Self::sealed(word, key)).then_some(Self(word))
+    }
+
+    /// Whether the frame claims the rest of its quarter of the ring ([`PADDED`]).
+    #[inline(always)]
+    pub fn padded(self) -> bool {
+        self.0 & PADDED != 0
     }
 
     /// Handler index or system operation.
@@ -299,6 +319,8 @@ mod tests {
                     words.push(word);
                     words.extend((0..64).map(|bit| word ^ 1 << bit));
                     words.push(word | 1 << 50);
+                    let padded = body | PADDED;
+                    words.push(padded | check_byte(padded, key));
                 }
             }
         }
@@ -311,8 +333,9 @@ mod tests {
             assert_eq!(fast, full, "{word:#x}");
             accepted += usize::from(fast.is_some());
         }
-        // The three valid one-slot shorts built above (0, 1 and 7 arguments), unflipped.
-        assert_eq!(accepted, 3);
+        // The three valid one-slot shorts built above (0, 1 and 7 arguments), unflipped, each
+        // also padded.
+        assert_eq!(accepted, 6);
     }
 
     #[test]
