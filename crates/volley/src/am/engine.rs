@@ -1313,9 +1313,12 @@ impl Engine {
         let ring = tx.ring;
         // The first one-slot frame after a frame that came alone (a round trip's turn) is
         // padded if its receiver has caught up: see `ring`, "Padded frames".
-        let padded = nslots == 1 && self.lone.replace(false);
+        let padded = nslots == 1 && self.lone.get();
         let padded_at = match padded {
-            true => tx.reserve_padded(),
+            true => {
+                self.lone.set(false);
+                tx.reserve_padded()
+            }
             false => None,
         };
         let pos = match padded_at {
