@@ -408,9 +408,13 @@ mod tests {
         (ctl, slots)
     }
 
-    fn send(p: &mut Producer, ring: RingRef<'_>, n: u64, tag: u64) -> bool {
-        let Some(pos) = p.reserve(ring, n, FrameKey::new(9)) else {
-            return false;
+    /// Sends frame `tag` of `n` slots, a one-slot frame padded if `pad` and the credit allows
+    /// (see "Padded frames"); `None` without credit, else whether it was padded.
+    fn send(p: &mut Producer, ring: RingRef<'_>, n: u64, tag: u64, pad: bool) -> Option<bool> {
+        let key = FrameKey::new(9);
+        let (pos, flags) = match pad.then(|| p.reserve_padded(ring)).flatten() {
+            Some(pos) => (pos, super::super::frame::PADDED),
+            None => (p.reserve(ring, n, key)?, 0),
         };
         for w in 1..(n as usize * 8) {
             ring.write_word(pos, w, tag * 1000 + w as u64);
@@ -421,45 +425,6 @@ mod tests {
             kind: FrameKind::Short,
             nslots: n as u8,
         };
-        ring.publish(pos, h.encode(pos, FrameKey::new(9)));
-        true
-    }
-
-    fn recv(c: &mut Consumer, ring: RingRef<'_>) -> Option<(u16, u64)> {
-        loop {
-            let w = c.peek(ring)?;
-            let h = FrameHeader::decode(w, FrameKey::new(9)).unwrap();
-            if h.kind == FrameKind::Skip {
-                c.release(ring, h.nslots as u64);
-                continue;
-            }
-            for wi in 1..(h.nslots as usize * 8) {
-                assert_eq!(
-                    ring.read_word(c.head(), wi),
-                    h.handler as u64 * 1000 + wi as u64
-                );
-            }
-            c.release(ring, h.nslots as u64);
-            return Some((h.handler, h.nslots as u64));
-        }
-    }
-
-    /// Sends one-slot frame `tag`, padded if `pad` and the credit allows; whether it was padded.
-    fn send_one(p: &mut Producer, ring: RingRef<'_>, tag: u64, pad: bool) -> Option<bool> {
-        let key = FrameKey::new(9);
-        let (pos, flags) = match pad.then(|| p.reserve_padded(ring)).flatten() {
-            Some(pos) => (pos, super::super::frame::PADDED),
-            None => (p.reserve(ring, 1, key)?, 0),
-        };
-        for w in 1..8 {
-            ring.write_word(pos, w, tag * 1000 + w as u64);
-        }
-        let h = FrameHeader {
-            handler: tag as u16,
-            nargs: 0,
-            kind: FrameKind::Short,
-            nslots: 1,
-        };
         ring.publish(pos, h.encode_with(pos, key, flags));
         if pad {
             p.refresh(ring);
@@ -467,8 +432,9 @@ mod tests {
         Some(flags != 0)
     }
 
-    /// Receives the next frame, moving past its padding; its tag and whether it was padded.
-    fn recv_one(c: &mut Consumer, ring: RingRef<'_>) -> Option<(u64, bool)> {
+    /// Receives the next frame, moving past skips and padding: its tag, slots and whether it
+    /// was padded.
+    fn recv(c: &mut Consumer, ring: RingRef<'_>) -> Option<(u64, u64, bool)> {
         loop {
             let w = c.peek(ring)?;
             let h = HeaderWord::check(w, FrameKey::new(9)).unwrap();
@@ -477,7 +443,7 @@ mod tests {
                 continue;
             }
             let tag = h.handler() as u64;
-            for wi in 1..8 {
+            for wi in 1..(h.nslots() as usize * 8) {
                 assert_eq!(ring.read_word(c.head(), wi), tag * 1000 + wi as u64);
             }
             if h.padded() {
@@ -487,11 +453,11 @@ mod tests {
                     0,
                     "padding ended mid-quarter"
                 );
+                c.settle(ring);
             } else {
-                c.retire_one();
+                c.release(ring, h.nslots());
             }
-            c.settle(ring);
-            return Some((tag, h.padded()));
+            return Some((tag, h.nslots(), h.padded()));
         }
     }
 
@@ -511,25 +477,25 @@ mod tests {
                 if phase % 2 == 0 {
                     for k in 0..(1u64 << 15) / (size as u64 / 4) + 100 {
                         // The first may find its credit stale after a burst (and refreshes it).
-                        let was_padded = send_one(&mut p, ring, sent % 60_000, true).unwrap();
+                        let was_padded = send(&mut p, ring, 1, sent % 60_000, true).unwrap();
                         assert!(was_padded || k == 0, "lone frame {k} was not padded");
-                        assert_eq!(recv_one(&mut c, ring), Some((sent % 60_000, was_padded)));
+                        assert_eq!(recv(&mut c, ring), Some((sent % 60_000, 1, was_padded)));
                         sent += 1;
                         padded += u64::from(was_padded);
                     }
                 } else {
                     let first = sent;
                     for k in 0..size as u64 + 3 {
-                        let Some(was_padded) = send_one(&mut p, ring, sent % 60_000, k == 0) else {
+                        let Some(was_padded) = send(&mut p, ring, 1, sent % 60_000, k == 0) else {
                             break;
                         };
                         assert!(!was_padded || k == 0);
                         sent += 1;
                     }
                     for tag in first..sent {
-                        assert_eq!(recv_one(&mut c, ring).map(|r| r.0), Some(tag % 60_000));
+                        assert_eq!(recv(&mut c, ring).map(|r| r.0), Some(tag % 60_000));
                     }
-                    assert_eq!(recv_one(&mut c, ring), None);
+                    assert_eq!(recv(&mut c, ring), None);
                     c.flush(ring);
                 }
             }
@@ -557,10 +523,10 @@ mod tests {
         let mut tag = 0;
         let burst = |p: &mut Producer, c: &mut Consumer, n: u64, tag: &mut u64| {
             for k in 0..n {
-                assert_eq!(send_one(p, ring, *tag + k, false), Some(false));
+                assert_eq!(send(p, ring, 1, *tag + k, false), Some(false));
             }
             for k in 0..n {
-                assert_eq!(recv_one(c, ring), Some((*tag + k, false)));
+                assert_eq!(recv(c, ring), Some((*tag + k, 1, false)));
             }
             *tag += n;
             c.flush(ring);
@@ -568,8 +534,8 @@ mod tests {
         burst(&mut p, &mut c, 20, &mut tag);
         let mut padded_frames = 0;
         while p.tail < 1 << 15 {
-            let padded = send_one(&mut p, ring, tag, true).unwrap();
-            assert_eq!(recv_one(&mut c, ring), Some((tag, padded)));
+            let padded = send(&mut p, ring, 1, tag, true).unwrap();
+            assert_eq!(recv(&mut c, ring), Some((tag, 1, padded)));
             tag += 1;
             padded_frames += u64::from(padded);
         }
@@ -577,11 +543,7 @@ mod tests {
         assert!(padded_frames > 2040, "{padded_frames} padded");
         burst(&mut p, &mut c, 5, &mut tag);
         assert_eq!(c.head(), (1 << 15) + 5);
-        assert_eq!(
-            recv_one(&mut c, ring),
-            None,
-            "a stale header read as a frame"
-        );
+        assert_eq!(recv(&mut c, ring), None, "a stale header read as a frame");
     }
 
     #[test]
@@ -594,11 +556,13 @@ mod tests {
         let mut next_recv = 0u64;
         let size_of = |i: u64| 1 + (i * 7 % 4);
         while next_recv < 5000 {
-            while next_send < 5000 && send(&mut p, ring, size_of(next_send), next_send % 60000) {
+            while next_send < 5000
+                && send(&mut p, ring, size_of(next_send), next_send % 60000, false).is_some()
+            {
                 next_send += 1;
             }
-            while let Some((tag, n)) = recv(&mut c, ring) {
-                assert_eq!(tag as u64, next_recv % 60000);
+            while let Some((tag, n, _)) = recv(&mut c, ring) {
+                assert_eq!(tag, next_recv % 60000);
                 assert_eq!(n, size_of(next_recv));
                 next_recv += 1;
             }
@@ -674,16 +638,19 @@ mod tests {
         let mut p = Producer::new(8);
         let mut c = Consumer::new(8);
         for i in 0..8 {
-            assert!(send(&mut p, ring, 1, i), "slot {i}");
+            assert!(send(&mut p, ring, 1, i, false).is_some(), "slot {i}");
         }
-        assert!(!send(&mut p, ring, 1, 8), "ninth frame must not fit");
-        assert_eq!(recv(&mut c, ring), Some((0, 1)));
         assert!(
-            !send(&mut p, ring, 1, 8),
+            send(&mut p, ring, 1, 8, false).is_none(),
+            "ninth frame must not fit"
+        );
+        assert_eq!(recv(&mut c, ring), Some((0, 1, false)));
+        assert!(
+            send(&mut p, ring, 1, 8, false).is_none(),
             "credit is returned in batches of 2"
         );
-        assert_eq!(recv(&mut c, ring), Some((1, 1)));
-        assert!(send(&mut p, ring, 1, 8));
+        assert_eq!(recv(&mut c, ring), Some((1, 1, false)));
+        assert!(send(&mut p, ring, 1, 8, false).is_some());
     }
 
     #[test]
@@ -755,19 +722,26 @@ mod loom_tests {
 
     /// One producer streams frames through a tiny ring while one consumer drains it; loom
     /// explores the interleavings and weak-memory outcomes of publish/consume and credit return.
-    /// `retire_first`: one-slot frames are retired before they are read and settled after, as
-    /// the drain does for one-slot shorts.
-    fn model(ring_slots: usize, frames: &'static [u64], retire_first: bool) {
+    /// Each frame is (slots, pad): a one-slot frame with `pad` asks to be padded (see "Padded
+    /// frames"), the producer reading the credit afresh after it. `retire_first`: one-slot
+    /// frames are retired (padding zeroed) before they are read and settled after, as the
+    /// drain does for one-slot shorts; padded frames are always retired so.
+    fn model(ring_slots: usize, frames: &'static [(u64, bool)], retire_first: bool) {
         loom::model(move || {
             let m = mem(ring_slots);
             let pm = m.clone();
             let producer = loom::thread::spawn(move || {
                 let ring = RingRef::new(&pm.ctl, &pm.slots);
                 let mut p = Producer::new(ring_slots);
-                for (i, &n) in frames.iter().enumerate() {
-                    let pos = loop {
+                for (i, &(n, pad)) in frames.iter().enumerate() {
+                    let (pos, flags) = loop {
+                        if pad {
+                            if let Some(pos) = p.reserve_padded(ring) {
+                                break (pos, super::super::frame::PADDED);
+                            }
+                        }
                         if let Some(pos) = p.reserve(ring, n, FrameKey::new(3)) {
-                            break pos;
+                            break (pos, 0);
                         }
                         loom::thread::yield_now();
                     };
@@ -780,7 +754,10 @@ mod loom_tests {
                         kind: FrameKind::Short,
                         nslots: n as u8,
                     };
-                    ring.publish(pos, h.encode(pos, FrameKey::new(3)));
+                    ring.publish(pos, h.encode_with(pos, FrameKey::new(3), flags));
+                    if pad {
+                        p.refresh(ring);
+                    }
                 }
             });
             let ring = RingRef::new(&m.ctl, &m.slots);
@@ -791,84 +768,28 @@ mod loom_tests {
                     loom::thread::yield_now();
                     continue;
                 };
-                let h = FrameHeader::decode(w, FrameKey::new(3)).expect("torn or stale header");
-                if h.kind == FrameKind::Skip {
-                    c.release(ring, h.nslots as u64);
+                let h = HeaderWord::check(w, FrameKey::new(3)).expect("torn or stale header");
+                if h.is(FrameKind::Skip) {
+                    c.release(ring, h.nslots());
                     continue;
                 }
-                assert_eq!(h.handler as usize, got, "frames out of order");
-                assert_eq!(h.nslots as u64, frames[got]);
+                assert_eq!(h.handler() as usize, got, "frames out of order");
+                assert_eq!(h.nslots(), frames[got].0);
                 let at = c.head();
-                let early = retire_first && h.nslots == 1;
-                if early {
+                let early = (retire_first && h.nslots() == 1) || h.padded();
+                if h.padded() {
+                    c.retire_padded(ring);
+                } else if early {
                     c.retire_one();
                 }
-                for wi in 1..(h.nslots as usize * 8) {
+                for wi in 1..(h.nslots() as usize * 8) {
                     assert_eq!(ring.read_word(at, wi), (got as u64) << 8 | wi as u64);
                 }
                 if early {
                     c.settle(ring);
                 } else {
-                    c.release(ring, h.nslots as u64);
+                    c.release(ring, h.nslots());
                 }
-                got += 1;
-            }
-            producer.join().unwrap();
-        });
-    }
-
-    /// One-slot frames, those marked in `pads` asking to be padded (see "Padded frames"), the
-    /// producer refreshing its credit after each such send; the consumer retires each frame
-    /// (zeroing any padding) before reading it and settles after, as a drain does.
-    fn model_padded(ring_slots: usize, pads: &'static [bool]) {
-        loom::model(move || {
-            let m = mem(ring_slots);
-            let pm = m.clone();
-            let producer = loom::thread::spawn(move || {
-                let ring = RingRef::new(&pm.ctl, &pm.slots);
-                let mut p = Producer::new(ring_slots);
-                for (i, &pad) in pads.iter().enumerate() {
-                    let (pos, flags) = loop {
-                        if pad {
-                            if let Some(pos) = p.reserve_padded(ring) {
-                                break (pos, super::super::frame::PADDED);
-                            }
-                        }
-                        if let Some(pos) = p.reserve(ring, 1, FrameKey::new(3)) {
-                            break (pos, 0);
-                        }
-                        loom::thread::yield_now();
-                    };
-                    ring.write_word(pos, 1, i as u64);
-                    let h = FrameHeader {
-                        handler: i as u16,
-                        nargs: 0,
-                        kind: FrameKind::Short,
-                        nslots: 1,
-                    };
-                    ring.publish(pos, h.encode_with(pos, FrameKey::new(3), flags));
-                    if pad {
-                        p.refresh(ring);
-                    }
-                }
-            });
-            let ring = RingRef::new(&m.ctl, &m.slots);
-            let mut c = Consumer::new(ring_slots);
-            let mut got = 0;
-            while got < pads.len() {
-                let Some(w) = c.peek(ring) else {
-                    loom::thread::yield_now();
-                    continue;
-                };
-                let h = HeaderWord::check(w, FrameKey::new(3)).expect("torn or stale header");
-                assert_eq!(h.handler() as usize, got, "frames out of order");
-                let at = c.head();
-                match h.padded() {
-                    true => c.retire_padded(ring),
-                    false => c.retire_one(),
-                }
-                assert_eq!(ring.read_word(at, 1), got as u64);
-                c.settle(ring);
                 got += 1;
             }
             producer.join().unwrap();
@@ -877,21 +798,25 @@ mod loom_tests {
 
     #[test]
     fn loom_padded_frames_zero_their_padding_before_the_credit_returns() {
-        model_padded(8, &[true, true, false, true, false]);
+        model(
+            8,
+            &[(1, true), (1, true), (1, false), (1, true), (1, false)],
+            true,
+        );
     }
 
     #[test]
     fn loom_single_slot_frames_wrap_with_credit() {
-        model(2, &[1, 1, 1], false);
+        model(2, &[(1, false); 3], false);
     }
 
     #[test]
     fn loom_multi_slot_frames_skip_and_zero() {
-        model(4, &[1, 2, 2], false);
+        model(4, &[(1, false), (2, false), (2, false)], false);
     }
 
     #[test]
     fn loom_one_slot_frames_retired_before_they_are_read_keep_their_slot() {
-        model(2, &[1, 1, 1], true);
+        model(2, &[(1, false); 3], true);
     }
 }
