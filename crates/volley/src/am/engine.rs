@@ -26,7 +26,9 @@ use crate::sync::{AtomicU64, Ordering};
 use crate::transport::net::{NetError, NetTransport};
 use crate::transport::shm::doorbell::{Ordering as BellOrder, SleepOn};
 use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, HeaderWord, PADDED};
-use crate::transport::shm::ring::{Consumer, Producer, RingRef, MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::shm::ring::{
+    Consumer, Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS, SLOT_BYTES,
+};
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{PoolFlags, Region, MEDIUM_MAX};
 use crate::transport::Channel;
@@ -61,8 +63,6 @@ const EARLY_EXITS: u32 = 16;
 /// [`Engine::deferred`] when no retirement waits.
 const NO_DEFERRED: u32 = u32::MAX;
 
-/// In [`Engine::deferred`], beside the ring's index: its head frame is padded.
-const DEFERRED_PADDED: u32 = 1 << 31;
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
 
@@ -489,6 +489,16 @@ impl RxRing {
     #[inline(always)]
     fn ready(&self) -> bool {
         self.ready_word().is_some()
+    }
+
+    /// The header word at the head, whatever it is: for a frame known to be there.
+    #[inline(always)]
+    fn head_word(&self) -> u64 {
+        let (frame, _) = self.watch.get();
+        // SAFETY: as in `ready_word`.
+        let header = unsafe { AtomicU64::from_ptr(frame) };
+        // Acquire: as in `ready_word` (the frame was acquired before; this keeps it so).
+        header.load(Ordering::Acquire)
     }
 
     /// Stores the consumer state after frames were retired.
@@ -1359,13 +1369,29 @@ impl Engine {
             Some(_) => PADDED,
             None => 0,
         };
+        // A padded short hands back the credit of the ring its answer will come through (see
+        // `ring`, "Credit hints"), so that the answer can be padded too.
+        let hinted =
+            padded_at.is_some() && kind == FrameKind::Short && args.len() <= MAX_HINTED_ARGS;
+        if hinted {
+            let rings = &self.rx[ch.other() as usize];
+            debug_assert!(dest < rings.len());
+            // SAFETY: `dest` is a local index (it found `peer` in `tx`), and there is a ring
+            // from every local index on each channel.
+            let consumed = unsafe { rings.get_unchecked(dest) }.consumer.get().head();
+            // SAFETY: the frame's one reserved slot holds the header and at most
+            // MAX_HINTED_ARGS arguments, so its last word is ours and unused; the receiver
+            // reads it only after acquiring the header published below.
+            unsafe { frame.add(CREDIT_HINT_WORD).write(consumed) };
+        }
         ring.publish(pos, header.encode_with(pos, self.key, flags));
         if kind == FrameKind::Short {
             path_marks::mark(ch, path_marks::Point::Published);
         }
-        if padded {
-            // Padded or refused for stale credit: either way the next round trip's frame
-            // wants fresh credit, and this load's miss overlaps the wait for the answer.
+        if padded && !hinted {
+            // Refused for stale credit, or an answer that likely brings no hint: the next
+            // round trip's frame wants fresh credit, and this load's miss overlaps the wait
+            // for the answer.
             tx.refresh();
         }
         if let Some(order) = peer.bell {
@@ -1537,24 +1563,46 @@ impl Engine {
         Some(handled)
     }
 
+    /// Takes the credit hint of a padded frame that came through `rx` on channel `ch`: credit
+    /// for the ring this rank sends into on the other channel, to the same rank (see `ring`,
+    /// "Credit hints").
+    #[inline(always)]
+    fn take_hint(&self, rx: &RxRing, ch: Channel, consumed: u64) {
+        let tx = &self.tx[rx.src as usize].rings[ch.other() as usize];
+        let mut producer = tx.producer.get();
+        producer.take_hint(tx.ring, consumed);
+        tx.producer.set(producer);
+    }
+
     /// Finishes the retirement that a wait left for later (see [`Engine::deferred`]): before
     /// anything reads the reply rings' consumer state again.
     #[inline(always)]
     fn retire_deferred(&self) {
         let deferred = self.deferred.replace(NO_DEFERRED);
         if deferred != NO_DEFERRED {
-            let rx = &self.rx[Channel::Reply as usize][(deferred & !DEFERRED_PADDED) as usize];
-            Self::retire_served(rx, deferred & DEFERRED_PADDED != 0);
+            let rx = &self.rx[Channel::Reply as usize][deferred as usize];
+            self.retire_served(
+                rx,
+                Channel::Reply,
+                HeaderWord::checked_before(rx.head_word()),
+            );
         }
     }
 
-    /// Moves the consumer of `rx` past the one-slot frame at its head, whose handler has run
-    /// (and past its padding if `padded`), and returns credit if a batch has accumulated.
+    /// Moves the consumer of `rx` (of channel `ch`) past the one-slot short frame at its head,
+    /// whose handler has run and whose header is `h` (and past its padding if it is padded),
+    /// takes the credit hint it carries, and returns credit if a batch has accumulated.
     #[inline(always)]
-    fn retire_served(rx: &RxRing, padded: bool) {
+    fn retire_served(&self, rx: &RxRing, ch: Channel, h: HeaderWord) {
         let ring = rx.ring;
+        if h.carries_hint() {
+            let (frame, _) = rx.watch.get();
+            // SAFETY: `frame` is the slot of the frame at the head, not yet retired, so its
+            // sender leaves it untouched; its last word is the hint (`carries_hint`).
+            self.take_hint(rx, ch, unsafe { frame.add(CREDIT_HINT_WORD).read() });
+        }
         let mut consumer = rx.consumer.get();
-        if padded {
+        if h.padded() {
             consumer.retire_padded(ring);
         } else {
             consumer.retire_one();
@@ -1605,25 +1653,23 @@ impl Engine {
         #[cfg(debug_assertions)]
         assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
         std::mem::forget(unwinding);
-        let padded = h.padded();
         if !ran {
             bump(&self.stats.dropped);
-            Self::retire_served(rx, padded);
+            self.retire_served(rx, ch, h);
             return HeadFrame::Ran(0);
         }
         self.stats.handled(ch, MessageClass::Short);
         if ch == Channel::Reply {
             // Marked for retirement before `stop` runs: a condition that polls retires it
             // there, instead of running its handler again.
-            self.deferred
-                .set(rx.src | if padded { DEFERRED_PADDED } else { 0 });
+            self.deferred.set(rx.src);
             if stop() {
                 return HeadFrame::Left;
             }
             // Ours, or one that a poll inside `stop` left (ours was retired by that poll).
             self.retire_deferred();
         } else {
-            Self::retire_served(rx, padded);
+            self.retire_served(rx, ch, h);
         }
         HeadFrame::Ran(1)
     }
@@ -1670,7 +1716,13 @@ impl Engine {
                 // Retired now, so that it stays retired if its handler unwinds; the slot
                 // returns to the sender only at `settle`, after the handler.
                 match h.padded() {
-                    true => draining.consumer.retire_padded(ring),
+                    true => {
+                        if h.carries_hint() {
+                            // SAFETY: as above; the slot's last word is the credit hint.
+                            self.take_hint(rx, ch, unsafe { frame.add(CREDIT_HINT_WORD).read() });
+                        }
+                        draining.consumer.retire_padded(ring)
+                    }
                     false => draining.consumer.retire_one(),
                 }
                 if scope.run(ch, h.handler(), &short, src as u32).is_ok() {
@@ -2037,6 +2089,16 @@ impl Engine {
             ring.write_word(pos, i + 1, *w);
         }
         ring.publish(pos, header(pos));
+    }
+
+    /// Test hook: where this rank's next frame into its own loopback ring of channel `ch`
+    /// would start.
+    #[cfg(test)]
+    pub(crate) fn loopback_tail(&self, ch: Channel) -> u64 {
+        self.tx[self.me_local].rings[ch as usize]
+            .producer
+            .get()
+            .tail()
     }
 
     #[cfg(test)]

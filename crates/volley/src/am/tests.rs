@@ -4,6 +4,7 @@
 use super::*;
 use crate::error::Error;
 use crate::transport::shm::frame::{FrameHeader, FrameKind};
+use crate::transport::shm::ring::MAX_HINTED_ARGS;
 use crate::transport::Channel;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -586,4 +587,59 @@ fn a_wait_left_at_its_reply_retires_the_reply_before_any_later_look_at_the_ring(
     }
     assert_eq!(pongs.load(Ordering::Relaxed), 5_000);
     assert_eq!(rt.stats().handled_on(Channel::Reply), 5_000);
+}
+
+#[test]
+fn every_frame_of_a_round_trip_is_padded_with_credit_from_the_answer_alone() {
+    // A ping-pong's request and reply are padded (a quarter of the ring each) only while the
+    // sender knows the receiver has caught up. The answer's credit hint says so (see `ring`,
+    // "Credit hints"); without it, a sender that waits for the control line's credit finds it
+    // stale every other round trip and sends that frame unpadded. The arguments run from none
+    // to the most a hinted frame carries, and then one more (no hint, so the control line).
+    let slots = 64u64;
+    let pongs = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    let p = pongs.clone();
+    let pong = b.reply_handler("pong", move |_| {
+        p.fetch_add(1, Ordering::Relaxed);
+    });
+    let ping = b.request_handler("ping", move |m, tok| {
+        tok.reply_short(pong, m.args()).unwrap();
+    });
+    b.ring_slots(slots as usize);
+    let rt = b.build().unwrap();
+    let round = |i: u64, nargs: usize| {
+        let args: Vec<u64> = (0..nargs as u64).map(|a| a + i).collect();
+        rt.request_short(0, ping, &args).unwrap();
+        rt.wait_until(|| pongs.load(Ordering::Relaxed) > i);
+    };
+    let tails = || {
+        let e = rt.engine();
+        (
+            e.loopback_tail(Channel::Request),
+            e.loopback_tail(Channel::Reply),
+        )
+    };
+    // A padded frame ends at a quarter boundary, an unpadded one (after a padded one) does not.
+    let quarter = slots / 4;
+    let mut i = 0;
+    // With seven arguments no hint fits: the control line's credit, read after each send,
+    // must keep the padding going then.
+    for nargs in 0..=MAX_HINTED_ARGS + 1 {
+        // The first round trip of a kind may find its credit stale (the very first frame, or
+        // the first after hinted frames, for the control line's credit).
+        round(i, nargs);
+        i += 1;
+        for _ in 0..100 {
+            let before = tails();
+            round(i, nargs);
+            i += 1;
+            let (req, rep) = tails();
+            assert!(
+                req % quarter == 0 && rep % quarter == 0 && req > before.0 && rep > before.1,
+                "a round trip with {nargs} arguments was not padded: {before:?} -> {:?}",
+                (req, rep)
+            );
+        }
+    }
 }

@@ -18,3 +18,14 @@ pub enum Channel {
     /// Replies, sent only from request handlers.
     Reply = 1,
 }
+
+impl Channel {
+    /// The other channel: the one a frame of this channel is answered on.
+    #[inline(always)]
+    pub fn other(self) -> Self {
+        match self {
+            Self::Request => Self::Reply,
+            Self::Reply => Self::Request,
+        }
+    }
+}

@@ -23,6 +23,8 @@
 //! bit is always set, so a sequence is never 0 and a zeroed slot never matches: the receiver's
 //! test for the next frame is one compare.
 
+use super::ring::MAX_HINTED_ARGS;
+
 /// What a frame carries; decides how the words after the header are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
@@ -204,10 +206,25 @@ impl HeaderWord {
         ((word >> 35) & MASK == EXPECTED && Self::sealed(word, key)).then_some(Self(word))
     }
 
+    /// The header of a frame that passed [`HeaderWord::check`] or
+    /// [`HeaderWord::one_slot_short`] before, read again from its slot (which its sender
+    /// leaves untouched until the frame is retired).
+    #[inline(always)]
+    pub fn checked_before(word: u64) -> Self {
+        Self(word)
+    }
+
     /// Whether the frame claims the rest of its quarter of the ring ([`PADDED`]).
     #[inline(always)]
     pub fn padded(self) -> bool {
         self.0 & PADDED != 0
+    }
+
+    /// Whether this one-slot short frame carries a credit hint in its slot's last word: it
+    /// does when padded and that word is free (see `ring`, "Credit hints").
+    #[inline(always)]
+    pub fn carries_hint(self) -> bool {
+        self.padded() && self.nargs() <= MAX_HINTED_ARGS
     }
 
     /// Handler index or system operation.

@@ -25,6 +25,24 @@
 //! lines per ring"). The receiver zeroes the padding's first words like those of any
 //! non-header slot, so the slot invariant holds; a ring larger than [`PAD_MAX_RING_SLOTS`] is
 //! never padded, so that the zeroing stays short.
+//!
+//! Credit hints: a padded frame needs fresh credit (each one uses a quarter of it), and reading
+//! the control line for it makes that line cross between the cores on every round trip, a
+//! cost as large as the padding's gain. So the answer carries the credit instead: a padded
+//! one-slot short frame with at most [`MAX_HINTED_ARGS`] arguments holds, in its slot's last
+//! word ([`CREDIT_HINT_WORD`]), how far its sender had consumed the ring that runs the other
+//! way (on the other channel), and the receiver takes it with [`Producer::take_hint`]. The
+//! position is one up to which the sender had retired the slots and zeroed them, and whose
+//! frames no handler reads any more, so the hint says what a credit return would; it travels
+//! under the frame's release and acquire instead of the control line's. A hint may be old
+//! (lower than the credit already known), never too high: it is a full position, not a
+//! residue that could alias. The control line stays the way credit returns otherwise.
+//!
+//! The hint is taken when its frame is retired, after the frame's handler (and the answer it
+//! sent), so that taking it lies on neither side's path from a frame to its answer. The
+//! credit a sender holds in a ping-pong is so one round trip old: the receiver had consumed up
+//! to the frame before last, half a ring behind the tail; a padded reservation asks for no
+//! more than that.
 
 #[cfg(test)]
 use super::frame::HeaderWord;
@@ -44,6 +62,13 @@ pub const MAX_RING_SLOTS: usize = 1 << 14;
 
 /// Largest ring whose frames may be padded to a quarter (64 slots of padding at most).
 pub const PAD_MAX_RING_SLOTS: u64 = 256;
+
+/// The word of a padded one-slot short frame that carries a credit hint (see the module's
+/// "Credit hints"): the slot's last.
+pub const CREDIT_HINT_WORD: usize = SLOT_BYTES / 8 - 1;
+/// The most arguments a padded one-slot short frame has when it carries a credit hint: those
+/// that leave [`CREDIT_HINT_WORD`] free.
+pub const MAX_HINTED_ARGS: usize = CREDIT_HINT_WORD - 1;
 
 /// One cache line of a ring.
 #[repr(C, align(64))]
@@ -200,6 +225,12 @@ impl Producer {
         }
     }
 
+    /// Where the next frame would start.
+    #[cfg(test)]
+    pub fn tail(&self) -> u64 {
+        self.tail
+    }
+
     /// The common case of [`Producer::reserve`] in one compare: reserves `n` slots if the
     /// cached credit suffices and they end before the end of the ring (no skip). `None`: call
     /// [`Producer::reserve`].
@@ -214,16 +245,17 @@ impl Producer {
     }
 
     /// Reserves one slot padded to the end of its quarter (see the module's "Padded frames")
-    /// if the cached credit says the receiver has consumed up to at most a quarter before the
-    /// tail; `None` otherwise (nothing changes). A padded reservation never waits and never
-    /// needs a skip: a quarter ends at or before the end of the ring.
+    /// if the cached credit says the receiver has consumed up to at most half a ring before
+    /// the tail; `None` otherwise (nothing changes). A padded reservation never waits and
+    /// never needs a skip: a quarter ends at or before the end of the ring.
     #[inline(always)]
     pub fn reserve_padded(&mut self, ring: RingRef<'_>) -> Option<u64> {
         let size = ring.slot_count();
         let pos = self.tail;
         // limit - size is where the receiver had consumed to: caught up when it is at least
-        // pos - size/4. The claim then ends within the limit (at most pos + size/4).
-        if size > PAD_MAX_RING_SLOTS || pos + size / 4 * 3 > self.limit {
+        // pos - size/2 (in a ping-pong the credit known is one round trip old: see "Credit
+        // hints"). The claim then ends within the limit (at most pos + size/4).
+        if size > PAD_MAX_RING_SLOTS || pos + size / 2 > self.limit {
             return None;
         }
         self.tail = ring.quarter_end(pos);
@@ -231,14 +263,27 @@ impl Producer {
         Some(pos)
     }
 
-    /// Reads the receiver's credit afresh. Called right after publishing a padded frame, so
-    /// that the load's cache miss overlaps the wait for the answer instead of delaying the
-    /// next padded send, which needs fresh credit (each padded frame uses a quarter of it).
+    /// Reads the receiver's credit afresh. Called right after publishing a frame that asked
+    /// to be padded when the answer may bring no credit hint (the frame was refused its
+    /// padding, or carries no hint, so its answer likely carries none either), so that the
+    /// load's cache miss overlaps the wait for the answer instead of delaying the next padded
+    /// send, which needs fresh credit (each padded frame uses a quarter of it).
     #[inline(always)]
     pub fn refresh(&mut self, ring: RingRef<'_>) {
         let size = ring.slot_count();
         // Acquire: pairs with the consumer's release store of `consumed` (as in `reserve`).
         self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+        self.bound = self.bound_for(size);
+    }
+
+    /// Takes a credit hint (see the module's "Credit hints"): the receiver had consumed this
+    /// ring up to `consumed` when it sent the frame that carried it. An old hint changes
+    /// nothing.
+    #[inline(always)]
+    pub fn take_hint(&mut self, ring: RingRef<'_>, consumed: u64) {
+        let size = ring.slot_count();
+        debug_assert!(consumed <= self.tail, "a credit hint beyond the tail");
+        self.limit = self.limit.max(consumed + size);
         self.bound = self.bound_for(size);
     }
 
