@@ -311,14 +311,6 @@ impl TxRing {
         Some(pos)
     }
 
-    /// Reads the receiver's credit afresh (see [`Producer::refresh`]).
-    #[inline(always)]
-    fn refresh(&self) {
-        let mut producer = self.producer.get();
-        producer.refresh(self.ring);
-        self.producer.set(producer);
-    }
-
     /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
     #[inline(always)]
     fn reserve(&self, nslots: u64, key: FrameKey) -> Option<u64> {
@@ -1331,68 +1323,68 @@ impl Engine {
             }
             false => None,
         };
-        let pos = match padded_at {
-            Some(pos) => pos,
-            None => match tx.reserve_within(nslots) {
-                Some(pos) => pos,
-                None => self.reserve_out_of_line(dest, ch, nslots),
-            },
-        };
-        let frame = ring.frame_ptr(pos).cast::<u64>();
-        // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never wrap);
-        // the header, words and payload take at most nslots * 64 bytes, so every write stays
-        // inside the reservation. The receiver does not read them until `publish` below.
-        unsafe {
-            if nextra > 0 {
-                frame.add(1).write(extra[0]);
-                if nextra > 1 {
-                    frame.add(2).write(extra[1]);
-                }
-            }
-            let at = frame.add(1 + nextra);
-            copy_args(args, at);
-            if !inline.is_empty() {
-                std::ptr::copy_nonoverlapping(
-                    inline.as_ptr(),
-                    frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
-                    inline.len(),
-                );
-            }
-        }
         let header = FrameHeader {
             handler,
             nargs: args.len() as u8,
             kind,
             nslots: nslots as u8,
         };
-        let flags = match padded_at {
-            Some(_) => PADDED,
-            None => 0,
+        // Writes the frame's words at `pos` (all but the header); returns its first word.
+        let write = |pos: u64| {
+            let frame = ring.frame_ptr(pos).cast::<u64>();
+            // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never
+            // wrap); the header, words and payload take at most nslots * 64 bytes, so every
+            // write stays inside the reservation. The receiver does not read them until the
+            // header is published.
+            unsafe {
+                if nextra > 0 {
+                    frame.add(1).write(extra[0]);
+                    if nextra > 1 {
+                        frame.add(2).write(extra[1]);
+                    }
+                }
+                let at = frame.add(1 + nextra);
+                copy_args(args, at);
+                if !inline.is_empty() {
+                    std::ptr::copy_nonoverlapping(
+                        inline.as_ptr(),
+                        frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
+                        inline.len(),
+                    );
+                }
+            }
+            frame
         };
-        // A padded short hands back the credit of the ring its answer will come through (see
-        // `ring`, "Credit hints"), so that the answer can be padded too.
-        let hinted =
-            padded_at.is_some() && kind == FrameKind::Short && args.len() <= MAX_HINTED_ARGS;
-        if hinted {
-            let rings = &self.rx[ch.other() as usize];
-            debug_assert!(dest < rings.len());
-            // SAFETY: `dest` is a local index (it found `peer` in `tx`), and there is a ring
-            // from every local index on each channel.
-            let consumed = unsafe { rings.get_unchecked(dest) }.consumer.get().head();
-            // SAFETY: the frame's one reserved slot holds the header and at most
-            // MAX_HINTED_ARGS arguments, so its last word is ours and unused; the receiver
-            // reads it only after acquiring the header published below.
-            unsafe { frame.add(CREDIT_HINT_WORD).write(consumed) };
+        // Two ways to publish, so that a stream's sends carry no padding flag to merge.
+        match padded_at {
+            Some(pos) => {
+                let frame = write(pos);
+                // A padded short hands back the credit of the ring its answer will come
+                // through (see `ring`, "Credit hints"), so that the answer can be padded too.
+                if kind == FrameKind::Short && args.len() <= MAX_HINTED_ARGS {
+                    let rings = &self.rx[ch.other() as usize];
+                    debug_assert!(dest < rings.len());
+                    // SAFETY: `dest` is a local index (it found `peer` in `tx`), and there is
+                    // a ring from every local index on each channel.
+                    let consumed = unsafe { rings.get_unchecked(dest) }.consumer.get().head();
+                    // SAFETY: the frame's one reserved slot holds the header and at most
+                    // MAX_HINTED_ARGS arguments, so its last word is ours and unused; the
+                    // receiver reads it only after acquiring the header published below.
+                    unsafe { frame.add(CREDIT_HINT_WORD).write(consumed) };
+                }
+                ring.publish(pos, header.encode_with(pos, self.key, PADDED));
+            }
+            None => {
+                let pos = match tx.reserve_within(nslots) {
+                    Some(pos) => pos,
+                    None => self.reserve_out_of_line(dest, ch, nslots),
+                };
+                write(pos);
+                ring.publish(pos, header.encode(pos, self.key));
+            }
         }
-        ring.publish(pos, header.encode_with(pos, self.key, flags));
         if kind == FrameKind::Short {
             path_marks::mark(ch, path_marks::Point::Published);
-        }
-        if padded && !hinted {
-            // Refused for stale credit, or an answer that likely brings no hint: the next
-            // round trip's frame wants fresh credit, and this load's miss overlaps the wait
-            // for the answer.
-            tx.refresh();
         }
         if let Some(order) = peer.bell {
             self.regions[dest]
@@ -1563,15 +1555,38 @@ impl Engine {
         Some(handled)
     }
 
-    /// Takes the credit hint of a padded frame that came through `rx` on channel `ch`: credit
-    /// for the ring this rank sends into on the other channel, to the same rank (see `ring`,
-    /// "Credit hints").
+    /// After the handler of a padded frame `h` at `frame` that came through `rx` on channel
+    /// `ch` (before the frame is retired): fresh credit for the ring this rank answers
+    /// through, the one it sends into on the other channel to the same rank, so that its next
+    /// frame there can be padded too. From the frame's credit hint if it carries one (see
+    /// `ring`, "Credit hints"), otherwise from that ring's control line: either way off the
+    /// path from a frame to its answer.
     #[inline(always)]
-    fn take_hint(&self, rx: &RxRing, ch: Channel, consumed: u64) {
+    fn credit_after_padded(&self, rx: &RxRing, ch: Channel, h: HeaderWord, frame: *const u64) {
         let tx = &self.tx[rx.src as usize].rings[ch.other() as usize];
         let mut producer = tx.producer.get();
-        producer.take_hint(tx.ring, consumed);
+        if h.is(FrameKind::Short) && h.nslots() == 1 && h.carries_hint() {
+            // SAFETY: the frame's slot is published to us and not yet retired, so its sender
+            // leaves it untouched; its last word is the hint (`carries_hint`).
+            producer.take_hint(tx.ring, unsafe { frame.add(CREDIT_HINT_WORD).read() });
+        } else {
+            producer.refresh(tx.ring);
+        }
         tx.producer.set(producer);
+    }
+
+    /// [`Engine::credit_after_padded`] out of line, for the drain: a padded frame (a round
+    /// trip's) rarely meets a drain, and the drain's loop keeps its registers for streams.
+    #[cold]
+    #[inline(never)]
+    fn credit_after_padded_in_drain(
+        &self,
+        rx: &RxRing,
+        ch: Channel,
+        h: HeaderWord,
+        frame: *const u64,
+    ) {
+        self.credit_after_padded(rx, ch, h, frame);
     }
 
     /// Finishes the retirement that a wait left for later (see [`Engine::deferred`]): before
@@ -1595,14 +1610,9 @@ impl Engine {
     #[inline(always)]
     fn retire_served(&self, rx: &RxRing, ch: Channel, h: HeaderWord) {
         let ring = rx.ring;
-        if h.carries_hint() {
-            let (frame, _) = rx.watch.get();
-            // SAFETY: `frame` is the slot of the frame at the head, not yet retired, so its
-            // sender leaves it untouched; its last word is the hint (`carries_hint`).
-            self.take_hint(rx, ch, unsafe { frame.add(CREDIT_HINT_WORD).read() });
-        }
         let mut consumer = rx.consumer.get();
         if h.padded() {
+            self.credit_after_padded(rx, ch, h, rx.watch.get().0);
             consumer.retire_padded(ring);
         } else {
             consumer.retire_one();
@@ -1705,9 +1715,10 @@ impl Engine {
             // Start fetching a later slot now, so a stream of frames arrives with several
             // cache misses in flight instead of one at a time.
             ring.prefetch(head + PREFETCH_AHEAD);
-            if let Some(h) = HeaderWord::one_slot_short(word, key) {
-                // The common case, kept short: a slot always lies within the ring, and the
-                // header and up to 7 arguments fit in it.
+            if let Some(h) = HeaderWord::one_slot_unpadded_short(word, key) {
+                // The common case, kept short: a stream's frame (a padded one, a round
+                // trip's, takes the general path below). A slot always lies within the ring,
+                // and the header and up to 7 arguments fit in it.
                 let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                 // SAFETY: the frame's slot is published to us and stays untouched by the
                 // sender until its credit returns, which happens only after the handler (at
@@ -1715,16 +1726,7 @@ impl Engine {
                 short.args = unsafe { std::slice::from_raw_parts(frame.add(1), h.nargs()) };
                 // Retired now, so that it stays retired if its handler unwinds; the slot
                 // returns to the sender only at `settle`, after the handler.
-                match h.padded() {
-                    true => {
-                        if h.carries_hint() {
-                            // SAFETY: as above; the slot's last word is the credit hint.
-                            self.take_hint(rx, ch, unsafe { frame.add(CREDIT_HINT_WORD).read() });
-                        }
-                        draining.consumer.retire_padded(ring)
-                    }
-                    false => draining.consumer.retire_one(),
-                }
+                draining.consumer.retire_one();
                 if scope.run(ch, h.handler(), &short, src as u32).is_ok() {
                     self.stats.handled(ch, MessageClass::Short);
                     handled += 1;
@@ -1749,14 +1751,17 @@ impl Engine {
                     }
                 }
                 Ok(h) => {
+                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                     // Its padding too (trusted only from a header whose check passed).
                     if h.padded() {
                         claimed = ring.quarter_end(head + claimed - 1) - head;
                     }
-                    let frame = ring.frame_ptr(head).cast::<u64>().cast_const();
                     draining.delivering = claimed;
                     let delivered = self.deliver(&scope, src, ch, h, frame);
                     draining.delivering = 0;
+                    if h.padded() {
+                        self.credit_after_padded_in_drain(rx, ch, h, frame);
+                    }
                     if delivered.is_err() {
                         bump(&self.stats.dropped);
                     } else {

@@ -36,7 +36,10 @@
 //! frames no handler reads any more, so the hint says what a credit return would; it travels
 //! under the frame's release and acquire instead of the control line's. A hint may be old
 //! (lower than the credit already known), never too high: it is a full position, not a
-//! residue that could alias. The control line stays the way credit returns otherwise.
+//! residue that could alias. The control line stays the way credit returns otherwise, and a
+//! padded frame without a hint (a medium, a short with seven arguments) has its receiver read
+//! the control line at the point where it would have taken the hint
+//! ([`Producer::refresh`]).
 //!
 //! The hint is taken when its frame is retired, after the frame's handler (and the answer it
 //! sent), so that taking it lies on neither side's path from a frame to its answer. The
@@ -263,11 +266,8 @@ impl Producer {
         Some(pos)
     }
 
-    /// Reads the receiver's credit afresh. Called right after publishing a frame that asked
-    /// to be padded when the answer may bring no credit hint (the frame was refused its
-    /// padding, or carries no hint, so its answer likely carries none either), so that the
-    /// load's cache miss overlaps the wait for the answer instead of delaying the next padded
-    /// send, which needs fresh credit (each padded frame uses a quarter of it).
+    /// Reads the receiver's credit afresh: where a padded frame that carries no credit hint
+    /// leaves its receiver, after its handler, in place of the hint (see "Credit hints").
     #[inline(always)]
     pub fn refresh(&mut self, ring: RingRef<'_>) {
         let size = ring.slot_count();
