@@ -593,9 +593,9 @@ fn a_wait_left_at_its_reply_retires_the_reply_before_any_later_look_at_the_ring(
 fn every_frame_of_a_round_trip_is_padded_with_credit_from_the_answer_alone() {
     // A ping-pong's request and reply are padded (a quarter of the ring each) only while the
     // sender knows the receiver has caught up. The answer's credit hint says so (see `ring`,
-    // "Credit hints"); without it, a sender that waits for the control line's credit finds it
-    // stale every other round trip and sends that frame unpadded. The arguments run from none
-    // to the most a hinted frame carries, and then one more (no hint, so the control line).
+    // "Credit hints"); without it, the sender's credit runs stale and its frames go out
+    // unpadded. The arguments run from none to the most a hinted frame carries, and then one
+    // more (no hint, so the control line).
     let slots = 64u64;
     let pongs = Arc::new(AtomicU64::new(0));
     let mut b = Runtime::builder();
@@ -623,8 +623,8 @@ fn every_frame_of_a_round_trip_is_padded_with_credit_from_the_answer_alone() {
     // A padded frame ends at a quarter boundary, an unpadded one (after a padded one) does not.
     let quarter = slots / 4;
     let mut i = 0;
-    // With seven arguments no hint fits: the control line's credit, read after each send,
-    // must keep the padding going then.
+    // With seven arguments no hint fits: the control line's credit, which the receiver reads
+    // where it would have taken the hint, must keep the padding going then.
     for nargs in 0..=MAX_HINTED_ARGS + 1 {
         // The first round trip of a kind may find its credit stale (the very first frame, or
         // the first after hinted frames, for the control line's credit).
