@@ -466,15 +466,8 @@ impl RxRing {
     /// The header word at the head, if it starts the next frame.
     #[inline(always)]
     fn ready_word(&self) -> Option<u64> {
-        let (frame, seq) = self.watch.get();
-        // SAFETY: `frame` points at the header word of a slot of this ring (8-aligned: slots
-        // are 64-aligned), which lives in the region mapped for as long as the engine; every
-        // access to that word, ours and the producer's, is atomic.
-        let header = unsafe { AtomicU64::from_ptr(frame) };
-        // Acquire: pairs with the producer's release in `RingRef::publish`, so the frame's
-        // other words, read after this, are the ones written before it was published.
-        let word = header.load(Ordering::Acquire);
-        Consumer::starts_next(word, seq).then_some(word)
+        let word = self.head_word();
+        Consumer::starts_next(word, self.watch.get().1).then_some(word)
     }
 
     /// Whether a frame is waiting at the head.
@@ -483,13 +476,17 @@ impl RxRing {
         self.ready_word().is_some()
     }
 
-    /// The header word at the head, whatever it is: for a frame known to be there.
+    /// The word in the header slot at the head, whatever it is (see [`RxRing::ready_word`]
+    /// for whether it starts the next frame).
     #[inline(always)]
     fn head_word(&self) -> u64 {
         let (frame, _) = self.watch.get();
-        // SAFETY: as in `ready_word`.
+        // SAFETY: `frame` points at the header word of a slot of this ring (8-aligned: slots
+        // are 64-aligned), which lives in the region mapped for as long as the engine; every
+        // access to that word, ours and the producer's, is atomic.
         let header = unsafe { AtomicU64::from_ptr(frame) };
-        // Acquire: as in `ready_word` (the frame was acquired before; this keeps it so).
+        // Acquire: pairs with the producer's release in `RingRef::publish`, so the frame's
+        // other words, read after this, are the ones written before it was published.
         header.load(Ordering::Acquire)
     }
 
@@ -1565,7 +1562,7 @@ impl Engine {
     fn credit_after_padded(&self, rx: &RxRing, ch: Channel, h: HeaderWord, frame: *const u64) {
         let tx = &self.tx[rx.src as usize].rings[ch.other() as usize];
         let mut producer = tx.producer.get();
-        if h.is(FrameKind::Short) && h.nslots() == 1 && h.carries_hint() {
+        if h.carries_hint() {
             // SAFETY: the frame's slot is published to us and not yet retired, so its sender
             // leaves it untouched; its last word is the hint (`carries_hint`).
             producer.take_hint(tx.ring, unsafe { frame.add(CREDIT_HINT_WORD).read() });

@@ -232,11 +232,14 @@ impl HeaderWord {
         self.0 & PADDED != 0
     }
 
-    /// Whether this one-slot short frame carries a credit hint in its slot's last word: it
-    /// does when padded and that word is free (see `ring`, "Credit hints").
+    /// Whether the frame carries a credit hint in its slot's last word: a padded one-slot
+    /// short does when that word is free (see `ring`, "Credit hints").
     #[inline(always)]
     pub fn carries_hint(self) -> bool {
-        self.padded() && self.nargs() <= MAX_HINTED_ARGS
+        self.padded()
+            && self.is(FrameKind::Short)
+            && self.nslots() == 1
+            && self.nargs() <= MAX_HINTED_ARGS
     }
 
     /// Handler index or system operation.
