@@ -46,10 +46,12 @@
 mod atomic;
 mod handlers;
 pub mod memops;
+mod own;
 pub mod segment;
 
 pub use atomic::AtomicOp;
 pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
+pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
 use crate::am::Entered;
@@ -161,6 +163,12 @@ enum EventState {
 }
 
 impl RmaSetup {
+    /// Checked access to this rank's own segments, for handlers of layers above (usable as
+    /// soon as the runtime is built, from any thread that runs this rank's handlers).
+    pub fn own_segments(&self) -> OwnSegments {
+        OwnSegments::new(self.shared.clone())
+    }
+
     /// Binds the setup to the built runtime (the handlers were already bound to this rank's
     /// memory by `build()`).
     pub fn attach(self, rt: &Runtime) -> Rma<'_> {
@@ -221,6 +229,11 @@ impl<'rt> Rma<'rt> {
     /// The path this job uses.
     pub fn path(&self) -> RmaPath {
         self.path
+    }
+
+    /// Checked access to this rank's own segments (see [`OwnSegments`]).
+    pub fn own_segments(&self) -> OwnSegments {
+        OwnSegments::new(self.shared.clone())
     }
 
     /// Remote accesses refused against this rank's segments so far.

@@ -97,8 +97,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// Encodes for a status word (0 is success).
-    pub(crate) fn code(self) -> u64 {
+    /// Encodes for a status word (0 is success), for layers that carry a refusal in message
+    /// arguments.
+    pub fn code(self) -> u64 {
         match self {
             Refusal::NoSuchSegment => 1,
             Refusal::WrongKey => 2,
@@ -114,7 +115,8 @@ impl Refusal {
     }
 
     /// Decodes a status word; `offset`/`len`/`segment_len` fill an out-of-bounds refusal.
-    pub(crate) fn from_code(code: u64, offset: u64, len: u64, segment_len: u64) -> Option<Self> {
+    /// `None` for 0 and for codes no refusal has.
+    pub fn from_code(code: u64, offset: u64, len: u64, segment_len: u64) -> Option<Self> {
         Some(match code {
             1 => Refusal::NoSuchSegment,
             2 => Refusal::WrongKey,

@@ -1,0 +1,371 @@
+//! The global layer's Active Message protocol: what each request carries, what its handler
+//! does at the owner, and how the reply completes the operation at the initiator. Written on
+//! volley's public AM API ([`volley::RuntimeBuilder`] handlers) and its checked access to a
+//! rank's own segments ([`volley::rma::OwnSegments`]).
+//!
+//! | request | arguments | at the owner | reply |
+//! |---|---|---|---|
+//! | get | segment, key, offset, length, destination, completion | checked copy out | `data`: the bytes (inline words or medium payload) |
+//! | put | segment, key, offset, length, completion, inline words | checked copy in | `ack` |
+//! | store | segment, key, offset, length, counter segment, key, inline words | checked copy in, then the byte counter | none (one-way) |
+//! | atomic | segment, key, offset, procedure, completion, arguments | the procedure, serialized with every handler | `ack` with its result |
+//! | push | bucket, key, capacity, counter segment, key | slot by fetch-add, copy, byte counter | none (one-way) |
+//! | coll | epoch, what, total, fragment offset, step | into the mailbox | none |
+//!
+//! The completion word is 0 for the rank's split counter (completed by `sync`), or the address
+//! of a [`Completion`] the initiator keeps alive until the reply is in. A destination is an
+//! address in the initiator's memory that stays borrowed until then. Both only come back in
+//! replies to this rank's own requests, within one job (frames carry the job's key).
+
+use crate::coll::Mailbox;
+use crate::completion::{Completion, RefusalWords};
+use crate::counter::SplitCounter;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError, RwLock};
+use volley::rma::{AtomicOp, OwnSegments, Perms, Refusal, SegmentRef};
+use volley::{Message, ReplyHandler, RequestHandler, ReplyToken, RuntimeBuilder};
+
+/// Inline data words of a get's reply (16 arguments less 6 header words).
+pub(crate) const GET_INLINE_WORDS: usize = 10;
+/// Inline data words of a put (16 less 5 header words).
+pub(crate) const PUT_INLINE_WORDS: usize = 11;
+/// Inline data words of a store (16 less 6 header words).
+pub(crate) const STORE_INLINE_WORDS: usize = 10;
+/// Arguments of an atomic procedure (16 less 5 header words).
+pub(crate) const PROC_ARGS: usize = 11;
+/// Where a bucket's items start (its first line holds the count).
+pub(crate) const BUCKET_HEADER: usize = 64;
+
+/// A registered atomic procedure: the pointee's size and the code run at the owner.
+pub(crate) struct Procedure {
+    pub(crate) size: usize,
+    pub(crate) run: Box<dyn Fn(&mut [u8], &[u64]) -> u64 + Send + Sync>,
+}
+
+/// State shared by a rank's [`crate::Global`] and its handlers.
+pub(crate) struct Shared {
+    pub(crate) own: OwnSegments,
+    /// Split-phase operations of this rank.
+    pub(crate) counter: SplitCounter,
+    /// The first refusal among split-phase operations since the last `sync`.
+    pub(crate) split_error: Mutex<Option<RefusalWords>>,
+    /// Stores and pushes refused here: how many, and the first (code, offset, len, seg len).
+    pub(crate) store_refused: AtomicU64,
+    pub(crate) store_first_refusal: Mutex<Option<RefusalWords>>,
+    pub(crate) procs: RwLock<Vec<Procedure>>,
+    pub(crate) mailbox: Mailbox,
+    /// A buffer for copying a get's bytes out of the segment before they are sent.
+    scratch: Mutex<Vec<u8>>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("counter", &self.counter)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(own: OwnSegments) -> Self {
+        Self {
+            own,
+            counter: SplitCounter::new(),
+            split_error: Mutex::new(None),
+            store_refused: AtomicU64::new(0),
+            store_first_refusal: Mutex::new(None),
+            procs: RwLock::new(Vec::new()),
+            mailbox: Mailbox::default(),
+            scratch: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Completes one reply: into a [`Completion`] or the split counter.
+    fn complete(&self, kind: u64, status: u64, value: u64, detail: [u64; 4]) {
+        if kind == 0 {
+            if status != 0 {
+                let mut e = self.split_error.lock().unwrap_or_else(PoisonError::into_inner);
+                e.get_or_insert((status, detail[0] as usize, detail[1], detail[2], detail[3]));
+            }
+            self.counter.complete();
+        } else {
+            // SAFETY: `kind` is the address of a Completion that the initiator (this rank)
+            // keeps alive until every reply to it is recorded (see the module docs).
+            let c = unsafe { &*(kind as *const Completion) };
+            c.record(status, value, detail);
+        }
+    }
+
+    fn note_store_refusal(&self, r: Refusal, me_off: u64, len: u64) {
+        self.store_refused.fetch_add(1, Ordering::Relaxed);
+        let seg_len = match r {
+            Refusal::OutOfBounds { segment_len, .. } => segment_len,
+            _ => 0,
+        };
+        let mut first = self
+            .store_first_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        first.get_or_insert((r.code(), 0, me_off, len, seg_len));
+    }
+
+    /// Adds `n` bytes to this rank's store counter (word 0 of the counter segment).
+    fn count_stored(&self, ctrl: SegmentRef, n: u64) {
+        let _ = self.own.atomic(ctrl, 0, AtomicOp::FetchAdd, n, 0);
+    }
+}
+
+/// The segment named by two message words (this rank's, whatever rank the words say).
+pub(crate) fn seg_of(w0: u64, key: u64) -> SegmentRef {
+    SegmentRef::from_words([w0, key, 0])
+}
+
+/// Packs bytes into little-endian words (the last one zero-padded).
+pub(crate) fn to_words(bytes: &[u8], out: &mut [u64]) -> usize {
+    let n = bytes.len().div_ceil(8);
+    for (i, w) in out.iter_mut().take(n).enumerate() {
+        let chunk = &bytes[i * 8..bytes.len().min(i * 8 + 8)];
+        let mut b = [0u8; 8];
+        b[..chunk.len()].copy_from_slice(chunk);
+        *w = u64::from_le_bytes(b);
+    }
+    n
+}
+
+/// Unpacks `dst.len()` bytes from little-endian words.
+pub(crate) fn from_words(words: &[u64], dst: &mut [u8]) {
+    for (i, chunk) in dst.chunks_mut(8).enumerate() {
+        chunk.copy_from_slice(&words[i].to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// The handler ids of the global layer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handlers {
+    pub(crate) get: RequestHandler,
+    pub(crate) put: RequestHandler,
+    pub(crate) store: RequestHandler,
+    pub(crate) atomic: RequestHandler,
+    pub(crate) push: RequestHandler,
+    pub(crate) coll: RequestHandler,
+}
+
+fn refusal_detail(r: Refusal, off: u64, len: u64) -> (u64, u64) {
+    let _ = (off, len);
+    match r {
+        Refusal::OutOfBounds { segment_len, .. } => (r.code(), segment_len),
+        _ => (r.code(), 0),
+    }
+}
+
+/// Registers the protocol's handlers.
+pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) -> Handlers {
+    // Replies first: the request handlers name them.
+    let s = shared.clone();
+    let data: ReplyHandler = b.reply_handler("volley.global.data", move |m| {
+        // args: destination, completion, status, offset, length, segment length, inline words.
+        let (dest, kind, status, off, len, seg_len) =
+            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        if status == 0 {
+            let n = len as usize;
+            // SAFETY: `dest` is the address of `len` bytes the initiator (this rank) keeps
+            // borrowed until this reply is recorded (module docs).
+            let dst = unsafe { std::slice::from_raw_parts_mut(dest as *mut u8, n) };
+            let payload = m.payload();
+            if payload.len() == n {
+                dst.copy_from_slice(payload);
+            } else if m.args().len() >= 6 + n.div_ceil(8) {
+                from_words(&m.args()[6..], dst);
+            }
+        }
+        s.complete(kind, status, 0, [m.src() as u64, off, len, seg_len]);
+    });
+    let s = shared.clone();
+    let ack: ReplyHandler = b.reply_handler("volley.global.ack", move |m| {
+        // args: completion, status, value, offset, length, segment length.
+        s.complete(
+            m.arg(0),
+            m.arg(1),
+            m.arg(2),
+            [m.src() as u64, m.arg(3), m.arg(4), m.arg(5)],
+        );
+    });
+
+    let s = shared.clone();
+    let get = b.request_handler("volley.global.get", move |m, tok| serve_get(&s, m, tok, data));
+    let s = shared.clone();
+    let put = b.request_handler("volley.global.put", move |m, tok| {
+        // args: segment, key, offset, length, completion, inline words.
+        let (seg, off, len, kind) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3), m.arg(4));
+        let n = len as usize;
+        let mut inline = [0u8; PUT_INLINE_WORDS * 8];
+        let bytes: &[u8] = if m.payload().len() == n {
+            m.payload()
+        } else if n <= inline.len() && m.args().len() >= 5 + n.div_ceil(8) {
+            from_words(&m.args()[5..], &mut inline[..n]);
+            &inline[..n]
+        } else {
+            &[]
+        };
+        let status = if bytes.len() != n {
+            (Refusal::NoSuchSegment.code(), 0)
+        } else {
+            match s.own.write(seg, off as usize, bytes) {
+                Ok(()) => (0, 0),
+                Err(r) => refusal_detail(r, off, len),
+            }
+        };
+        let _ = tok.reply_short(ack, &[kind, status.0, 0, off, len, status.1]);
+    });
+    let s = shared.clone();
+    let store = b.request_handler("volley.global.store", move |m, _| {
+        // args: segment, key, offset, length, counter segment, key, inline words.
+        let (seg, off, len) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3));
+        let ctrl = seg_of(m.arg(4), m.arg(5));
+        let n = len as usize;
+        let mut inline = [0u8; STORE_INLINE_WORDS * 8];
+        let bytes: &[u8] = if m.payload().len() == n {
+            m.payload()
+        } else if n <= inline.len() && m.args().len() >= 6 + n.div_ceil(8) {
+            from_words(&m.args()[6..], &mut inline[..n]);
+            &inline[..n]
+        } else {
+            &[]
+        };
+        let written = if bytes.len() == n {
+            s.own.write(seg, off as usize, bytes)
+        } else {
+            Err(Refusal::NoSuchSegment)
+        };
+        if let Err(r) = written {
+            s.note_store_refusal(r, off, len);
+        }
+        // Counted even when refused, so that a receiver waiting for these bytes is told
+        // (`store_sync` and `all_store_sync` report the refusal) instead of waiting forever.
+        s.count_stored(ctrl, len);
+    });
+    let s = shared.clone();
+    let atomic = b.request_handler("volley.global.atomic", move |m, tok| {
+        // args: segment, key, offset, procedure, completion, procedure arguments.
+        let (seg, off, index, kind) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3), m.arg(4));
+        let args = m.args().get(5..).unwrap_or(&[]);
+        let (status, value, seg_len) = match run_procedure(&s, seg, off as usize, index, args) {
+            Ok(v) => (0, v, 0),
+            Err(r) => {
+                let (code, seg_len) = refusal_detail(r, off, 0);
+                (code, 0, seg_len)
+            }
+        };
+        let size = s
+            .procs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(index as usize)
+            .map_or(0, |p| p.size as u64);
+        let _ = tok.reply_short(ack, &[kind, status, value, off, size, seg_len]);
+    });
+    let s = shared.clone();
+    let push = b.request_handler("volley.global.push", move |m, _| {
+        // args: bucket, key, capacity, counter segment, key; the item is the payload.
+        let (bucket, cap) = (seg_of(m.arg(0), m.arg(1)), m.arg(2));
+        let ctrl = seg_of(m.arg(3), m.arg(4));
+        let item = m.payload();
+        if let Err(r) = push_local(&s.own, bucket, cap, item) {
+            s.note_store_refusal(r, 0, item.len() as u64);
+        }
+        s.count_stored(ctrl, item.len() as u64);
+    });
+    let s = shared.clone();
+    let coll = b.request_handler("volley.global.coll", move |m, _| {
+        // args: epoch, what, total length, fragment offset, step.
+        s.mailbox.deliver(
+            m.src(),
+            [m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4)],
+            m.payload(),
+        );
+    });
+    Handlers {
+        get,
+        put,
+        store,
+        atomic,
+        push,
+        coll,
+    }
+}
+
+fn serve_get(s: &Shared, m: &Message<'_>, tok: ReplyToken<'_>, data: ReplyHandler) {
+    // args: segment, key, offset, length, destination, completion.
+    let (seg, off, len, dest, kind) = (
+        seg_of(m.arg(0), m.arg(1)),
+        m.arg(2),
+        m.arg(3),
+        m.arg(4),
+        m.arg(5),
+    );
+    let n = len as usize;
+    if n <= GET_INLINE_WORDS * 8 {
+        let mut bytes = [0u8; GET_INLINE_WORDS * 8];
+        let mut args = [0u64; 6 + GET_INLINE_WORDS];
+        args[..6].copy_from_slice(&[dest, kind, 0, off, len, 0]);
+        let words = match s.own.read(seg, off as usize, &mut bytes[..n]) {
+            Ok(()) => to_words(&bytes[..n], &mut args[6..]),
+            Err(r) => {
+                (args[2], args[5]) = refusal_detail(r, off, len);
+                0
+            }
+        };
+        let _ = tok.reply_short(data, &args[..6 + words]);
+        return;
+    }
+    let mut scratch = s.scratch.lock().unwrap_or_else(PoisonError::into_inner);
+    scratch.resize(n, 0);
+    let _ = match s.own.read(seg, off as usize, &mut scratch[..n]) {
+        Ok(()) => tok.reply_medium(data, &[dest, kind, 0, off, len, 0], &scratch[..n]),
+        Err(r) => {
+            let (code, seg_len) = refusal_detail(r, off, len);
+            tok.reply_short(data, &[dest, kind, code, off, len, seg_len])
+        }
+    };
+}
+
+/// Runs procedure `index` on the `T` at `off` of `seg` (this rank's), with `args`.
+pub(crate) fn run_procedure(
+    s: &Shared,
+    seg: SegmentRef,
+    off: usize,
+    index: u64,
+    args: &[u64],
+) -> Result<u64, Refusal> {
+    let procs = s.procs.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(p) = procs.get(index as usize) else {
+        return Err(Refusal::NoSuchSegment);
+    };
+    let at = s.own.range(seg, off, p.size, Perms::ATOMIC)?;
+    // The pointee is copied out, updated, and copied back: the procedure never holds a
+    // reference into shared memory, and runs serialized with every handler of this rank.
+    let mut v = vec![0u8; p.size];
+    // SAFETY: `at..at+size` was checked to lie in this rank's segment.
+    unsafe { std::ptr::copy_nonoverlapping(at.as_ptr(), v.as_mut_ptr(), p.size) };
+    let r = (p.run)(&mut v, args);
+    // SAFETY: as above.
+    unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), at.as_ptr(), p.size) };
+    Ok(r)
+}
+
+/// Appends `item` to this rank's bucket (count word, then items): the slot is taken with a
+/// fetch-add, so pushes from handlers and from direct peers never take the same one. Returns
+/// the slot; one at or past `cap` was not stored (the count word keeps the overflow for the
+/// owner's `take` to report).
+pub(crate) fn push_local(
+    own: &OwnSegments,
+    bucket: SegmentRef,
+    cap: u64,
+    item: &[u8],
+) -> Result<u64, Refusal> {
+    let idx = own.atomic(bucket, 0, AtomicOp::FetchAdd, 1, 0)?;
+    if idx < cap {
+        own.write(bucket, BUCKET_HEADER + idx as usize * item.len(), item)?;
+    }
+    Ok(idx)
+}

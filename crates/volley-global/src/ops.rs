@@ -1,0 +1,501 @@
+//! Reads, writes, split-phase gets and puts, one-way stores, and their bulk forms.
+//!
+//! Completion rules (seed 004 §3.2): `read`/`write` return when the value is in / the owner
+//! acknowledged the update; `get`/`put` return at once and complete by `sync` (a [`Phase`]
+//! ends with one); `store` never completes at the issuer: the owner counts the bytes, and
+//! `store_sync` / `all_store_sync` wait for them.
+
+use crate::completion::{refusal_of, Completion, RefusalWords};
+use crate::error::{GlobalError, Result};
+use crate::global::{Global, Route};
+use crate::handlers::{to_words, PUT_INLINE_WORDS, STORE_INLINE_WORDS};
+use crate::ptr::GlobalPtr;
+use bytemuck::Pod;
+use std::marker::PhantomData;
+use std::sync::PoisonError;
+use volley::rma::{AtomicOp, SegmentRef};
+
+/// The pieces of a `len`-byte transfer in chunks of `chunk` bytes: (start, length). One
+/// empty piece for an empty transfer, so it still completes like any other.
+fn pieces(len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
+    let n = len.div_ceil(chunk).max(1);
+    (0..n).map(move |i| (i * chunk, (len - (i * chunk).min(len)).min(chunk)))
+}
+
+impl<'rt> Global<'rt> {
+    fn refused_err(&self, w: RefusalWords) -> GlobalError {
+        let (rank, reason) = refusal_of(w);
+        GlobalError::refused(rank, reason)
+    }
+
+    fn rma_err(e: volley::Error) -> GlobalError {
+        match e {
+            volley::Error::Refused { rank, reason } => GlobalError::refused(rank, reason),
+            e => e.into(),
+        }
+    }
+
+    // ----- reads -----
+
+    /// Reads `*p`; returns when the value is here (Split-C's `x = *p`).
+    pub fn read<T: Pod>(&self, p: GlobalPtr<T>) -> Result<T> {
+        let mut v = T::zeroed();
+        self.bulk_read(std::slice::from_mut(&mut v), p)?;
+        Ok(v)
+    }
+
+    /// Reads `dst.len()` elements starting at `p` into `dst` (blocking).
+    pub fn bulk_read<T: Pod>(&self, dst: &mut [T], p: GlobalPtr<T>) -> Result<()> {
+        let off = p.offset();
+        p.check_fits(dst.len())?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+        match self.route(p.rank())? {
+            Route::Local => self
+                .shared
+                .own
+                .read(p.segment(), off, bytes)
+                .map_err(|r| GlobalError::refused(self.me, r)),
+            Route::Direct => self
+                .rma
+                .get(p.segment(), off, bytes)
+                .map_err(Self::rma_err),
+            Route::Am => {
+                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                let c = Completion::expecting(n);
+                let sent = self.send_gets(p.segment(), off, bytes, c.word());
+                self.finish(&c, n, sent, &|| format!("a read from rank {}", p.rank()))
+                    .map(|_| ())
+            }
+        }
+    }
+
+    /// Sends the get requests for `dst` (from `off` of `seg`), completed at `kind`; returns
+    /// how many were sent, or the error that stopped them with that count.
+    fn send_gets(
+        &self,
+        seg: SegmentRef,
+        off: usize,
+        dst: &mut [u8],
+        kind: u64,
+    ) -> std::result::Result<u64, (u64, GlobalError)> {
+        let w = seg.to_words();
+        let base = dst.as_mut_ptr() as u64;
+        let mut sent = 0;
+        for (start, len) in pieces(dst.len(), self.chunk.get()) {
+            let args = [
+                w[0],
+                w[1],
+                (off + start) as u64,
+                len as u64,
+                base + start as u64,
+                kind,
+            ];
+            if let Err(e) = self.rt.request_short(seg.rank, self.h.get, &args) {
+                return Err((sent, e.into()));
+            }
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
+    /// Waits for a [`Completion`] of `n` replies of which `sent` went out (or an error after
+    /// some): the value, or the first error.
+    fn finish(
+        &self,
+        c: &Completion,
+        n: u64,
+        sent: std::result::Result<u64, (u64, GlobalError)>,
+        what: &dyn Fn() -> String,
+    ) -> Result<u64> {
+        let err = match sent {
+            Ok(_) => None,
+            Err((sent, e)) => {
+                c.forget(n - sent);
+                Some(e)
+            }
+        };
+        // Even after an error, the replies to what went out land in our memory: wait for them.
+        self.wait_for(|| c.done(), what);
+        if let Some(e) = err {
+            return Err(e);
+        }
+        c.result().map_err(|w| self.refused_err(w))
+    }
+
+    // ----- writes -----
+
+    /// Writes `*p = v`; returns when the owner has acknowledged the update.
+    pub fn write<T: Pod>(&self, p: GlobalPtr<T>, v: T) -> Result<()> {
+        self.bulk_write(p, std::slice::from_ref(&v))
+    }
+
+    /// Writes `src` at `p` (blocking, acknowledged).
+    pub fn bulk_write<T: Pod>(&self, p: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let off = p.offset();
+        p.check_fits(src.len())?;
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        match self.route(p.rank())? {
+            Route::Local => self
+                .shared
+                .own
+                .write(p.segment(), off, bytes)
+                .map_err(|r| GlobalError::refused(self.me, r)),
+            Route::Direct => self
+                .rma
+                .put(p.segment(), off, bytes)
+                .map_err(Self::rma_err),
+            Route::Am => {
+                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                let c = Completion::expecting(n);
+                let sent = self.send_puts(p.segment(), off, bytes, c.word());
+                self.finish(&c, n, sent, &|| format!("a write to rank {}", p.rank()))
+                    .map(|_| ())
+            }
+        }
+    }
+
+    fn send_puts(
+        &self,
+        seg: SegmentRef,
+        off: usize,
+        src: &[u8],
+        kind: u64,
+    ) -> std::result::Result<u64, (u64, GlobalError)> {
+        let w = seg.to_words();
+        let mut sent = 0;
+        for (start, len) in pieces(src.len(), self.chunk.get()) {
+            let piece = &src[start..start + len];
+            let header = [w[0], w[1], (off + start) as u64, len as u64, kind];
+            let r = if len <= PUT_INLINE_WORDS * 8 {
+                let mut args = [0u64; 5 + PUT_INLINE_WORDS];
+                args[..5].copy_from_slice(&header);
+                let words = to_words(piece, &mut args[5..]);
+                self.rt.request_short(seg.rank, self.h.put, &args[..5 + words])
+            } else {
+                self.rt.request_medium(seg.rank, self.h.put, &header, piece)
+            };
+            if let Err(e) = r {
+                return Err((sent, e.into()));
+            }
+            sent += 1;
+        }
+        Ok(sent)
+    }
+
+    // ----- split phase -----
+
+    /// Runs `f` with a [`Phase`] in which gets and puts are split-phase, and syncs when it
+    /// ends (also if `f` fails or panics): Split-C's `x := *p; ...; sync()`. The buffers of
+    /// gets stay borrowed until the sync, which is what makes them safe.
+    pub fn phase<'env, R>(
+        &'env self,
+        f: impl FnOnce(&Phase<'env, 'rt>) -> Result<R>,
+    ) -> Result<R> {
+        /// Syncs if `f` unwinds, so no reply writes a buffer that is gone.
+        struct SyncOnUnwind<'a, 'rt>(&'a Global<'rt>);
+        impl Drop for SyncOnUnwind<'_, '_> {
+            fn drop(&mut self) {
+                let _ = self.0.sync();
+            }
+        }
+        let phase = Phase {
+            g: self,
+            _borrows: PhantomData,
+        };
+        let guard = SyncOnUnwind(self);
+        let value = f(&phase);
+        std::mem::forget(guard);
+        let synced = self.sync();
+        let value = value?;
+        synced.map(|()| value)
+    }
+
+    /// Starts a get of `*p` whose value a [`Pending`] hands over (the handle form: finer
+    /// completion than `sync`). Dropping the handle waits for the value.
+    pub fn get_nb<T: Pod>(&self, p: GlobalPtr<T>) -> Result<Pending<'_, 'rt, T>> {
+        p.check_fits(1)?;
+        let mut value = Box::new(T::zeroed());
+        let route = self.route(p.rank())?;
+        if route != Route::Am {
+            self.bulk_read(std::slice::from_mut(&mut *value), p)?;
+            return Ok(Pending {
+                g: self,
+                value,
+                completion: Box::new(Completion::expecting(0)),
+                rank: p.rank(),
+            });
+        }
+        let n = std::mem::size_of::<T>().div_ceil(self.chunk.get()).max(1) as u64;
+        let completion = Box::new(Completion::expecting(n));
+        let bytes: &mut [u8] = bytemuck::bytes_of_mut(&mut *value);
+        if let Err((sent, e)) = self.send_gets(p.segment(), p.offset(), bytes, completion.word())
+        {
+            completion.forget(n - sent);
+            self.wait_for(|| completion.done(), &|| "a get's replies".into());
+            return Err(e);
+        }
+        Ok(Pending {
+            g: self,
+            value,
+            completion,
+            rank: p.rank(),
+        })
+    }
+
+    /// Starts `*p := v` (split-phase; `v` may be reused at once), completed by [`Global::sync`].
+    pub fn put<T: Pod>(&self, p: GlobalPtr<T>, v: &T) -> Result<()> {
+        self.bulk_put(p, std::slice::from_ref(v))
+    }
+
+    /// Starts writing `src` at `p`, completed by [`Global::sync`].
+    pub fn bulk_put<T: Pod>(&self, p: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let off = p.offset();
+        p.check_fits(src.len())?;
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        match self.route(p.rank())? {
+            Route::Local | Route::Direct => self.bulk_write(p, src),
+            Route::Am => {
+                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                self.shared.counter.issue(n);
+                if let Err((sent, e)) = self.send_puts(p.segment(), off, bytes, 0) {
+                    self.shared.counter.unissue(n - sent);
+                    return Err(e);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Waits until every get and put this rank started has completed; returns the first
+    /// refusal among them (Split-C's `sync`). Returns at once with nothing outstanding.
+    pub fn sync(&self) -> Result<()> {
+        let c = &self.shared.counter;
+        self.wait_for(
+            || c.outstanding() == 0,
+            &|| format!("sync: {} gets/puts outstanding", c.outstanding()),
+        );
+        let first = self
+            .shared
+            .split_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match first {
+            None => Ok(()),
+            Some(w) => Err(self.refused_err(w)),
+        }
+    }
+
+    // ----- stores -----
+
+    /// One-way `*p :- v`: returns at once, with no completion here; the owner's byte
+    /// counter grows by `size_of::<T>()` once the value is in.
+    pub fn store<T: Pod>(&self, p: GlobalPtr<T>, v: &T) -> Result<()> {
+        self.bulk_store(p, std::slice::from_ref(v))
+    }
+
+    /// One-way store of `src` at `p`, counted at the owner as `size_of_val(src)` bytes.
+    pub fn bulk_store<T: Pod>(&self, p: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let off = p.offset();
+        let len = p.check_fits(src.len())?;
+        let bytes: &[u8] = bytemuck::cast_slice(src);
+        let rank = p.rank();
+        let ctrl = self.ctrl.on(rank);
+        match self.route(rank)? {
+            Route::Local => {
+                if let Err(r) = self.shared.own.write(p.segment(), off, bytes) {
+                    return Err(GlobalError::refused(self.me, r));
+                }
+                self.shared
+                    .own
+                    .atomic(ctrl, 0, AtomicOp::FetchAdd, len as u64, 0)
+                    .map_err(|r| GlobalError::refused(self.me, r))?;
+            }
+            Route::Direct => {
+                self.rma
+                    .put(p.segment(), off, bytes)
+                    .map_err(Self::rma_err)?;
+                // The data is in (the put fenced it) before the counter says so.
+                self.rma
+                    .atomic(ctrl, 0, AtomicOp::FetchAdd, len as u64, 0)
+                    .map_err(Self::rma_err)?;
+            }
+            Route::Am => {
+                let (w, cw) = (p.segment().to_words(), ctrl.to_words());
+                for (start, n) in pieces(bytes.len(), self.chunk.get()) {
+                    let piece = &bytes[start..start + n];
+                    let header = [w[0], w[1], (off + start) as u64, n as u64, cw[0], cw[1]];
+                    if n <= STORE_INLINE_WORDS * 8 {
+                        let mut args = [0u64; 6 + STORE_INLINE_WORDS];
+                        args[..6].copy_from_slice(&header);
+                        let words = to_words(piece, &mut args[6..]);
+                        self.rt.request_short(rank, self.h.store, &args[..6 + words])?;
+                    } else {
+                        self.rt.request_medium(rank, self.h.store, &header, piece)?;
+                    }
+                    self.stored_to.borrow_mut()[rank] += n as u64;
+                }
+                return Ok(());
+            }
+        }
+        self.stored_to.borrow_mut()[rank] += len as u64;
+        Ok(())
+    }
+
+    /// Bytes stored into this rank so far (by every rank, itself included).
+    pub fn stored_bytes(&self) -> u64 {
+        self.shared
+            .own
+            .atomic(self.ctrl.on(self.me), 0, AtomicOp::Load, 0, 0)
+            .unwrap_or(0)
+    }
+
+    /// Waits until at least `n` more bytes have been stored into this rank, and consumes
+    /// them (Split-C's `store_sync(n)`). If fewer ever arrive it waits, and says so on
+    /// standard error after `VOLLEY_HANG_WARN_SECS` (see [`Global::all_store_sync`] for the
+    /// collective form that knows how much to expect). A store refused here is an error.
+    pub fn store_sync(&self, n: u64) -> Result<()> {
+        let consumed = self.consumed.get();
+        self.wait_for(
+            || self.stored_bytes().wrapping_sub(consumed) >= n,
+            &|| {
+                format!(
+                    "store_sync({n}): {} bytes have arrived",
+                    self.stored_bytes().wrapping_sub(consumed)
+                )
+            },
+        );
+        self.consumed.set(consumed.wrapping_add(n));
+        self.local_store_refusal()
+    }
+
+    /// A store refused at this rank since the last report, as an error.
+    pub(crate) fn local_store_refusal(&self) -> Result<()> {
+        let count = self
+            .shared
+            .store_refused
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let new = count - self.local_refusals_reported.get();
+        if new == 0 {
+            return Ok(());
+        }
+        self.local_refusals_reported.set(count);
+        let first = self
+            .shared
+            .store_first_refusal
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let (_, reason) = refusal_of(first.unwrap_or((1, 0, 0, 0, 0)));
+        Err(GlobalError::StoreRefused {
+            rank: self.me,
+            count: new,
+            reason,
+        })
+    }
+}
+
+/// A get in flight whose value this handle hands over ([`Global::get_nb`]).
+#[must_use = "a Pending get must be waited for (dropping it waits)"]
+pub struct Pending<'g, 'rt, T: Pod> {
+    g: &'g Global<'rt>,
+    /// Where the reply writes: owned here, so a handle that is leaked leaks it too and a late
+    /// reply never writes freed memory.
+    value: Box<T>,
+    completion: Box<Completion>,
+    rank: usize,
+}
+
+impl<T: Pod> Pending<'_, '_, T> {
+    /// Whether the value is in (polls once if not).
+    pub fn test(&mut self) -> bool {
+        if !self.completion.done() {
+            self.g.rt.poll();
+        }
+        self.completion.done()
+    }
+
+    /// Waits for the value.
+    pub fn wait(mut self) -> Result<T> {
+        let v = self.finish();
+        // Done: nothing can write the boxes any more.
+        v
+    }
+
+    fn finish(&mut self) -> Result<T> {
+        let (c, rank) = (&self.completion, self.rank);
+        self.g
+            .wait_for(|| c.done(), &|| format!("a get from rank {rank}"));
+        c.result()
+            .map(|_| *self.value)
+            .map_err(|w| self.g.refused_err(w))
+    }
+}
+
+impl<T: Pod> Drop for Pending<'_, '_, T> {
+    fn drop(&mut self) {
+        let c = &self.completion;
+        self.g.wait_for(|| c.done(), &|| "a dropped get".into());
+    }
+}
+
+/// Split-phase operations whose buffers are borrowed until the phase's `sync`
+/// ([`Global::phase`]).
+pub struct Phase<'env, 'rt> {
+    g: &'env Global<'rt>,
+    /// Invariant in `'env`: the buffers handed in must live as long as the phase.
+    _borrows: PhantomData<&'env mut &'env ()>,
+}
+
+impl<'env, 'rt> Phase<'env, 'rt> {
+    /// `*dst := *p`: starts reading `*p` into `dst`, which is filled by the end of the phase.
+    pub fn get<T: Pod>(&self, dst: &'env mut T, p: GlobalPtr<T>) -> Result<()> {
+        self.bulk_get(std::slice::from_mut(dst), p)
+    }
+
+    /// Starts reading `dst.len()` elements at `p` into `dst`.
+    pub fn bulk_get<T: Pod>(&self, dst: &'env mut [T], p: GlobalPtr<T>) -> Result<()> {
+        let g = self.g;
+        p.check_fits(dst.len())?;
+        match g.route(p.rank())? {
+            Route::Local | Route::Direct => g.bulk_read(dst, p),
+            Route::Am => {
+                let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
+                let n = bytes.len().div_ceil(g.chunk.get()).max(1) as u64;
+                g.shared.counter.issue(n);
+                if let Err((sent, e)) = g.send_gets(p.segment(), p.offset(), bytes, 0) {
+                    g.shared.counter.unissue(n - sent);
+                    return Err(e);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// `*p := *v` ([`Global::put`]).
+    pub fn put<T: Pod>(&self, p: GlobalPtr<T>, v: &T) -> Result<()> {
+        self.g.put(p, v)
+    }
+
+    /// [`Global::bulk_put`].
+    pub fn bulk_put<T: Pod>(&self, p: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.g.bulk_put(p, src)
+    }
+
+    /// The global layer, for anything else inside the phase.
+    pub fn global(&self) -> &'env Global<'rt> {
+        self.g
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pieces;
+
+    #[test]
+    fn pieces_cover_the_transfer_once() {
+        assert_eq!(pieces(0, 8).collect::<Vec<_>>(), vec![(0, 0)]);
+        assert_eq!(pieces(8, 8).collect::<Vec<_>>(), vec![(0, 8)]);
+        assert_eq!(pieces(17, 8).collect::<Vec<_>>(), vec![(0, 8), (8, 8), (16, 1)]);
+    }
+}
