@@ -9,7 +9,7 @@ use crate::handlers::{push_local, run_procedure, BUCKET_HEADER, PROC_ARGS};
 use crate::ptr::GlobalPtr;
 use bytemuck::Pod;
 use std::marker::PhantomData;
-use volley::rma::{AtomicOp, Perms, SymmetricSegment};
+use volley::rma::{AtomicOp, SymmetricSegment};
 
 /// A registered atomic procedure on a `T` ([`crate::GlobalSetup::atomic_proc`]).
 pub struct AtomicProc<T> {
@@ -155,7 +155,7 @@ impl<'rt> Global<'rt> {
             .checked_mul(std::mem::size_of::<T>())
             .and_then(|b| b.checked_add(BUCKET_HEADER))
             .ok_or_else(|| GlobalError::BadArguments(format!("bucket of {capacity} items overflows")))?;
-        let seg = self.rma.alloc_symmetric(bytes, Perms::ALL)?;
+        let seg = self.alloc_zeroed(bytes)?;
         Ok(Bucket {
             seg,
             capacity,

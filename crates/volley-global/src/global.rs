@@ -121,7 +121,7 @@ impl GlobalSetup {
                 "strategy np needs the progress thread, which this runtime does not run".into(),
             ));
         }
-        let ctrl = rma.alloc_symmetric(64, Perms::ALL)?;
+        let ctrl = zeroed_symmetric(&rma, rt, 64)?;
         let procs = rt.size();
         let hang_warn = std::env::var("VOLLEY_HANG_WARN_SECS")
             .ok()
@@ -147,6 +147,15 @@ impl GlobalSetup {
             hang_warn,
         })
     }
+}
+
+/// [`Global::alloc_zeroed`], before the `Global` exists.
+fn zeroed_symmetric(rma: &Rma<'_>, rt: &Runtime, bytes: usize) -> Result<SymmetricSegment> {
+    let seg = rma.alloc_symmetric(bytes, Perms::ALL)?;
+    let zeros = vec![0u8; bytes];
+    rma.write_local(seg.on(rt.rank()), 0, &zeros)?;
+    rt.barrier();
+    Ok(seg)
 }
 
 impl Global<'static> {
@@ -236,17 +245,13 @@ impl<'rt> Global<'rt> {
         let bytes = per
             .checked_mul(std::mem::size_of::<T>())
             .ok_or_else(|| GlobalError::BadArguments(format!("{len} elements overflow")))?;
-        let seg = self.rma.alloc_symmetric(bytes.max(8), Perms::ALL)?;
+        let seg = self.alloc_zeroed(bytes.max(8))?;
         let mine = seg.on(self.me);
         let base = self
             .shared
             .own
             .range(mine, 0, bytes.max(8), Perms::NONE)
             .map_err(|r| GlobalError::refused(self.me, r))?;
-        // Zeroed: the area is reused after frees.
-        // SAFETY: `bytes` bytes of our own fresh segment, which no other rank uses until the
-        // allocation has returned on it (the exchange inside alloc_symmetric).
-        unsafe { std::ptr::write_bytes(base.as_ptr(), 0, bytes) };
         if base.as_ptr() as usize % std::mem::align_of::<T>() != 0 {
             return Err(GlobalError::Misaligned {
                 offset: 0,
@@ -256,7 +261,6 @@ impl<'rt> Global<'rt> {
         self.arrays
             .borrow_mut()
             .push((base.as_ptr() as usize, bytes, mine));
-        self.rt.barrier();
         Ok(SpreadArray::new(
             seg,
             len,
@@ -265,6 +269,13 @@ impl<'rt> Global<'rt> {
             layout,
             base.cast(),
         ))
+    }
+
+    /// Allocates a symmetric segment of `bytes` and zeroes this rank's part (the area is
+    /// reused after frees); returns once every rank has zeroed its part, so no access from
+    /// another rank can come before the zeroing (collective).
+    pub(crate) fn alloc_zeroed(&self, bytes: usize) -> Result<SymmetricSegment> {
+        zeroed_symmetric(&self.rma, self.rt, bytes)
     }
 
     /// Frees a spread array (collective). Later accesses to it are refused.

@@ -1,0 +1,108 @@
+//! The global layer (`volley-global`) across processes: one suite program
+//! (`src/bin/global_suite.rs`) runs unchanged under every strategy. With `VOLLEY_TEST_NET`
+//! (`scripts/test-matrix`) the same jobs run on emulated nodes, over UDP or TCP. Each section
+//! checks its own results; these tests match the line rank 0 prints for each, so a section
+//! that silently did not run fails.
+
+mod common;
+
+use common::Job;
+use std::time::Duration;
+
+const SUITE: &str = env!("CARGO_BIN_EXE_global_suite");
+const SECTIONS: [&str; 15] = [
+    "rw", "sync", "handle", "spread", "store", "radix", "atomics", "buckets", "barrier", "coll",
+    "bulk", "overlap", "flood", "exchange", "protect",
+];
+const DEADLINE: Duration = Duration::from_secs(240);
+
+/// Runs the whole suite on `ranks` ranks under `strategy` and checks every section passed.
+fn whole_suite(strategy: &str, ranks: usize) {
+    let out = Job::run(ranks, SUITE, &["all"])
+        .env("VOLLEY_STRATEGY", strategy)
+        .timeout(DEADLINE)
+        .output();
+    out.assert_success();
+    let lines: Vec<String> = SECTIONS
+        .iter()
+        .map(|s| format!("global {s} [{strategy}]: ok"))
+        .collect();
+    let wanted: Vec<&str> = lines.iter().map(String::as_str).collect();
+    out.assert_stdout_has(&wanted);
+}
+
+#[test]
+fn the_suite_under_proc() {
+    whole_suite("proc", 4);
+}
+
+#[test]
+fn the_suite_under_np() {
+    whole_suite("np", 4);
+}
+
+#[test]
+fn the_suite_under_hw() {
+    whole_suite("hw", 4);
+}
+
+#[test]
+fn the_suite_on_3_ranks_under_np() {
+    whole_suite("np", 3);
+}
+
+#[test]
+fn collectives_against_references_on_1_to_8_ranks() {
+    for ranks in 1..=8 {
+        for strategy in ["hw", "proc"] {
+            Job::run(ranks, SUITE, &["coll", "barrier", "radix"])
+                .env("VOLLEY_STRATEGY", strategy)
+                .timeout(DEADLINE)
+                .output()
+                .assert_success()
+                .assert_stdout_has(&[
+                    &format!("global coll [{strategy}]: ok (every collective on {ranks} ranks"),
+                    &format!("global radix [{strategy}]: ok"),
+                ]);
+        }
+    }
+}
+
+#[test]
+fn more_ranks_than_cores_with_a_progress_thread_each() {
+    Job::run(8, SUITE, &["store", "atomics", "buckets", "flood", "exchange"])
+        .env("VOLLEY_STRATEGY", "np")
+        .timeout(DEADLINE)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&[
+            "global store [np]: ok (7 senders",
+            "global atomics [np]: ok (8 x 300",
+            "global buckets [np]: ok",
+            "global flood [np]: ok (8 ranks x 20000 stores",
+            "global exchange [np]: ok",
+        ]);
+}
+
+#[test]
+fn a_store_sync_that_waits_long_says_what_for() {
+    for strategy in ["proc", "hw"] {
+        Job::run(2, SUITE, &["late"])
+            .env("VOLLEY_STRATEGY", strategy)
+            .env("VOLLEY_HANG_WARN_SECS", "0.2")
+            .timeout(DEADLINE)
+            .output()
+            .assert_success()
+            .assert_stdout_has(&[&format!("global late [{strategy}]: ok")])
+            .assert_stderr_has(&["rank 0 has waited", "for store_sync(8): 0 bytes have arrived"]);
+    }
+}
+
+#[test]
+fn an_unknown_strategy_is_refused_by_name() {
+    Job::run(2, SUITE, &["rw"])
+        .env("VOLLEY_STRATEGY", "fast")
+        .output()
+        .assert_code(2)
+        .assert_stderr_has(&["unknown strategy \"fast\": expected proc, np or hw"]);
+}
