@@ -70,18 +70,22 @@ fn collectives_against_references_on_1_to_8_ranks() {
 
 #[test]
 fn more_ranks_than_cores_with_a_progress_thread_each() {
-    Job::run(8, SUITE, &["store", "atomics", "buckets", "flood", "exchange"])
-        .env("VOLLEY_STRATEGY", "np")
-        .timeout(DEADLINE)
-        .output()
-        .assert_success()
-        .assert_stdout_has(&[
-            "global store [np]: ok (7 senders",
-            "global atomics [np]: ok (8 x 300",
-            "global buckets [np]: ok",
-            "global flood [np]: ok (8 ranks x 20000 stores",
-            "global exchange [np]: ok",
-        ]);
+    Job::run(
+        8,
+        SUITE,
+        &["store", "atomics", "buckets", "flood", "exchange"],
+    )
+    .env("VOLLEY_STRATEGY", "np")
+    .timeout(DEADLINE)
+    .output()
+    .assert_success()
+    .assert_stdout_has(&[
+        "global store [np]: ok (7 senders",
+        "global atomics [np]: ok (8 x 300",
+        "global buckets [np]: ok",
+        "global flood [np]: ok (8 ranks x 20000 stores",
+        "global exchange [np]: ok",
+    ]);
 }
 
 #[test]
@@ -94,7 +98,10 @@ fn a_store_sync_that_waits_long_says_what_for() {
             .output()
             .assert_success()
             .assert_stdout_has(&[&format!("global late [{strategy}]: ok")])
-            .assert_stderr_has(&["rank 0 has waited", "for store_sync(8): 0 bytes have arrived"]);
+            .assert_stderr_has(&[
+                "rank 0 has waited",
+                "for store_sync(8): 0 bytes have arrived",
+            ]);
     }
 }
 

@@ -61,7 +61,13 @@ impl<T> Bucket<T> {
 }
 
 impl<'rt> Global<'rt> {
-    fn word_atomic(&self, p: GlobalPtr<u64>, op: AtomicOp, operand: u64, compare: u64) -> Result<u64> {
+    fn word_atomic(
+        &self,
+        p: GlobalPtr<u64>,
+        op: AtomicOp,
+        operand: u64,
+        compare: u64,
+    ) -> Result<u64> {
         p.check_fits(1)?;
         self.route(p.rank())?;
         self.rma
@@ -119,7 +125,9 @@ impl<'rt> Global<'rt> {
         if self.route(p.rank())? == Route::Local {
             return self
                 .rt
-                .critical(|| run_procedure(&self.shared, p.segment(), p.offset(), f.index as u64, args))
+                .critical(|| {
+                    run_procedure(&self.shared, p.segment(), p.offset(), f.index as u64, args)
+                })
                 .map_err(|r| GlobalError::refused(self.me, r));
         }
         let c = Completion::expecting(1);
@@ -154,7 +162,9 @@ impl<'rt> Global<'rt> {
         let bytes = capacity
             .checked_mul(std::mem::size_of::<T>())
             .and_then(|b| b.checked_add(BUCKET_HEADER))
-            .ok_or_else(|| GlobalError::BadArguments(format!("bucket of {capacity} items overflows")))?;
+            .ok_or_else(|| {
+                GlobalError::BadArguments(format!("bucket of {capacity} items overflows"))
+            })?;
         let seg = self.alloc_zeroed(bytes)?;
         Ok(Bucket {
             seg,
@@ -216,8 +226,12 @@ impl<'rt> Global<'rt> {
             }
             Route::Am => {
                 let (w, cw) = (bucket.to_words(), ctrl.to_words());
-                self.rt
-                    .request_medium(rank, self.h.push, &[w[0], w[1], cap, cw[0], cw[1]], bytes)?;
+                self.rt.request_medium(
+                    rank,
+                    self.h.push,
+                    &[w[0], w[1], cap, cw[0], cw[1]],
+                    bytes,
+                )?;
             }
         }
         self.stored_to.borrow_mut()[rank] += size;

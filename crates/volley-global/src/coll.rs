@@ -136,7 +136,10 @@ impl What {
     }
 
     fn code(self) -> u64 {
-        self.kind as u64 | (self.op as u64) << 8 | (self.elem as u64) << 16 | (self.root as u64) << 32
+        self.kind as u64
+            | (self.op as u64) << 8
+            | (self.elem as u64) << 16
+            | (self.root as u64) << 32
     }
 
     fn describe(code: u64) -> String {
@@ -185,7 +188,14 @@ impl Global<'_> {
 
     /// Sends one parcel (fragmented into medium messages); to itself, straight into the
     /// mailbox.
-    fn send_parcel(&self, dest: usize, epoch: u64, step: u64, what: What, bytes: &[u8]) -> Result<()> {
+    fn send_parcel(
+        &self,
+        dest: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        bytes: &[u8],
+    ) -> Result<()> {
         let total = bytes.len() as u64;
         if dest == self.me {
             self.shared
@@ -206,18 +216,22 @@ impl Global<'_> {
 
     /// Receives the parcel of `src` for (epoch, step), checking that it comes from the same
     /// collective and, when `len` is given, has that many bytes.
-    fn recv_parcel(&self, src: usize, epoch: u64, step: u64, what: What, len: Option<usize>) -> Result<Vec<u8>> {
+    fn recv_parcel(
+        &self,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        len: Option<usize>,
+    ) -> Result<Vec<u8>> {
         let mb = &self.shared.mailbox;
-        self.wait_for(
-            || mb.ready(src, epoch, step),
-            &|| {
-                format!(
-                    "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
+        self.wait_for(|| mb.ready(src, epoch, step), &|| {
+            format!(
+                "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
                      calls it, or calls another, keeps every other rank here",
-                    What::describe(what.code())
-                )
-            },
-        );
+                What::describe(what.code())
+            )
+        });
         let p = mb.take(src, epoch, step).expect("ready parcel");
         if p.what != what.code() || len.is_some_and(|l| l != p.total) {
             let mine = What::describe(what.code())
@@ -234,7 +248,14 @@ impl Global<'_> {
         Ok(p.data)
     }
 
-    fn recv_into<T: Pod>(&self, src: usize, epoch: u64, step: u64, what: What, dst: &mut [T]) -> Result<()> {
+    fn recv_into<T: Pod>(
+        &self,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        dst: &mut [T],
+    ) -> Result<()> {
         let data = self.recv_parcel(src, epoch, step, what, Some(std::mem::size_of_val(dst)))?;
         bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(&data);
         Ok(())
@@ -320,7 +341,13 @@ impl Global<'_> {
     /// Recursive doubling; ranks beyond the largest power of two first fold into a partner
     /// and get the result back at the end. Operands are always combined lower ranks first,
     /// so every rank computes the same tree.
-    fn recursive_doubling<T: Pod>(&self, epoch: u64, what: What, data: &mut [T], f: &impl Fn(T, T) -> T) -> Result<()> {
+    fn recursive_doubling<T: Pod>(
+        &self,
+        epoch: u64,
+        what: What,
+        data: &mut [T],
+        f: &impl Fn(T, T) -> T,
+    ) -> Result<()> {
         let (me, p) = (self.me, self.procs);
         let pof2 = 1 << (usize::BITS - 1 - p.leading_zeros());
         let rem = p - pof2;
@@ -377,7 +404,13 @@ impl Global<'_> {
     }
 
     /// Rank j reduces chunk j of every rank's data (in rank order), then sends it to all.
-    fn reduce_scatter_gather<T: Pod>(&self, epoch: u64, what: What, data: &mut [T], f: &impl Fn(T, T) -> T) -> Result<()> {
+    fn reduce_scatter_gather<T: Pod>(
+        &self,
+        epoch: u64,
+        what: What,
+        data: &mut [T],
+        f: &impl Fn(T, T) -> T,
+    ) -> Result<()> {
         let (me, p) = (self.me, self.procs);
         let len = data.len();
         let chunk = |j: usize| {
@@ -561,7 +594,13 @@ impl Global<'_> {
         let me = self.me;
         for k in 1..p {
             let j = (me + k) % p;
-            self.send_parcel(j, epoch, 0, what, bytemuck::cast_slice(&send[j * n..(j + 1) * n]))?;
+            self.send_parcel(
+                j,
+                epoch,
+                0,
+                what,
+                bytemuck::cast_slice(&send[j * n..(j + 1) * n]),
+            )?;
         }
         recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
         for k in 1..p {
@@ -573,7 +612,11 @@ impl Global<'_> {
 
     /// Personalized exchange of varying sizes: `counts[j]` elements of `send` (in order) go
     /// to rank j. Returns what arrived, by source rank, and how many came from each.
-    pub fn all_to_all_v<T: Pod>(&self, send: &[T], counts: &[usize]) -> Result<(Vec<T>, Vec<usize>)> {
+    pub fn all_to_all_v<T: Pod>(
+        &self,
+        send: &[T],
+        counts: &[usize],
+    ) -> Result<(Vec<T>, Vec<usize>)> {
         let p = self.procs;
         if counts.len() != p || counts.iter().sum::<usize>() != send.len() {
             return Err(GlobalError::BadArguments(format!(
@@ -644,15 +687,12 @@ impl Global<'_> {
         let mut expected_from = vec![0u64; self.procs];
         self.all_to_all(&sent, &mut expected_from)?;
         let expected: u64 = expected_from.iter().sum();
-        self.wait_for(
-            || self.stored_bytes() >= expected,
-            &|| {
-                format!(
-                    "all_store_sync: {} of {expected} bytes stored here have arrived",
-                    self.stored_bytes()
-                )
-            },
-        );
+        self.wait_for(|| self.stored_bytes() >= expected, &|| {
+            format!(
+                "all_store_sync: {} of {expected} bytes stored here have arrived",
+                self.stored_bytes()
+            )
+        });
         // Everyone's stores are in at their targets; exchanging refusal counts is the final
         // barrier and tells every rank of any refusal.
         let refused = self

@@ -64,7 +64,9 @@ pub enum GlobalError {
         addr: usize,
     },
     /// Ranks called different collectives, or the same one with different sizes or roots.
-    #[error("collective #{epoch} mismatch: rank {me} called {mine} but rank {rank} called {theirs}")]
+    #[error(
+        "collective #{epoch} mismatch: rank {me} called {mine} but rank {rank} called {theirs}"
+    )]
     CollectiveMismatch {
         /// Collective sequence number (every rank counts its collective calls).
         epoch: u64,

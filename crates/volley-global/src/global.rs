@@ -2,12 +2,12 @@
 //! global address space of one built runtime), with allocation, pointer conversion and the
 //! waits every operation shares.
 
+use crate::atomics::AtomicProc;
 use crate::error::{GlobalError, Result};
 use crate::handlers::{self, Handlers, Procedure, Shared};
 use crate::ptr::GlobalPtr;
 use crate::spread::{self, Layout, SpreadArray};
 use crate::strategy::Strategy;
-use crate::atomics::AtomicProc;
 use bytemuck::Pod;
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, PoisonError};

@@ -23,7 +23,7 @@ use crate::counter::SplitCounter;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use volley::rma::{AtomicOp, OwnSegments, Perms, Refusal, SegmentRef};
-use volley::{Message, ReplyHandler, RequestHandler, ReplyToken, RuntimeBuilder};
+use volley::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
 
 /// Inline data words of a get's reply (16 arguments less 6 header words).
 pub(crate) const GET_INLINE_WORDS: usize = 10;
@@ -36,10 +36,13 @@ pub(crate) const PROC_ARGS: usize = 11;
 /// Where a bucket's items start (its first line holds the count).
 pub(crate) const BUCKET_HEADER: usize = 64;
 
+/// The code of an atomic procedure, on the pointee's bytes and the call's arguments.
+pub(crate) type ProcedureFn = dyn Fn(&mut [u8], &[u64]) -> u64 + Send + Sync;
+
 /// A registered atomic procedure: the pointee's size and the code run at the owner.
 pub(crate) struct Procedure {
     pub(crate) size: usize,
-    pub(crate) run: Box<dyn Fn(&mut [u8], &[u64]) -> u64 + Send + Sync>,
+    pub(crate) run: Box<ProcedureFn>,
 }
 
 /// State shared by a rank's [`crate::Global`] and its handlers.
@@ -84,7 +87,10 @@ impl Shared {
     fn complete(&self, kind: u64, status: u64, value: u64, detail: [u64; 4]) {
         if kind == 0 {
             if status != 0 {
-                let mut e = self.split_error.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut e = self
+                    .split_error
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
                 e.get_or_insert((status, detail[0] as usize, detail[1], detail[2], detail[3]));
             }
             self.counter.complete();
@@ -192,7 +198,9 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     });
 
     let s = shared.clone();
-    let get = b.request_handler("volley.global.get", move |m, tok| serve_get(&s, m, tok, data));
+    let get = b.request_handler("volley.global.get", move |m, tok| {
+        serve_get(&s, m, tok, data)
+    });
     let s = shared.clone();
     let put = b.request_handler("volley.global.put", move |m, tok| {
         // args: segment, key, offset, length, completion, inline words.

@@ -55,10 +55,7 @@ impl<'rt> Global<'rt> {
                 .own
                 .read(p.segment(), off, bytes)
                 .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self
-                .rma
-                .get(p.segment(), off, bytes)
-                .map_err(Self::rma_err),
+            Route::Direct => self.rma.get(p.segment(), off, bytes).map_err(Self::rma_err),
             Route::Am => {
                 let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
                 let c = Completion::expecting(n);
@@ -140,10 +137,7 @@ impl<'rt> Global<'rt> {
                 .own
                 .write(p.segment(), off, bytes)
                 .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self
-                .rma
-                .put(p.segment(), off, bytes)
-                .map_err(Self::rma_err),
+            Route::Direct => self.rma.put(p.segment(), off, bytes).map_err(Self::rma_err),
             Route::Am => {
                 let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
                 let c = Completion::expecting(n);
@@ -170,7 +164,8 @@ impl<'rt> Global<'rt> {
                 let mut args = [0u64; 5 + PUT_INLINE_WORDS];
                 args[..5].copy_from_slice(&header);
                 let words = to_words(piece, &mut args[5..]);
-                self.rt.request_short(seg.rank, self.h.put, &args[..5 + words])
+                self.rt
+                    .request_short(seg.rank, self.h.put, &args[..5 + words])
             } else {
                 self.rt.request_medium(seg.rank, self.h.put, &header, piece)
             };
@@ -187,10 +182,7 @@ impl<'rt> Global<'rt> {
     /// Runs `f` with a [`Phase`] in which gets and puts are split-phase, and syncs when it
     /// ends (also if `f` fails or panics): Split-C's `x := *p; ...; sync()`. The buffers of
     /// gets stay borrowed until the sync, which is what makes them safe.
-    pub fn phase<'env, R>(
-        &'env self,
-        f: impl FnOnce(&Phase<'env, 'rt>) -> Result<R>,
-    ) -> Result<R> {
+    pub fn phase<'env, R>(&'env self, f: impl FnOnce(&Phase<'env, 'rt>) -> Result<R>) -> Result<R> {
         /// Syncs if `f` unwinds, so no reply writes a buffer that is gone.
         struct SyncOnUnwind<'a, 'rt>(&'a Global<'rt>);
         impl Drop for SyncOnUnwind<'_, '_> {
@@ -228,8 +220,7 @@ impl<'rt> Global<'rt> {
         let n = std::mem::size_of::<T>().div_ceil(self.chunk.get()).max(1) as u64;
         let completion = Box::new(Completion::expecting(n));
         let bytes: &mut [u8] = bytemuck::bytes_of_mut(&mut *value);
-        if let Err((sent, e)) = self.send_gets(p.segment(), p.offset(), bytes, completion.word())
-        {
+        if let Err((sent, e)) = self.send_gets(p.segment(), p.offset(), bytes, completion.word()) {
             completion.forget(n - sent);
             self.wait_for(|| completion.done(), &|| "a get's replies".into());
             return Err(e);
@@ -270,10 +261,9 @@ impl<'rt> Global<'rt> {
     /// refusal among them (Split-C's `sync`). Returns at once with nothing outstanding.
     pub fn sync(&self) -> Result<()> {
         let c = &self.shared.counter;
-        self.wait_for(
-            || c.outstanding() == 0,
-            &|| format!("sync: {} gets/puts outstanding", c.outstanding()),
-        );
+        self.wait_for(|| c.outstanding() == 0, &|| {
+            format!("sync: {} gets/puts outstanding", c.outstanding())
+        });
         let first = self
             .shared
             .split_error
@@ -329,7 +319,8 @@ impl<'rt> Global<'rt> {
                         let mut args = [0u64; 6 + STORE_INLINE_WORDS];
                         args[..6].copy_from_slice(&header);
                         let words = to_words(piece, &mut args[6..]);
-                        self.rt.request_short(rank, self.h.store, &args[..6 + words])?;
+                        self.rt
+                            .request_short(rank, self.h.store, &args[..6 + words])?;
                     } else {
                         self.rt.request_medium(rank, self.h.store, &header, piece)?;
                     }
@@ -356,15 +347,12 @@ impl<'rt> Global<'rt> {
     /// collective form that knows how much to expect). A store refused here is an error.
     pub fn store_sync(&self, n: u64) -> Result<()> {
         let consumed = self.consumed.get();
-        self.wait_for(
-            || self.stored_bytes().wrapping_sub(consumed) >= n,
-            &|| {
-                format!(
-                    "store_sync({n}): {} bytes have arrived",
-                    self.stored_bytes().wrapping_sub(consumed)
-                )
-            },
-        );
+        self.wait_for(|| self.stored_bytes().wrapping_sub(consumed) >= n, &|| {
+            format!(
+                "store_sync({n}): {} bytes have arrived",
+                self.stored_bytes().wrapping_sub(consumed)
+            )
+        });
         self.consumed.set(consumed.wrapping_add(n));
         self.local_store_refusal()
     }
@@ -496,6 +484,9 @@ mod tests {
     fn pieces_cover_the_transfer_once() {
         assert_eq!(pieces(0, 8).collect::<Vec<_>>(), vec![(0, 0)]);
         assert_eq!(pieces(8, 8).collect::<Vec<_>>(), vec![(0, 8)]);
-        assert_eq!(pieces(17, 8).collect::<Vec<_>>(), vec![(0, 8), (8, 8), (16, 1)]);
+        assert_eq!(
+            pieces(17, 8).collect::<Vec<_>>(),
+            vec![(0, 8), (8, 8), (16, 1)]
+        );
     }
 }

@@ -91,7 +91,7 @@ impl<T: Pod> GlobalPtr<T> {
     }
 
     /// The pointer `n` elements further (negative: back). Only the offset moves.
-    pub fn add(self, n: isize) -> Self {
+    pub fn offset_by(self, n: isize) -> Self {
         let bytes = n.wrapping_mul(std::mem::size_of::<T>() as isize);
         Self::new_unchecked(self.seg, self.offset.wrapping_add_signed(bytes))
     }
@@ -112,10 +112,12 @@ impl<T: Pod> GlobalPtr<T> {
 
     /// Checks that `count` elements from here fit the segment (before anything is sent).
     pub(crate) fn check_fits(&self, count: usize) -> Result<usize> {
-        let len = count
-            .checked_mul(std::mem::size_of::<T>())
-            .unwrap_or(usize::MAX);
-        if self.offset.checked_add(len).is_none_or(|e| e > self.seg.len()) {
+        let len = count.saturating_mul(std::mem::size_of::<T>());
+        if self
+            .offset
+            .checked_add(len)
+            .is_none_or(|e| e > self.seg.len())
+        {
             return Err(GlobalError::OutOfBounds {
                 rank: self.seg.rank,
                 offset: self.offset,
@@ -130,14 +132,14 @@ impl<T: Pod> GlobalPtr<T> {
 impl<T: Pod> std::ops::Add<usize> for GlobalPtr<T> {
     type Output = Self;
     fn add(self, n: usize) -> Self {
-        GlobalPtr::add(self, n as isize)
+        self.offset_by(n as isize)
     }
 }
 
 impl<T: Pod> std::ops::Sub<usize> for GlobalPtr<T> {
     type Output = Self;
     fn sub(self, n: usize) -> Self {
-        GlobalPtr::add(self, -(n as isize))
+        self.offset_by(-(n as isize))
     }
 }
 
@@ -157,22 +159,35 @@ mod tests {
         assert_eq!(q.offset(), 16 + 40);
         assert_eq!((q - 5), p);
         assert_eq!(q.offset_from(p), Some(5));
-        assert_eq!(p.add(-2).offset(), 0);
+        assert_eq!(p.offset_by(-2).offset(), 0);
         assert!(q.is_local_to(2) && !q.is_local_to(0));
         assert_ne!(p, GlobalPtr::new(seg(1, 800), 16).unwrap());
-        assert_eq!(p.offset_from(GlobalPtr::new(seg(1, 800), 16).unwrap()), None);
+        assert_eq!(
+            p.offset_from(GlobalPtr::new(seg(1, 800), 16).unwrap()),
+            None
+        );
     }
 
     #[test]
     fn misaligned_pointers_and_oversized_accesses_are_refused() {
         let e = GlobalPtr::<u64>::new(seg(0, 64), 4).unwrap_err();
-        assert!(matches!(e, GlobalError::Misaligned { offset: 4, align: 8 }));
+        assert!(matches!(
+            e,
+            GlobalError::Misaligned {
+                offset: 4,
+                align: 8
+            }
+        ));
         let p = GlobalPtr::<u32>::new(seg(0, 64), 4).unwrap();
         assert!(p.cast::<u64>().is_err());
         assert_eq!(p.check_fits(15).unwrap(), 60);
         assert!(matches!(
             p.check_fits(16),
-            Err(GlobalError::OutOfBounds { len: 64, segment_len: 64, .. })
+            Err(GlobalError::OutOfBounds {
+                len: 64,
+                segment_len: 64,
+                ..
+            })
         ));
         assert!(p.check_fits(usize::MAX / 2).is_err());
     }

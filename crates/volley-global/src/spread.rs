@@ -121,7 +121,11 @@ impl<T: Pod> SpreadArray<T> {
 
     /// Where element `i` lives: (rank, index within that rank's part). Panics if `i >= len`.
     pub fn locate(&self, i: usize) -> (usize, usize) {
-        assert!(i < self.len, "index {i} out of a spread array of {}", self.len);
+        assert!(
+            i < self.len,
+            "index {i} out of a spread array of {}",
+            self.len
+        );
         locate(i, self.procs, self.len, self.layout)
     }
 
@@ -214,7 +218,10 @@ mod tests {
         let mut seen = vec![vec![false; per]; procs];
         for i in 0..len {
             let (r, l) = locate(i, procs, len, layout);
-            assert!(r < procs && l < per, "{layout:?} n={len} P={procs}: {i} -> ({r},{l})");
+            assert!(
+                r < procs && l < per,
+                "{layout:?} n={len} P={procs}: {i} -> ({r},{l})"
+            );
             assert!(!seen[r][l], "{layout:?}: slot ({r},{l}) taken twice");
             seen[r][l] = true;
             assert_eq!(global_index(r, l, procs, len, layout), i);

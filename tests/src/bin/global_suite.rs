@@ -10,9 +10,7 @@ use bytemuck::{Pod, Zeroable};
 use std::time::Duration;
 use volley::rma::{Perms, Refusal};
 use volley::Runtime;
-use volley_global::{
-    AtomicProc, Global, GlobalError, GlobalPtr, Layout, Op, Strategy,
-};
+use volley_global::{AtomicProc, Global, GlobalError, GlobalPtr, Layout, Op, Strategy};
 use volley_tests::{fail, fill_pattern, mix, pattern_byte};
 
 const SECTIONS: [&str; 15] = [
@@ -49,11 +47,12 @@ struct Suite<'g, 'rt> {
 }
 
 macro_rules! check {
-    ($s:expr, $cond:expr, $($msg:tt)+) => {
-        if !$cond {
+    ($s:expr, $cond:expr, $($msg:tt)+) => {{
+        let holds: bool = $cond;
+        if !holds {
             fail($s.me, 1, &format!("[{}] {}", $s.name, format!($($msg)+)));
         }
-    };
+    }};
 }
 
 fn ok<T>(s: &Suite<'_, '_>, what: &str, r: volley_global::Result<T>) -> T {
@@ -71,14 +70,38 @@ impl Suite<'_, '_> {
     fn rw(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic));
-        let bytes = ok(self, "alloc", g.all_spread_alloc::<u8>(4 * p, Layout::Cyclic));
-        let parts = ok(self, "alloc", g.all_spread_alloc::<Particle>(p, Layout::Cyclic));
-        let blocks = ok(self, "alloc", g.all_spread_alloc::<Block>(p, Layout::Cyclic));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic),
+        );
+        let bytes = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u8>(4 * p, Layout::Cyclic),
+        );
+        let parts = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<Particle>(p, Layout::Cyclic),
+        );
+        let blocks = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<Block>(p, Layout::Cyclic),
+        );
         let right = (me + 1) % p;
         // Every rank writes elements owned by its right neighbour (1, 8, 32 and 320 bytes).
-        ok(self, "write u64", g.write(a.ptr(4 * right + 1), mix(me as u64)));
-        ok(self, "write u8", g.write(bytes.ptr(right + p), me as u8 ^ 0x5a));
+        ok(
+            self,
+            "write u64",
+            g.write(a.ptr(4 * right + 1), mix(me as u64)),
+        );
+        ok(
+            self,
+            "write u8",
+            g.write(bytes.ptr(right + p), me as u8 ^ 0x5a),
+        );
         let part = Particle {
             pos: [me as f64, 0.5, -1.0],
             id: me as u32,
@@ -96,32 +119,50 @@ impl Suite<'_, '_> {
         let left = (me + p - 1) % p;
         let third = (me + 2) % p;
         let v = ok(self, "read", g.read(a.ptr(4 * third + 1)));
-        check!(self, v == mix(((third + p - 1) % p) as u64), "read {v:#x} of rank {third}");
+        check!(
+            self,
+            v == mix(((third + p - 1) % p) as u64),
+            "read {v:#x} of rank {third}"
+        );
         let mine = ok(self, "read own", g.read(a.ptr(4 * me + 1)));
         check!(self, mine == mix(left as u64), "own element {mine:#x}");
         let b = ok(self, "read u8", g.read(bytes.ptr(me + p)));
         check!(self, b == left as u8 ^ 0x5a, "u8 {b}");
         let q = ok(self, "read struct", g.read(parts.ptr(third)));
-        check!(self, q.id as usize == (third + p - 1) % p && q.pos[1] == 0.5, "struct {q:?}");
+        check!(
+            self,
+            q.id as usize == (third + p - 1) % p && q.pos[1] == 0.5,
+            "struct {q:?}"
+        );
         let bl = ok(self, "read block", g.read(blocks.ptr(third)));
         let writer = (third + p - 1) % p;
         check!(
             self,
-            bl.words.iter().enumerate().all(|(i, w)| *w == mix(writer as u64 * 100 + i as u64)),
+            bl.words
+                .iter()
+                .enumerate()
+                .all(|(i, w)| *w == mix(writer as u64 * 100 + i as u64)),
             "block read from rank {third} differs"
         );
         g.free(a);
         g.free(bytes);
         g.free(parts);
         g.free(blocks);
-        self.done("rw", "(1/8/32/256-byte values written and read back by a third rank)");
+        self.done(
+            "rw",
+            "(1/8/32/256-byte values written and read back by a third rank)",
+        );
     }
 
     fn sync(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const K: usize = 1000;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(K * p, Layout::Cyclic));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(K * p, Layout::Cyclic),
+        );
         // K puts spread over every rank, then sync.
         let stats0 = g.runtime().stats();
         ok(self, "empty sync", g.sync());
@@ -159,7 +200,12 @@ impl Suite<'_, '_> {
             }),
         );
         for (k, v) in got.iter().enumerate() {
-            check!(self, *v == mix(idx_get(k) as u64), "get {k} of element {}: {v:#x}", idx_get(k));
+            check!(
+                self,
+                *v == mix(idx_get(k) as u64),
+                "get {k} of element {}: {v:#x}",
+                idx_get(k)
+            );
         }
         // Unscoped puts completed by sync.
         ok(self, "barrier", g.barrier());
@@ -175,7 +221,10 @@ impl Suite<'_, '_> {
             check!(self, v == idx as u64 * 3, "after sync element {idx} = {v}");
         }
         g.free(a);
-        self.done("sync", &format!("({K} puts and {K} gets per rank to every rank)"));
+        self.done(
+            "sync",
+            &format!("({K} puts and {K} gets per rank to every rank)"),
+        );
     }
 
     fn handle(&self) {
@@ -226,7 +275,7 @@ impl Suite<'_, '_> {
                 let gp = ok(self, "to_global", g.to_global(me, first));
                 check!(self, gp == a.ptr_on(me, 0), "to_global {gp:?}");
                 let back = ok(self, "to_local", g.to_local(gp));
-                check!(self, back.as_ptr() as *const u32 == first as *const u32, "to_local");
+                check!(self, std::ptr::eq(back.as_ptr(), first), "to_local");
                 let second = ok(self, "read", g.read(gp + 1));
                 check!(
                     self,
@@ -253,17 +302,28 @@ impl Suite<'_, '_> {
             ok(self, "barrier", g.barrier());
             g.free(a);
         }
-        self.done("spread", "(cyclic, blocked and block-cyclic layouts, local parts, to_global/to_local)");
+        self.done(
+            "spread",
+            "(cyclic, blocked and block-cyclic layouts, local parts, to_global/to_local)",
+        );
     }
 
     fn store(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const PER: usize = 300;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(PER * p * p, Layout::Blocked));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(PER * p * p, Layout::Blocked),
+        );
         // Every rank but 0 stores PER words into rank 0's part (disjoint slots), then a bulk
         // of 1000 bytes.
-        let bulk = ok(self, "alloc", g.all_spread_alloc::<u8>(1000 * p * p, Layout::Blocked));
+        let bulk = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u8>(1000 * p * p, Layout::Blocked),
+        );
         if me != 0 {
             for k in 0..PER {
                 let slot = me * PER + k;
@@ -271,7 +331,11 @@ impl Suite<'_, '_> {
             }
             let mut data = vec![0u8; 1000];
             fill_pattern(me as u64, &mut data);
-            ok(self, "bulk_store", g.bulk_store(bulk.ptr_on(0, me * 1000), &data));
+            ok(
+                self,
+                "bulk_store",
+                g.bulk_store(bulk.ptr_on(0, me * 1000), &data),
+            );
         } else {
             let total = ((p - 1) * (PER * 8 + 1000)) as u64;
             ok(self, "store_sync", g.store_sync(total));
@@ -279,18 +343,33 @@ impl Suite<'_, '_> {
                 for k in 0..PER {
                     let slot = r * PER + k;
                     let v = a.local_get(slot);
-                    check!(self, v == mix(slot as u64), "stored slot {slot} = {v:#x} after store_sync");
+                    check!(
+                        self,
+                        v == mix(slot as u64),
+                        "stored slot {slot} = {v:#x} after store_sync"
+                    );
                 }
                 for i in 0..1000 {
                     let v = bulk.local_get(r * 1000 + i);
-                    check!(self, v == pattern_byte(r as u64, i), "bulk store byte {i} from {r}");
+                    check!(
+                        self,
+                        v == pattern_byte(r as u64, i),
+                        "bulk store byte {i} from {r}"
+                    );
                 }
             }
         }
         ok(self, "barrier", g.barrier());
         g.free(a);
         g.free(bulk);
-        self.done("store", &format!("({} senders x {} bytes, store_sync(total) on rank 0)", p - 1, PER * 8 + 1000));
+        self.done(
+            "store",
+            &format!(
+                "({} senders x {} bytes, store_sync(total) on rank 0)",
+                p - 1,
+                PER * 8 + 1000
+            ),
+        );
     }
 
     fn radix(&self) {
@@ -337,17 +416,32 @@ impl Suite<'_, '_> {
         }
         let mut all = vec![0u32; n];
         ok(self, "all_gather", g.all_gather(&keys, &mut all));
-        check!(self, all == expected, "radix sort by stores is not sorted / not a permutation");
+        check!(
+            self,
+            all == expected,
+            "radix sort by stores is not sorted / not a permutation"
+        );
         g.free(dst);
-        self.done("radix", &format!("({n} keys, 3 passes of stores and all_store_sync)"));
+        self.done(
+            "radix",
+            &format!("({n} keys, 3 passes of stores and all_store_sync)"),
+        );
     }
 
     fn atomics(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const M: u64 = 300;
-        let w = ok(self, "alloc", g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic));
-        let parts = ok(self, "alloc", g.all_spread_alloc::<Particle>(p, Layout::Cyclic));
+        let w = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic),
+        );
+        let parts = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<Particle>(p, Layout::Cyclic),
+        );
         let counter = w.ptr(0); // on rank 0
         let procd = w.ptr(3 * p - 1); // on the last rank
         let mut olds = Vec::new();
@@ -355,7 +449,11 @@ impl Suite<'_, '_> {
             olds.push(ok(self, "fetch_add", g.fetch_add(counter, 1)));
             ok(self, "atomic", g.atomic(self.bump, procd, &[2]));
         }
-        check!(self, olds.windows(2).all(|w| w[0] < w[1]), "fetch_add olds not increasing");
+        check!(
+            self,
+            olds.windows(2).all(|w| w[0] < w[1]),
+            "fetch_add olds not increasing"
+        );
         // CAS loop on a word of rank 1 % P.
         let casw = w.ptr(1 % p + p);
         for _ in 0..M / 3 {
@@ -368,10 +466,19 @@ impl Suite<'_, '_> {
         }
         let _ = ok(self, "swap", g.swap(w.ptr(4 * p - 1), me as u64));
         // A procedure on a struct: keep the max id.
-        ok(self, "atomic struct", g.atomic(self.maxer, parts.ptr(0), &[me as u64 + 10]));
+        ok(
+            self,
+            "atomic struct",
+            g.atomic(self.maxer, parts.ptr(0), &[me as u64 + 10]),
+        );
         ok(self, "barrier", g.barrier());
         let total = ok(self, "read", g.read(counter));
-        check!(self, total == p as u64 * M, "fetch_add total {total}, want {}", p as u64 * M);
+        check!(
+            self,
+            total == p as u64 * M,
+            "fetch_add total {total}, want {}",
+            p as u64 * M
+        );
         let byproc = ok(self, "read", g.read(procd));
         check!(self, byproc == 2 * p as u64 * M, "procedure total {byproc}");
         let cas = ok(self, "read", g.read(casw));
@@ -386,10 +493,17 @@ impl Suite<'_, '_> {
         let mut all = vec![0u64; M as usize * p];
         ok(self, "all_gather", g.all_gather(&olds, &mut all));
         all.sort_unstable();
-        check!(self, all.iter().enumerate().all(|(i, v)| *v == i as u64), "olds not 0..P*M");
+        check!(
+            self,
+            all.iter().enumerate().all(|(i, v)| *v == i as u64),
+            "olds not 0..P*M"
+        );
         g.free(w);
         g.free(parts);
-        self.done("atomics", &format!("({p} x {M} fetch_adds, procedures, CAS loops)"));
+        self.done(
+            "atomics",
+            &format!("({p} x {M} fetch_adds, procedures, CAS loops)"),
+        );
     }
 
     fn buckets(&self) {
@@ -399,12 +513,22 @@ impl Suite<'_, '_> {
         let b = ok(self, "bucket", g.all_bucket_alloc::<[u64; 2]>(M * p));
         for k in 0..M {
             for r in 0..p {
-                ok(self, "push", g.push(&b, r, &[me as u64, (k * p + r) as u64]));
+                ok(
+                    self,
+                    "push",
+                    g.push(&b, r, &[me as u64, (k * p + r) as u64]),
+                );
             }
         }
         ok(self, "all_store_sync", g.all_store_sync());
         let items = ok(self, "take", g.take(&b));
-        check!(self, items.len() == M * p, "{} items arrived, want {}", items.len(), M * p);
+        check!(
+            self,
+            items.len() == M * p,
+            "{} items arrived, want {}",
+            items.len(),
+            M * p
+        );
         let mut seen = vec![vec![false; M]; p];
         for [src, v] in items {
             let (src, v) = (src as usize, v as usize);
@@ -416,15 +540,23 @@ impl Suite<'_, '_> {
         // Overflow: a bucket of 2 receiving P·2 + 1 pushes reports the loss.
         let small = ok(self, "bucket", g.all_bucket_alloc::<u64>(2));
         for k in 0..2 {
-            ok(self, "push", g.push(&small, 0, &(k as u64)).or_else(|e| match e {
-                GlobalError::BucketOverflow { .. } => Ok(()),
-                e => Err(e),
-            }));
+            ok(
+                self,
+                "push",
+                g.push(&small, 0, &(k as u64)).or_else(|e| match e {
+                    GlobalError::BucketOverflow { .. } => Ok(()),
+                    e => Err(e),
+                }),
+            );
         }
         ok(self, "all_store_sync", g.all_store_sync());
         if me == 0 {
             match g.take(&small) {
-                Err(GlobalError::BucketOverflow { pushed, capacity: 2, .. }) if p > 1 => {
+                Err(GlobalError::BucketOverflow {
+                    pushed,
+                    capacity: 2,
+                    ..
+                }) if p > 1 => {
                     check!(self, pushed == 2 * p as u64, "overflow counts {pushed}")
                 }
                 Ok(v) if p == 1 => check!(self, v.len() == 2, "{v:?}"),
@@ -433,7 +565,10 @@ impl Suite<'_, '_> {
         }
         g.free_bucket(small);
         g.free_bucket(b);
-        self.done("buckets", &format!("({p} ranks x {M} pushes to every rank, each exactly once)"));
+        self.done(
+            "buckets",
+            &format!("({p} ranks x {M} pushes to every rank, each exactly once)"),
+        );
     }
 
     fn barrier(&self) {
@@ -448,7 +583,11 @@ impl Suite<'_, '_> {
             ok(self, "fetch_add", g.fetch_add(c.ptr(0), 1));
             ok(self, "barrier", g.barrier());
             let v = ok(self, "read", g.read(c.ptr(0)));
-            check!(self, v == round * p as u64, "round {round}: passed the barrier at {v}");
+            check!(
+                self,
+                v == round * p as u64,
+                "round {round}: passed the barrier at {v}"
+            );
             ok(self, "barrier", g.barrier());
         }
         g.free(c);
@@ -463,9 +602,15 @@ impl Suite<'_, '_> {
             let salt = round as u64 * 0x1000;
             let root = (round * 3 + 1) % p;
             // broadcast
-            let mut d: Vec<u64> = (0..n).map(|i| if me == root { val(root, i, salt) } else { 0 }).collect();
+            let mut d: Vec<u64> = (0..n)
+                .map(|i| if me == root { val(root, i, salt) } else { 0 })
+                .collect();
             ok(self, "broadcast", g.broadcast(root, &mut d));
-            check!(self, d.iter().enumerate().all(|(i, v)| *v == val(root, i, salt)), "broadcast n={n}");
+            check!(
+                self,
+                d.iter().enumerate().all(|(i, v)| *v == val(root, i, salt)),
+                "broadcast n={n}"
+            );
             // all_reduce u64 sum / min / max
             for op in [Op::Sum, Op::Min, Op::Max] {
                 let mut d: Vec<u64> = (0..n).map(|i| val(me, i, salt) >> 8).collect();
@@ -479,30 +624,48 @@ impl Suite<'_, '_> {
                 }
             }
             // all_reduce f64 sum: the same bits on every rank.
-            let mut f: Vec<f64> = (0..n).map(|i| (val(me, i, salt) % 1000) as f64 / 7.0).collect();
+            let mut f: Vec<f64> = (0..n)
+                .map(|i| (val(me, i, salt) % 1000) as f64 / 7.0)
+                .collect();
             ok(self, "all_reduce f64", g.all_reduce(&mut f, Op::Sum));
             let mut bits: Vec<u64> = f.iter().map(|x| x.to_bits()).collect();
             let mut from0 = bits.clone();
             ok(self, "broadcast", g.broadcast(0, &mut from0));
-            check!(self, bits == from0, "f64 all_reduce differs between ranks (n={n})");
+            check!(
+                self,
+                bits == from0,
+                "f64 all_reduce differs between ranks (n={n})"
+            );
             for (i, x) in f.iter().enumerate() {
                 let want: f64 = (0..p).map(|r| (val(r, i, salt) % 1000) as f64 / 7.0).sum();
-                check!(self, (x - want).abs() <= 1e-9 * want.abs().max(1.0), "f64 sum {i}");
+                check!(
+                    self,
+                    (x - want).abs() <= 1e-9 * want.abs().max(1.0),
+                    "f64 sum {i}"
+                );
             }
             bits.clear();
             // user-defined op (xor) and i32 min
             let mut x: Vec<u64> = (0..n).map(|i| val(me, i, salt)).collect();
-            ok(self, "all_reduce_with", g.all_reduce_with(&mut x, |a, b| a ^ b));
+            ok(
+                self,
+                "all_reduce_with",
+                g.all_reduce_with(&mut x, |a, b| a ^ b),
+            );
             check!(
                 self,
-                x.iter().enumerate().all(|(i, v)| *v == (0..p).fold(0, |a, r| a ^ val(r, i, salt))),
+                x.iter()
+                    .enumerate()
+                    .all(|(i, v)| *v == (0..p).fold(0, |a, r| a ^ val(r, i, salt))),
                 "user op n={n}"
             );
             let mut m: Vec<i32> = (0..n).map(|i| val(me, i, salt) as i32).collect();
             ok(self, "all_reduce i32", g.all_reduce(&mut m, Op::Min));
             check!(
                 self,
-                m.iter().enumerate().all(|(i, v)| *v == (0..p).map(|r| val(r, i, salt) as i32).min().unwrap()),
+                m.iter()
+                    .enumerate()
+                    .all(|(i, v)| *v == (0..p).map(|r| val(r, i, salt) as i32).min().unwrap()),
                 "i32 min n={n}"
             );
             // reduce to root
@@ -511,7 +674,10 @@ impl Suite<'_, '_> {
             if me == root {
                 check!(
                     self,
-                    r.iter().enumerate().all(|(i, v)| *v == (0..p).map(|q| val(q, i, salt) >> 4).fold(0u64, |a, b| a.wrapping_add(b))),
+                    r.iter().enumerate().all(|(i, v)| *v
+                        == (0..p)
+                            .map(|q| val(q, i, salt) >> 4)
+                            .fold(0u64, |a, b| a.wrapping_add(b))),
                     "reduce n={n}"
                 );
             }
@@ -521,25 +687,45 @@ impl Suite<'_, '_> {
             let mut e: Vec<u64> = (0..n).map(|i| val(me, i, salt) >> 4).collect();
             ok(self, "exclusive_scan", g.exclusive_scan(&mut e, Op::Sum, 0));
             for i in 0..n {
-                let incl = (0..=me).map(|q| val(q, i, salt) >> 4).fold(0u64, |a, b| a.wrapping_add(b));
-                let excl = (0..me).map(|q| val(q, i, salt) >> 4).fold(0u64, |a, b| a.wrapping_add(b));
+                let incl = (0..=me)
+                    .map(|q| val(q, i, salt) >> 4)
+                    .fold(0u64, |a, b| a.wrapping_add(b));
+                let excl = (0..me)
+                    .map(|q| val(q, i, salt) >> 4)
+                    .fold(0u64, |a, b| a.wrapping_add(b));
                 check!(self, s[i] == incl && e[i] == excl, "scan n={n} element {i}");
             }
             // A non-commutative user scan: string concatenation as (len, hash) — here
             // keep "first rank's value", which is associative but not commutative.
             let mut firsts = vec![me as u64; 2];
             ok(self, "scan_with", g.scan_with(&mut firsts, |a, _b| a));
-            check!(self, firsts == [0, 0], "scan_with keeps rank order: {firsts:?}");
+            check!(
+                self,
+                firsts == [0, 0],
+                "scan_with keeps rank order: {firsts:?}"
+            );
             // gather / all_gather
             let mine: Vec<u64> = (0..n).map(|i| val(me, i, salt)).collect();
-            let mut out = if me == root { vec![0; n * p] } else { Vec::new() };
+            let mut out = if me == root {
+                vec![0; n * p]
+            } else {
+                Vec::new()
+            };
             ok(self, "gather", g.gather(root, &mine, &mut out));
             if me == root {
-                check!(self, (0..p).all(|q| (0..n).all(|i| out[q * n + i] == val(q, i, salt))), "gather n={n}");
+                check!(
+                    self,
+                    (0..p).all(|q| (0..n).all(|i| out[q * n + i] == val(q, i, salt))),
+                    "gather n={n}"
+                );
             }
             let mut all = vec![0; n * p];
             ok(self, "all_gather", g.all_gather(&mine, &mut all));
-            check!(self, (0..p).all(|q| (0..n).all(|i| all[q * n + i] == val(q, i, salt))), "all_gather n={n}");
+            check!(
+                self,
+                (0..p).all(|q| (0..n).all(|i| all[q * n + i] == val(q, i, salt))),
+                "all_gather n={n}"
+            );
             // all_to_all: block j of rank q holds val(q, j*n + i)
             let send: Vec<u64> = (0..n * p).map(|i| val(me, i, salt)).collect();
             let mut recv = vec![0; n * p];
@@ -561,7 +747,11 @@ impl Suite<'_, '_> {
                 .flat_map(|q| (0..(q + me + round) % 4).map(move |i| val(q, me * 10 + i, salt)))
                 .collect();
             check!(self, got == want, "all_to_all_v round {round}");
-            check!(self, from == (0..p).map(|q| (q + me + round) % 4).collect::<Vec<_>>(), "counts");
+            check!(
+                self,
+                from == (0..p).map(|q| (q + me + round) % 4).collect::<Vec<_>>(),
+                "counts"
+            );
         }
         // Mismatched collectives are reported, not mixed up: rank 0 gathers u32 pairs where
         // the others gather u64s of the same byte length.
@@ -581,25 +771,40 @@ impl Suite<'_, '_> {
             let mut short = vec![0u64; 1];
             check!(
                 self,
-                matches!(g.all_to_all(&[1u64, 2], &mut short), Err(GlobalError::BadArguments(_))),
+                matches!(
+                    g.all_to_all(&[1u64, 2], &mut short),
+                    Err(GlobalError::BadArguments(_))
+                ),
                 "all_to_all with mismatched buffers"
             );
             check!(
                 self,
-                matches!(g.broadcast(p, &mut short), Err(GlobalError::InvalidRank { .. })),
+                matches!(
+                    g.broadcast(p, &mut short),
+                    Err(GlobalError::InvalidRank { .. })
+                ),
                 "broadcast from a rank outside the job"
             );
         }
-        self.done("coll", &format!("(every collective on {p} ranks, 5 sizes, against sequential references)"));
+        self.done(
+            "coll",
+            &format!("(every collective on {p} ranks, 5 sizes, against sequential references)"),
+        );
     }
 
     fn bulk(&self, max_mib: usize) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         let max = max_mib << 20;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u8>((max + 64) * p, Layout::Blocked));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u8>((max + 64) * p, Layout::Blocked),
+        );
         let peer = (me + 1) % p;
-        let mut sizes = vec![1usize, 7, 8, 63, 64, 100, 4095, 4096, 65535, 65536, 65537, 300_001];
+        let mut sizes = vec![
+            1usize, 7, 8, 63, 64, 100, 4095, 4096, 65535, 65536, 65537, 300_001,
+        ];
         let mut s = 1 << 20;
         while s <= max {
             sizes.push(s);
@@ -633,14 +838,22 @@ impl Suite<'_, '_> {
                 ok(self, "bulk_get", g.phase(|s| s.bulk_get(&mut b2, dst)));
                 back = b2;
             }
-            check!(self, back == data, "bulk size {n} at offset {off}: round trip differs");
+            check!(
+                self,
+                back == data,
+                "bulk size {n} at offset {off}: round trip differs"
+            );
             // The owner sees the bytes its left neighbour wrote.
             let left = (me + p - 1) % p;
             let mut want = vec![0u8; n];
             fill_pattern(mix(n as u64 ^ left as u64), &mut want);
             // SAFETY: every rank only reads until the barrier.
             let local = unsafe { a.local_slice() };
-            check!(self, local[off..off + n] == want[..], "owner's copy of size {n}");
+            check!(
+                self,
+                local[off..off + n] == want[..],
+                "owner's copy of size {n}"
+            );
             ok(self, "barrier", g.barrier());
         }
         // A small chunk interleaves fragments with other traffic; results are the same.
@@ -655,14 +868,24 @@ impl Suite<'_, '_> {
         check!(self, g.set_bulk_chunk(0).is_err(), "chunk 0 accepted");
         ok(self, "barrier", g.barrier());
         g.free(a);
-        self.done("bulk", &format!("({} sizes from 1 B to {max_mib} MiB, unaligned)", sizes.len()));
+        self.done(
+            "bulk",
+            &format!(
+                "({} sizes from 1 B to {max_mib} MiB, unaligned)",
+                sizes.len()
+            ),
+        );
     }
 
     fn overlap(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const N: usize = 200_000;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u8>((N + 4096) * p, Layout::Blocked));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u8>((N + 4096) * p, Layout::Blocked),
+        );
         // Every rank writes an overlapping, unaligned range of rank 0's part with its own
         // byte value; each byte must end up as one writer's value, and bytes only one rank
         // covers must be that rank's.
@@ -682,20 +905,31 @@ impl Suite<'_, '_> {
                 if writers.is_empty() {
                     check!(self, b == 0, "byte {i} written by nobody is {b}");
                 } else {
-                    check!(self, writers.contains(&b), "byte {i} = {b}, writers {writers:?}");
+                    check!(
+                        self,
+                        writers.contains(&b),
+                        "byte {i} = {b}, writers {writers:?}"
+                    );
                 }
             }
         }
         ok(self, "barrier", g.barrier());
         g.free(a);
-        self.done("overlap", &format!("({p} overlapping unaligned {N}-byte puts into rank 0)"));
+        self.done(
+            "overlap",
+            &format!("({p} overlapping unaligned {N}-byte puts into rank 0)"),
+        );
     }
 
     fn flood(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const M: usize = 20_000;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(M * p, Layout::Blocked));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(M * p, Layout::Blocked),
+        );
         // Everyone floods rank 0 with one-way stores (rank 0 too, to itself).
         for k in 0..M {
             ok(self, "store", g.store(a.ptr(me * M + k), &(k as u64)));
@@ -713,7 +947,11 @@ impl Suite<'_, '_> {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         const M: usize = 5000;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(2 * M * p, Layout::Blocked));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(2 * M * p, Layout::Blocked),
+        );
         let partner = me ^ 1;
         if partner < p {
             // Both partners issue puts and gets to each other at once.
@@ -748,16 +986,27 @@ impl Suite<'_, '_> {
         if partner < p {
             for k in (0..M).step_by(97) {
                 let v = a.local_get(k);
-                check!(self, v == (partner * M + k) as u64, "exchange slot {k} = {v}");
+                check!(
+                    self,
+                    v == (partner * M + k) as u64,
+                    "exchange slot {k} = {v}"
+                );
             }
         }
         g.free(a);
-        self.done("exchange", &format!("(pairs exchange {M} puts and gets at once)"));
+        self.done(
+            "exchange",
+            &format!("(pairs exchange {M} puts and gets at once)"),
+        );
     }
 
     fn late(&self) {
         let g = self.g;
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(g.procs(), Layout::Cyclic));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(g.procs(), Layout::Cyclic),
+        );
         if self.me == 1 % self.p {
             std::thread::sleep(Duration::from_millis(1500));
             ok(self, "store", g.store(a.ptr(0), &99));
@@ -772,36 +1021,65 @@ impl Suite<'_, '_> {
     fn protect(&self) {
         let g = self.g;
         let (me, p) = (self.me, self.p);
-        let a = ok(self, "alloc", g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic));
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u64>(4 * p, Layout::Cyclic),
+        );
         let peer = (me + 1) % p;
         ok(self, "write", g.write(a.ptr_on(me, 0), 42));
         ok(self, "barrier", g.barrier());
         // Out of bounds: refused before sending, memory unchanged.
         let past = a.ptr_on(peer, 4);
         match g.write(past, 1) {
-            Err(GlobalError::OutOfBounds { rank, .. }) => check!(self, rank == peer, "OOB names {rank}"),
+            Err(GlobalError::OutOfBounds { rank, .. }) => {
+                check!(self, rank == peer, "OOB names {rank}")
+            }
             other => check!(self, false, "write past the end: {other:?}"),
         }
-        check!(self, g.read(a.ptr_on(peer, 4)).is_err(), "read past the end");
-        check!(self, g.bulk_write(a.ptr_on(peer, 2), &[1u64, 2, 3]).is_err(), "bulk write across the end");
+        check!(
+            self,
+            g.read(a.ptr_on(peer, 4)).is_err(),
+            "read past the end"
+        );
+        check!(
+            self,
+            g.bulk_write(a.ptr_on(peer, 2), &[1u64, 2, 3]).is_err(),
+            "bulk write across the end"
+        );
         // A rank outside the job.
         let seg = a.ptr(0).segment();
         let mut bad = seg;
         bad.rank = p + 3;
         let outside = GlobalPtr::<u64>::new(bad, 0).unwrap();
         match g.read(outside) {
-            Err(GlobalError::InvalidRank { rank, procs }) => check!(self, rank == p + 3 && procs == p, "InvalidRank"),
+            Err(GlobalError::InvalidRank { rank, procs }) => {
+                check!(self, rank == p + 3 && procs == p, "InvalidRank")
+            }
             other => check!(self, false, "read on rank {}: {other:?}", p + 3),
         }
         // Misaligned typed pointers cannot be formed.
         check!(
             self,
-            matches!(GlobalPtr::<u64>::new(seg, 3), Err(GlobalError::Misaligned { .. })),
+            matches!(
+                GlobalPtr::<u64>::new(seg, 3),
+                Err(GlobalError::Misaligned { .. })
+            ),
             "misaligned pointer"
         );
         // A foreign segment: a read-only per-rank segment, written by a neighbour.
-        let ro = ok(self, "alloc", g.rma().alloc(64, Perms::READ).map_err(GlobalError::from));
-        ok(self, "zero", g.rma().write_local(ro.handle(), 0, &[0; 64]).map_err(GlobalError::from));
+        let ro = ok(
+            self,
+            "alloc",
+            g.rma().alloc(64, Perms::READ).map_err(GlobalError::from),
+        );
+        ok(
+            self,
+            "zero",
+            g.rma()
+                .write_local(ro.handle(), 0, &[0; 64])
+                .map_err(GlobalError::from),
+        );
         let handles = {
             let mut mine = ro.handle().to_words().to_vec();
             let mut all = vec![0u64; 3 * p];
@@ -816,7 +1094,10 @@ impl Suite<'_, '_> {
         ]);
         let rp = GlobalPtr::<u64>::new(theirs, 8).unwrap();
         match g.write(rp, 9) {
-            Err(GlobalError::Refused { rank, reason: Refusal::NotWritable }) => check!(self, rank == peer, "refusal names {rank}"),
+            Err(GlobalError::Refused {
+                rank,
+                reason: Refusal::NotWritable,
+            }) => check!(self, rank == peer, "refusal names {rank}"),
             other => check!(self, false, "write to a read-only segment: {other:?}"),
         }
         let v = ok(self, "read ro", g.read(rp));
@@ -824,20 +1105,33 @@ impl Suite<'_, '_> {
         // A wrong key (a forged handle).
         let forged = GlobalPtr::<u64>::new(theirs.with_key(0x1234), 0).unwrap();
         match g.read(forged) {
-            Err(GlobalError::Refused { reason: Refusal::WrongKey, .. }) => {}
+            Err(GlobalError::Refused {
+                reason: Refusal::WrongKey,
+                ..
+            }) => {}
             other => check!(self, false, "read with a forged key: {other:?}"),
         }
         // A store to the read-only segment: refused at once where the owner's memory is
         // reached directly (this rank, or `hw` on one node); otherwise one-way, and then
         // all_store_sync reports it on every rank.
         let immediate = peer == me || (g.strategy() == Strategy::Hw && g.runtime().is_local(peer));
-        let one_way = ok(self, "all_reduce", g.all_reduce_one(u64::from(!immediate), Op::Max));
+        let one_way = ok(
+            self,
+            "all_reduce",
+            g.all_reduce_one(u64::from(!immediate), Op::Max),
+        );
         let stored = g.store(rp, &5);
         let synced = g.all_store_sync();
         if immediate {
             check!(
                 self,
-                matches!(stored, Err(GlobalError::Refused { reason: Refusal::NotWritable, .. })),
+                matches!(
+                    stored,
+                    Err(GlobalError::Refused {
+                        reason: Refusal::NotWritable,
+                        ..
+                    })
+                ),
                 "direct store to a read-only segment: {stored:?}"
             );
         } else {
@@ -845,8 +1139,16 @@ impl Suite<'_, '_> {
         }
         match synced {
             Ok(()) if one_way == 0 => {}
-            Err(GlobalError::StoreRefused { reason: Refusal::NotWritable, count: 1, .. }) if one_way == 1 => {}
-            other => check!(self, false, "all_store_sync after refused stores: {other:?}"),
+            Err(GlobalError::StoreRefused {
+                reason: Refusal::NotWritable,
+                count: 1,
+                ..
+            }) if one_way == 1 => {}
+            other => check!(
+                self,
+                false,
+                "all_store_sync after refused stores: {other:?}"
+            ),
         }
         let v = ok(self, "read ro", g.read(rp));
         check!(self, v == 0, "read-only word changed to {v} by a store");
@@ -866,12 +1168,18 @@ impl Suite<'_, '_> {
         // Atomic procedure with too many arguments.
         check!(
             self,
-            matches!(g.atomic(self.bump, stale, &[0; 12]), Err(GlobalError::BadArguments(_))),
+            matches!(
+                g.atomic(self.bump, stale, &[0; 12]),
+                Err(GlobalError::BadArguments(_))
+            ),
             "12 procedure arguments"
         );
         ok(self, "barrier", g.barrier());
         let _ = g.rma().free(ro);
-        self.done("protect", "(bounds, ranks, alignment, permissions, keys, freed arrays, refused stores)");
+        self.done(
+            "protect",
+            "(bounds, ranks, alignment, permissions, keys, freed arrays, refused stores)",
+        );
     }
 }
 
@@ -887,7 +1195,11 @@ fn main() {
         } else if let Some(s) = SECTIONS.iter().chain(&EXTRA).find(|s| **s == a.as_str()) {
             sections.push(s);
         } else {
-            fail(0, 2, &format!("unknown section {a:?}; sections: {}", SECTIONS.join(" ")));
+            fail(
+                0,
+                2,
+                &format!("unknown section {a:?}; sections: {}", SECTIONS.join(" ")),
+            );
         }
     }
     if sections.is_empty() {

@@ -2,9 +2,12 @@
 //! reports every figure beside the machine floor measured in the same run.
 
 mod am;
+mod coll;
 mod floor;
+mod mpi_peer;
 mod progress;
 mod rma;
+mod splitc;
 
 use clap::Subcommand;
 use serde_json::{json, Map, Value};
@@ -21,6 +24,46 @@ pub enum BenchCommand {
     /// Progress engines: round trip per wait mode, wake-up of a sleeping rank, and seed 004's
     /// polling-granularity experiment.
     Progress(BenchArgs),
+    /// Seed 004's Table 1 for the global layer: round trips, overheads, gaps, bulk bandwidth
+    /// and polling granularity, per strategy (3 ranks).
+    Splitc(SplitcArgs),
+    /// The global layer's collectives on 2, 4 and 8 ranks beside Open MPI's (when installed).
+    Coll(BenchArgs),
+}
+
+/// Options of `volley bench splitc`.
+#[derive(Debug, clap::Args)]
+pub struct SplitcArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    /// Which strategies to measure, one job each.
+    #[arg(long, value_enum, default_value_t = StrategyArg::All)]
+    strategy: StrategyArg,
+}
+
+/// A strategy of the global layer, or all of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StrategyArg {
+    /// The program's thread does everything.
+    Proc,
+    /// A progress thread serves remote requests.
+    Np,
+    /// Direct copies on mapped memory within a node.
+    Hw,
+    /// proc, np and hw, one after another.
+    All,
+}
+
+impl StrategyArg {
+    fn strategies(self) -> Vec<volley_global::Strategy> {
+        use volley_global::Strategy;
+        match self {
+            StrategyArg::Proc => vec![Strategy::Proc],
+            StrategyArg::Np => vec![Strategy::Np],
+            StrategyArg::Hw => vec![Strategy::Hw],
+            StrategyArg::All => Strategy::ALL.to_vec(),
+        }
+    }
 }
 
 /// Options every benchmark takes.
@@ -82,12 +125,35 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs a benchmark command.
 pub fn main(cmd: BenchCommand) -> ExitCode {
+    let cmd = match cmd {
+        BenchCommand::Splitc(a) => {
+            let strategies = a.strategy.strategies();
+            return typed(
+                "splitc",
+                a.common,
+                true,
+                |reps, scale, transport| splitc::bench(reps, scale, transport, &strategies),
+                splitc::print_table,
+            );
+        }
+        BenchCommand::Coll(a) => {
+            return typed(
+                "coll",
+                a,
+                false,
+                |reps, scale, _| coll::bench(reps, scale),
+                coll::print_table,
+            );
+        }
+        other => other,
+    };
     type Bench = fn(usize, f64, Transport) -> Result<Value, String>;
     type Table = fn(&Value, &mut dyn Write);
     let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
         BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
         BenchCommand::Rma(a) => ("rma", a, bench_rma, print_rma_table),
         BenchCommand::Progress(a) => ("progress", a, bench_progress, print_progress_table),
+        BenchCommand::Splitc(_) | BenchCommand::Coll(_) => unreachable!("handled above"),
     };
     if !(args.scale > 0.0 && args.scale <= 100.0) {
         eprintln!("volley bench: --scale must be in (0, 100]");
@@ -120,6 +186,44 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
     }
 }
 
+/// A benchmark whose results are a typed report: checks the common options, runs it, prints
+/// its table and writes its JSON (serialized from the report).
+fn typed<R: serde::Serialize>(
+    name: &str,
+    args: BenchArgs,
+    any_transport: bool,
+    bench: impl FnOnce(usize, f64, Transport) -> Result<R, String>,
+    table: fn(&R, &mut dyn Write),
+) -> ExitCode {
+    if !(args.scale > 0.0 && args.scale <= 100.0) {
+        eprintln!("volley bench {name}: --scale must be in (0, 100]");
+        return ExitCode::from(2);
+    }
+    if !any_transport && args.transport != Transport::Shm {
+        eprintln!("volley bench {name}: only --transport shm is supported");
+        return ExitCode::from(2);
+    }
+    let json = match Json::open(args.json.as_deref()) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("volley bench {name}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match bench(args.reps as usize, args.scale, args.transport) {
+        Ok(report) => {
+            let mut text = Vec::new();
+            table(&report, &mut text);
+            let doc = serde_json::to_value(&report).expect("a report serializes");
+            emit_text(&text, &doc, json)
+        }
+        Err(e) => {
+            eprintln!("volley bench {name}: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 /// Entry point of one benchmark rank (`volley __bench-rank`).
 pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) -> ExitCode {
     let result = match which {
@@ -129,6 +233,8 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "progress-rtt" => progress::run(out, scale, reps, progress::Part::RoundTrip),
         "progress-wakeup" => progress::run(out, scale, reps, progress::Part::Wakeup),
         "progress-granularity" => progress::run(out, scale, reps, progress::Part::Granularity),
+        "splitc" => splitc::run(out, scale, reps),
+        "coll" => coll::run(out, scale, reps),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
@@ -642,14 +748,19 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
 fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode {
     let mut text = Vec::new();
     table(doc, &mut text);
+    emit_text(&text, doc, json)
+}
+
+/// [`emit`] with the table already written into `text`.
+fn emit_text(text: &[u8], doc: &Value, json: Json) -> ExitCode {
     let pretty = serde_json::to_string_pretty(doc).expect("json") + "\n";
     let to_stdout = |bytes: &[u8]| {
         let mut out = std::io::stdout().lock();
         out.write_all(bytes).and_then(|_| out.flush())
     };
     let table_written = match json {
-        Json::Stdout => std::io::stderr().write_all(&text),
-        _ => to_stdout(&text),
+        Json::Stdout => std::io::stderr().write_all(text),
+        _ => to_stdout(text),
     };
     let written = table_written
         .map_err(|e| ("the table".to_string(), e))

@@ -1,0 +1,225 @@
+//! `volley bench coll`: the global layer's collectives on 2, 4 and 8 ranks of this machine,
+//! beside Open MPI's on the same ranks in the same run ([`super::mpi_peer`]).
+//!
+//! Each figure is measured as the MPI program measures its own: after a barrier every rank
+//! times `iters` back-to-back calls, the repetition's figure is the slowest rank's mean per
+//! call, and the reported figure is the median over repetitions.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::time::Instant;
+use volley::Runtime;
+use volley_global::{Global, Op};
+
+/// Rank counts measured.
+pub const RANKS: [usize; 3] = [2, 4, 8];
+
+/// One rank count's figures: volley's, then Open MPI's (absent without Open MPI).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CollRun {
+    /// Ranks in the job.
+    pub ranks: usize,
+    /// Barrier, ns per call.
+    pub barrier_ns: f64,
+    /// Broadcast of 8 bytes from rank 0.
+    #[serde(rename = "bcast_8B_ns")]
+    pub bcast_8b_ns: f64,
+    /// All-reduce of one u64 (sum).
+    #[serde(rename = "allreduce_8B_ns")]
+    pub allreduce_8b_ns: f64,
+    /// All-reduce of 131072 f64 (1 MiB, sum).
+    #[serde(rename = "allreduce_1MiB_ns")]
+    pub allreduce_1mib_ns: f64,
+    /// All-to-all of 8 bytes per pair.
+    #[serde(rename = "alltoall_8B_ns")]
+    pub alltoall_8b_ns: f64,
+    /// All-to-all of 64 KiB per pair.
+    #[serde(rename = "alltoall_64KiB_ns")]
+    pub alltoall_64kib_ns: f64,
+    /// Open MPI's figures on the same ranks, measured right after.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<super::mpi_peer::MpiColl>,
+}
+
+/// The whole benchmark's results.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CollReport {
+    /// The strategy volley ran (collectives run on Active Messages under every strategy).
+    pub strategy: String,
+    /// One entry per rank count.
+    pub runs: Vec<CollRun>,
+    /// Why there are no MPI figures, if there are none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mpi_note: Option<String>,
+}
+
+/// The rank side: measures every collective `reps` times; rank 0 writes the medians to `out`.
+pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String> {
+    let mut b = Runtime::builder();
+    let setup = Global::register(&mut b).map_err(|e| e.to_string())?;
+    let rt = b.build().map_err(|e| format!("joining the job: {e}"))?;
+    let g = setup.attach(&rt).map_err(|e| e.to_string())?;
+    let iters = |n: f64| ((n * scale) as usize).max(3);
+    let p = g.procs();
+    let time = |n: usize, f: &mut dyn FnMut()| -> Result<f64, String> {
+        let mut samples = Vec::new();
+        for _ in 0..(n / 10).max(1) {
+            f();
+        }
+        for _ in 0..reps {
+            g.barrier().map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            let mine = t0.elapsed().as_nanos() as f64 / n as f64;
+            samples.push(g.all_reduce_one(mine, Op::Max).map_err(|e| e.to_string())?);
+        }
+        Ok(super::median(&mut samples))
+    };
+    let fail = |what: &str, e: volley_global::GlobalError| -> ! {
+        eprintln!("volley bench coll: rank {}: {what}: {e}", rt.rank());
+        std::process::exit(1)
+    };
+    let barrier_ns = time(iters(20000.0), &mut || {
+        g.barrier().unwrap_or_else(|e| fail("barrier", e))
+    })?;
+    let mut word = [7u64];
+    let bcast_8b_ns = time(iters(20000.0), &mut || {
+        g.broadcast(0, &mut word)
+            .unwrap_or_else(|e| fail("broadcast", e))
+    })?;
+    let allreduce_8b_ns = time(iters(20000.0), &mut || {
+        let mut w = [g.my_proc() as u64 + 1];
+        g.all_reduce(&mut w, Op::Sum)
+            .unwrap_or_else(|e| fail("all_reduce", e));
+    })?;
+    let mut big = vec![1.0f64; 131072];
+    let allreduce_1mib_ns = time(iters(200.0), &mut || {
+        g.all_reduce(&mut big, Op::Sum)
+            .unwrap_or_else(|e| fail("all_reduce", e));
+    })?;
+    let send8 = vec![3u64; p];
+    let mut recv8 = vec![0u64; p];
+    let alltoall_8b_ns = time(iters(20000.0), &mut || {
+        g.all_to_all(&send8, &mut recv8)
+            .unwrap_or_else(|e| fail("all_to_all", e));
+    })?;
+    let send64 = vec![5u8; p << 16];
+    let mut recv64 = vec![0u8; p << 16];
+    let alltoall_64kib_ns = time(iters(200.0), &mut || {
+        g.all_to_all(&send64, &mut recv64)
+            .unwrap_or_else(|e| fail("all_to_all", e));
+    })?;
+    // Check the results once, so that a fast wrong collective cannot pass.
+    let mut w = [g.my_proc() as u64 + 1];
+    g.all_reduce(&mut w, Op::Sum).map_err(|e| e.to_string())?;
+    if w[0] != (p * (p + 1) / 2) as u64 || recv8 != vec![3u64; p] || recv64.iter().any(|&b| b != 5)
+    {
+        return Err("a collective returned a wrong result".into());
+    }
+    if g.my_proc() == 0 {
+        let r = CollRun {
+            ranks: p,
+            barrier_ns,
+            bcast_8b_ns,
+            allreduce_8b_ns,
+            allreduce_1mib_ns,
+            alltoall_8b_ns,
+            alltoall_64kib_ns,
+            mpi: None,
+        };
+        let text = serde_json::to_vec(&r).map_err(|e| e.to_string())?;
+        std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// Runs the benchmark on every rank count of [`RANKS`], each followed by Open MPI.
+pub fn bench(reps: usize, scale: f64) -> Result<CollReport, String> {
+    let mut runs = Vec::new();
+    let mut mpi_note = None;
+    for ranks in RANKS {
+        let doc = super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
+        let mut run: CollRun = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+        match super::mpi_peer::measure(ranks, scale, reps) {
+            Ok(Some(m)) => run.mpi = Some(m),
+            Ok(None) => {
+                mpi_note = Some("Open MPI is not installed (mpicc, mpirun): no MPI figures".into())
+            }
+            Err(e) => mpi_note = Some(format!("Open MPI failed: {e}")),
+        }
+        runs.push(run);
+    }
+    Ok(CollReport {
+        strategy: volley_global::Strategy::from_env()
+            .map(|s| s.name().to_string())
+            .unwrap_or_else(|_| "hw".into()),
+        runs,
+        mpi_note,
+    })
+}
+
+/// The table: each collective's volley and MPI figures and their ratio, per rank count.
+pub fn print_table(r: &CollReport, w: &mut dyn Write) {
+    let _ = writeln!(
+        w,
+        "volley bench coll (strategy {}; µs per call, slowest rank, median of repetitions)",
+        r.strategy
+    );
+    let _ = writeln!(
+        w,
+        "{:<18} {:>5} {:>10} {:>10} {:>8}",
+        "collective", "ranks", "volley", "Open MPI", "ratio"
+    );
+    for run in &r.runs {
+        let rows: [(&str, f64, Option<f64>); 6] = [
+            (
+                "barrier",
+                run.barrier_ns,
+                run.mpi.as_ref().map(|m| m.mpi_barrier_ns),
+            ),
+            (
+                "bcast 8 B",
+                run.bcast_8b_ns,
+                run.mpi.as_ref().map(|m| m.mpi_bcast_8b_ns),
+            ),
+            (
+                "allreduce 8 B",
+                run.allreduce_8b_ns,
+                run.mpi.as_ref().map(|m| m.mpi_allreduce_8b_ns),
+            ),
+            (
+                "allreduce 1 MiB",
+                run.allreduce_1mib_ns,
+                run.mpi.as_ref().map(|m| m.mpi_allreduce_1mib_ns),
+            ),
+            (
+                "alltoall 8 B",
+                run.alltoall_8b_ns,
+                run.mpi.as_ref().map(|m| m.mpi_alltoall_8b_ns),
+            ),
+            (
+                "alltoall 64 KiB",
+                run.alltoall_64kib_ns,
+                run.mpi.as_ref().map(|m| m.mpi_alltoall_64kib_ns),
+            ),
+        ];
+        for (name, v, m) in rows {
+            let (ms, ratio) = match m {
+                Some(m) => (format!("{:.2}", m / 1e3), format!("{:.2}", v / m)),
+                None => ("-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                w,
+                "{name:<18} {:>5} {:>10.2} {ms:>10} {ratio:>8}",
+                run.ranks,
+                v / 1e3
+            );
+        }
+    }
+    if let Some(n) = &r.mpi_note {
+        let _ = writeln!(w, "note: {n}");
+    }
+    let _ = writeln!(w, "ratio = volley / Open MPI (below 1: volley faster). With more ranks than cores the figures include the scheduler's sharing.");
+}
