@@ -187,9 +187,8 @@ impl<'rt> Global<'rt> {
                 let idx = push_local(&self.shared.own, bucket, cap, bytes)
                     .map_err(|r| GlobalError::refused(self.me, r))?;
                 self.shared
-                    .own
-                    .atomic(ctrl, 0, AtomicOp::FetchAdd, size, 0)
-                    .map_err(|r| GlobalError::refused(self.me, r))?;
+                    .stored
+                    .fetch_add(size, std::sync::atomic::Ordering::Release);
                 self.stored_to.borrow_mut()[rank] += size;
                 if idx >= cap {
                     return Err(GlobalError::BucketOverflow {
@@ -225,13 +224,9 @@ impl<'rt> Global<'rt> {
                 return Ok(());
             }
             Route::Am => {
-                let (w, cw) = (bucket.to_words(), ctrl.to_words());
-                self.rt.request_medium(
-                    rank,
-                    self.h.push,
-                    &[w[0], w[1], cap, cw[0], cw[1]],
-                    bytes,
-                )?;
+                let w = bucket.to_words();
+                self.rt
+                    .request_medium(rank, self.h.push, &[w[0], w[1], cap], bytes)?;
             }
         }
         self.stored_to.borrow_mut()[rank] += size;

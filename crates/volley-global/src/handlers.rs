@@ -5,12 +5,15 @@
 //!
 //! | request | arguments | at the owner | reply |
 //! |---|---|---|---|
-//! | get | segment, key, offset, length, destination, completion | checked copy out | `data`: the bytes (inline words or medium payload) |
-//! | put | segment, key, offset, length, completion, inline words | checked copy in | `ack` |
-//! | store | segment, key, offset, length, counter segment, key, inline words | checked copy in, then the byte counter | none (one-way) |
-//! | atomic | segment, key, offset, procedure, completion, arguments | the procedure, serialized with every handler | `ack` with its result |
-//! | push | bucket, key, capacity, counter segment, key | slot by fetch-add, copy, byte counter | none (one-way) |
+//! | get | segment, key, offset·length, destination, completion | checked copy out | `data`: destination·length, completion, the bytes (inline words or medium payload); `data_refused` on a refusal |
+//! | put | segment, key, offset·length, completion, inline words | checked copy in | `ack`: completion; `refused` on a refusal |
+//! | store | segment, key, offset·length, inline words | checked copy in, then the byte counter | none (one-way) |
+//! | atomic | segment, key, offset, procedure, completion, arguments | the procedure, serialized with every handler | `ack`: completion, result |
+//! | push | bucket, key, capacity | slot by fetch-add, copy, byte counter | none (one-way) |
 //! | coll | epoch, what, total, fragment offset, step | into the mailbox | none |
+//!
+//! "offset·length" is one word: the offset in the low 40 bits, the length above; a success
+//! reply carries no status words, so a short round trip's frames stay small.
 //!
 //! The completion word is 0 for the rank's split counter (completed by `sync`), or the address
 //! of a [`Completion`] the initiator keeps alive until the reply is in. A destination is an
@@ -23,14 +26,38 @@ use crate::counter::SplitCounter;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use volley::rma::{AtomicOp, OwnSegments, Perms, Refusal, SegmentRef};
+
 use volley::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
 
-/// Inline data words of a get's reply (16 arguments less 6 header words).
-pub(crate) const GET_INLINE_WORDS: usize = 10;
-/// Inline data words of a put (16 less 5 header words).
-pub(crate) const PUT_INLINE_WORDS: usize = 11;
-/// Inline data words of a store (16 less 6 header words).
-pub(crate) const STORE_INLINE_WORDS: usize = 10;
+/// Inline data words of a get's reply (16 arguments less 2 header words).
+pub(crate) const GET_INLINE_WORDS: usize = 14;
+/// Inline data words of a put (16 less 4 header words).
+pub(crate) const PUT_INLINE_WORDS: usize = 12;
+/// Inline data words of a store (16 less 3 header words).
+pub(crate) const STORE_INLINE_WORDS: usize = 13;
+/// Bits of an offset in an offset·length word.
+const OFFSET_BITS: u32 = 40;
+/// Largest offset an offset·length word carries.
+pub(crate) const MAX_WIRE_OFFSET: usize = (1 << OFFSET_BITS) - 1;
+
+/// Packs an offset (below 2^40) and a length (below 2^24) into one word.
+pub(crate) fn offset_len(off: usize, len: usize) -> u64 {
+    debug_assert!(off <= MAX_WIRE_OFFSET && len < 1 << 24);
+    off as u64 | (len as u64) << OFFSET_BITS
+}
+
+fn split_offset_len(w: u64) -> (u64, u64) {
+    (w & MAX_WIRE_OFFSET as u64, w >> OFFSET_BITS)
+}
+
+/// Packs an address (below 2^48, as user-space addresses are) and a length below 2^16.
+fn addr_len(addr: u64, len: u64) -> u64 {
+    addr | len << 48
+}
+
+fn split_addr_len(w: u64) -> (u64, u64) {
+    (w & ((1 << 48) - 1), w >> 48)
+}
 /// Arguments of an atomic procedure (16 less 5 header words).
 pub(crate) const PROC_ARGS: usize = 11;
 /// Where a bucket's items start (its first line holds the count).
@@ -52,6 +79,9 @@ pub(crate) struct Shared {
     pub(crate) counter: SplitCounter,
     /// The first refusal among split-phase operations since the last `sync`.
     pub(crate) split_error: Mutex<Option<RefusalWords>>,
+    /// Bytes stored into this rank by its handlers (stores from peers that write this
+    /// rank's memory directly count in the counter segment's word instead).
+    pub(crate) stored: AtomicU64,
     /// Stores and pushes refused here: how many, and the first (code, offset, len, seg len).
     pub(crate) store_refused: AtomicU64,
     pub(crate) store_first_refusal: Mutex<Option<RefusalWords>>,
@@ -75,6 +105,7 @@ impl Shared {
             own,
             counter: SplitCounter::new(),
             split_error: Mutex::new(None),
+            stored: AtomicU64::new(0),
             store_refused: AtomicU64::new(0),
             store_first_refusal: Mutex::new(None),
             procs: RwLock::new(Vec::new()),
@@ -115,9 +146,10 @@ impl Shared {
         first.get_or_insert((r.code(), 0, me_off, len, seg_len));
     }
 
-    /// Adds `n` bytes to this rank's store counter (word 0 of the counter segment).
-    fn count_stored(&self, ctrl: SegmentRef, n: u64) {
-        let _ = self.own.atomic(ctrl, 0, AtomicOp::FetchAdd, n, 0);
+    /// Adds `n` bytes to this rank's store counter.
+    fn count_stored(&self, n: u64) {
+        // Release: whoever sees the count sees the data written before it.
+        self.stored.fetch_add(n, Ordering::Release);
     }
 }
 
@@ -156,8 +188,8 @@ pub(crate) struct Handlers {
     pub(crate) coll: RequestHandler,
 }
 
-fn refusal_detail(r: Refusal, off: u64, len: u64) -> (u64, u64) {
-    let _ = (off, len);
+/// A refusal's code and, for out-of-bounds accesses, the segment's length.
+fn refusal_detail(r: Refusal) -> (u64, u64) {
     match r {
         Refusal::OutOfBounds { segment_len, .. } => (r.code(), segment_len),
         _ => (r.code(), 0),
@@ -169,73 +201,87 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     // Replies first: the request handlers name them.
     let s = shared.clone();
     let data: ReplyHandler = b.reply_handler("volley.global.data", move |m| {
-        // args: destination, completion, status, offset, length, segment length, inline words.
-        let (dest, kind, status, off, len, seg_len) =
-            (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
-        if status == 0 {
-            let n = len as usize;
-            // SAFETY: `dest` is the address of `len` bytes the initiator (this rank) keeps
-            // borrowed until this reply is recorded (module docs).
-            let dst = unsafe { std::slice::from_raw_parts_mut(dest as *mut u8, n) };
-            let payload = m.payload();
-            if payload.len() == n {
-                dst.copy_from_slice(payload);
-            } else if m.args().len() >= 6 + n.div_ceil(8) {
-                from_words(&m.args()[6..], dst);
-            }
+        // args: destination·length, completion, inline words (or the payload).
+        let (dest, len) = split_addr_len(m.arg(0));
+        let kind = m.arg(1);
+        let payload = m.payload();
+        let n = if payload.is_empty() {
+            len as usize
+        } else {
+            payload.len()
+        };
+        // SAFETY: `dest` is the address of `n` bytes the initiator (this rank) keeps borrowed
+        // until this reply is recorded (module docs); `n` is what it asked for.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dest as *mut u8, n) };
+        if payload.is_empty() {
+            from_words(&m.args()[2..], dst);
+        } else {
+            dst.copy_from_slice(payload);
         }
-        s.complete(kind, status, 0, [m.src() as u64, off, len, seg_len]);
+        s.complete(kind, 0, 0, [0; 4]);
     });
     let s = shared.clone();
-    let ack: ReplyHandler = b.reply_handler("volley.global.ack", move |m| {
-        // args: completion, status, value, offset, length, segment length.
+    let data_refused: ReplyHandler = b.reply_handler("volley.global.data_refused", move |m| {
+        // args: completion, status, offset, length, segment length.
         s.complete(
             m.arg(0),
             m.arg(1),
-            m.arg(2),
-            [m.src() as u64, m.arg(3), m.arg(4), m.arg(5)],
+            0,
+            [m.src() as u64, m.arg(2), m.arg(3), m.arg(4)],
         );
     });
+    let s = shared.clone();
+    let ack: ReplyHandler = b.reply_handler("volley.global.ack", move |m| {
+        // args: completion[, value].
+        let value = m.args().get(1).copied().unwrap_or(0);
+        s.complete(m.arg(0), 0, value, [0; 4]);
+    });
+    let refused = data_refused;
 
     let s = shared.clone();
     let get = b.request_handler("volley.global.get", move |m, tok| {
-        serve_get(&s, m, tok, data)
+        serve_get(&s, m, tok, data, refused)
     });
     let s = shared.clone();
     let put = b.request_handler("volley.global.put", move |m, tok| {
-        // args: segment, key, offset, length, completion, inline words.
-        let (seg, off, len, kind) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3), m.arg(4));
+        // args: segment, key, offset·length, completion, inline words.
+        let seg = seg_of(m.arg(0), m.arg(1));
+        let (off, len) = split_offset_len(m.arg(2));
+        let kind = m.arg(3);
         let n = len as usize;
         let mut inline = [0u8; PUT_INLINE_WORDS * 8];
         let bytes: &[u8] = if m.payload().len() == n {
             m.payload()
-        } else if n <= inline.len() && m.args().len() >= 5 + n.div_ceil(8) {
-            from_words(&m.args()[5..], &mut inline[..n]);
+        } else if n <= inline.len() && m.args().len() >= 4 + n.div_ceil(8) {
+            from_words(&m.args()[4..], &mut inline[..n]);
             &inline[..n]
         } else {
             &[]
         };
-        let status = if bytes.len() != n {
-            (Refusal::NoSuchSegment.code(), 0)
+        let written = if bytes.len() == n {
+            s.own.write(seg, off as usize, bytes)
         } else {
-            match s.own.write(seg, off as usize, bytes) {
-                Ok(()) => (0, 0),
-                Err(r) => refusal_detail(r, off, len),
+            Err(Refusal::NoSuchSegment)
+        };
+        let _ = match written {
+            Ok(()) => tok.reply_short(ack, &[kind]),
+            Err(r) => {
+                let (code, seg_len) = refusal_detail(r);
+                tok.reply_short(refused, &[kind, code, off, len, seg_len])
             }
         };
-        let _ = tok.reply_short(ack, &[kind, status.0, 0, off, len, status.1]);
     });
     let s = shared.clone();
     let store = b.request_handler("volley.global.store", move |m, _| {
-        // args: segment, key, offset, length, counter segment, key, inline words.
-        let (seg, off, len) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3));
-        let ctrl = seg_of(m.arg(4), m.arg(5));
+        // args: segment, key, offset·length, inline words.
+        let seg = seg_of(m.arg(0), m.arg(1));
+        let (off, len) = split_offset_len(m.arg(2));
         let n = len as usize;
         let mut inline = [0u8; STORE_INLINE_WORDS * 8];
         let bytes: &[u8] = if m.payload().len() == n {
             m.payload()
-        } else if n <= inline.len() && m.args().len() >= 6 + n.div_ceil(8) {
-            from_words(&m.args()[6..], &mut inline[..n]);
+        } else if n <= inline.len() && m.args().len() >= 3 + n.div_ceil(8) {
+            from_words(&m.args()[3..], &mut inline[..n]);
             &inline[..n]
         } else {
             &[]
@@ -250,38 +296,30 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         }
         // Counted even when refused, so that a receiver waiting for these bytes is told
         // (`store_sync` and `all_store_sync` report the refusal) instead of waiting forever.
-        s.count_stored(ctrl, len);
+        s.count_stored(len);
     });
     let s = shared.clone();
     let atomic = b.request_handler("volley.global.atomic", move |m, tok| {
         // args: segment, key, offset, procedure, completion, procedure arguments.
         let (seg, off, index, kind) = (seg_of(m.arg(0), m.arg(1)), m.arg(2), m.arg(3), m.arg(4));
         let args = m.args().get(5..).unwrap_or(&[]);
-        let (status, value, seg_len) = match run_procedure(&s, seg, off as usize, index, args) {
-            Ok(v) => (0, v, 0),
+        let _ = match run_procedure(&s, seg, off as usize, index, args) {
+            Ok(v) => tok.reply_short(ack, &[kind, v]),
             Err(r) => {
-                let (code, seg_len) = refusal_detail(r, off, 0);
-                (code, 0, seg_len)
+                let (code, seg_len) = refusal_detail(r);
+                tok.reply_short(refused, &[kind, code, off, 0, seg_len])
             }
         };
-        let size = s
-            .procs
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(index as usize)
-            .map_or(0, |p| p.size as u64);
-        let _ = tok.reply_short(ack, &[kind, status, value, off, size, seg_len]);
     });
     let s = shared.clone();
     let push = b.request_handler("volley.global.push", move |m, _| {
-        // args: bucket, key, capacity, counter segment, key; the item is the payload.
+        // args: bucket, key, capacity; the item is the payload.
         let (bucket, cap) = (seg_of(m.arg(0), m.arg(1)), m.arg(2));
-        let ctrl = seg_of(m.arg(3), m.arg(4));
         let item = m.payload();
         if let Err(r) = push_local(&s.own, bucket, cap, item) {
             s.note_store_refusal(r, 0, item.len() as u64);
         }
-        s.count_stored(ctrl, item.len() as u64);
+        s.count_stored(item.len() as u64);
     });
     let s = shared.clone();
     let coll = b.request_handler("volley.global.coll", move |m, _| {
@@ -302,38 +340,41 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     }
 }
 
-fn serve_get(s: &Shared, m: &Message<'_>, tok: ReplyToken<'_>, data: ReplyHandler) {
-    // args: segment, key, offset, length, destination, completion.
-    let (seg, off, len, dest, kind) = (
-        seg_of(m.arg(0), m.arg(1)),
-        m.arg(2),
-        m.arg(3),
-        m.arg(4),
-        m.arg(5),
-    );
+fn serve_get(
+    s: &Shared,
+    m: &Message<'_>,
+    tok: ReplyToken<'_>,
+    data: ReplyHandler,
+    refused: ReplyHandler,
+) {
+    // args: segment, key, offset·length, destination, completion.
+    let seg = seg_of(m.arg(0), m.arg(1));
+    let (off, len) = split_offset_len(m.arg(2));
+    let (dest, kind) = (m.arg(3), m.arg(4));
     let n = len as usize;
+    let refuse = |tok: ReplyToken<'_>, r: Refusal| {
+        let (code, seg_len) = refusal_detail(r);
+        tok.reply_short(refused, &[kind, code, off, len, seg_len])
+    };
     if n <= GET_INLINE_WORDS * 8 {
         let mut bytes = [0u8; GET_INLINE_WORDS * 8];
-        let mut args = [0u64; 6 + GET_INLINE_WORDS];
-        args[..6].copy_from_slice(&[dest, kind, 0, off, len, 0]);
-        let words = match s.own.read(seg, off as usize, &mut bytes[..n]) {
-            Ok(()) => to_words(&bytes[..n], &mut args[6..]),
-            Err(r) => {
-                (args[2], args[5]) = refusal_detail(r, off, len);
-                0
+        let _ = match s.own.read(seg, off as usize, &mut bytes[..n]) {
+            Ok(()) => {
+                let mut args = [0u64; 2 + GET_INLINE_WORDS];
+                args[0] = addr_len(dest, len);
+                args[1] = kind;
+                let words = to_words(&bytes[..n], &mut args[2..]);
+                tok.reply_short(data, &args[..2 + words])
             }
+            Err(r) => refuse(tok, r),
         };
-        let _ = tok.reply_short(data, &args[..6 + words]);
         return;
     }
     let mut scratch = s.scratch.lock().unwrap_or_else(PoisonError::into_inner);
     scratch.resize(n, 0);
     let _ = match s.own.read(seg, off as usize, &mut scratch[..n]) {
-        Ok(()) => tok.reply_medium(data, &[dest, kind, 0, off, len, 0], &scratch[..n]),
-        Err(r) => {
-            let (code, seg_len) = refusal_detail(r, off, len);
-            tok.reply_short(data, &[dest, kind, code, off, len, seg_len])
-        }
+        Ok(()) => tok.reply_medium(data, &[addr_len(dest, 0), kind], &scratch[..n]),
+        Err(r) => refuse(tok, r),
     };
 }
 

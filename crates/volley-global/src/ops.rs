@@ -8,7 +8,7 @@
 use crate::completion::{refusal_of, Completion, RefusalWords};
 use crate::error::{GlobalError, Result};
 use crate::global::{Global, Route};
-use crate::handlers::{to_words, PUT_INLINE_WORDS, STORE_INLINE_WORDS};
+use crate::handlers::{offset_len, to_words, PUT_INLINE_WORDS, STORE_INLINE_WORDS};
 use crate::ptr::GlobalPtr;
 use bytemuck::Pod;
 use std::marker::PhantomData;
@@ -82,8 +82,7 @@ impl<'rt> Global<'rt> {
             let args = [
                 w[0],
                 w[1],
-                (off + start) as u64,
-                len as u64,
+                offset_len(off + start, len),
                 base + start as u64,
                 kind,
             ];
@@ -159,13 +158,13 @@ impl<'rt> Global<'rt> {
         let mut sent = 0;
         for (start, len) in pieces(src.len(), self.chunk.get()) {
             let piece = &src[start..start + len];
-            let header = [w[0], w[1], (off + start) as u64, len as u64, kind];
+            let header = [w[0], w[1], offset_len(off + start, len), kind];
             let r = if len <= PUT_INLINE_WORDS * 8 {
-                let mut args = [0u64; 5 + PUT_INLINE_WORDS];
-                args[..5].copy_from_slice(&header);
-                let words = to_words(piece, &mut args[5..]);
+                let mut args = [0u64; 4 + PUT_INLINE_WORDS];
+                args[..4].copy_from_slice(&header);
+                let words = to_words(piece, &mut args[4..]);
                 self.rt
-                    .request_short(seg.rank, self.h.put, &args[..5 + words])
+                    .request_short(seg.rank, self.h.put, &args[..4 + words])
             } else {
                 self.rt.request_medium(seg.rank, self.h.put, &header, piece)
             };
@@ -297,9 +296,8 @@ impl<'rt> Global<'rt> {
                     return Err(GlobalError::refused(self.me, r));
                 }
                 self.shared
-                    .own
-                    .atomic(ctrl, 0, AtomicOp::FetchAdd, len as u64, 0)
-                    .map_err(|r| GlobalError::refused(self.me, r))?;
+                    .stored
+                    .fetch_add(len as u64, std::sync::atomic::Ordering::Release);
             }
             Route::Direct => {
                 self.rma
@@ -311,16 +309,16 @@ impl<'rt> Global<'rt> {
                     .map_err(Self::rma_err)?;
             }
             Route::Am => {
-                let (w, cw) = (p.segment().to_words(), ctrl.to_words());
+                let w = p.segment().to_words();
                 for (start, n) in pieces(bytes.len(), self.chunk.get()) {
                     let piece = &bytes[start..start + n];
-                    let header = [w[0], w[1], (off + start) as u64, n as u64, cw[0], cw[1]];
+                    let header = [w[0], w[1], offset_len(off + start, n)];
                     if n <= STORE_INLINE_WORDS * 8 {
-                        let mut args = [0u64; 6 + STORE_INLINE_WORDS];
-                        args[..6].copy_from_slice(&header);
-                        let words = to_words(piece, &mut args[6..]);
+                        let mut args = [0u64; 3 + STORE_INLINE_WORDS];
+                        args[..3].copy_from_slice(&header);
+                        let words = to_words(piece, &mut args[3..]);
                         self.rt
-                            .request_short(rank, self.h.store, &args[..6 + words])?;
+                            .request_short(rank, self.h.store, &args[..3 + words])?;
                     } else {
                         self.rt.request_medium(rank, self.h.store, &header, piece)?;
                     }
@@ -333,12 +331,20 @@ impl<'rt> Global<'rt> {
         Ok(())
     }
 
-    /// Bytes stored into this rank so far (by every rank, itself included).
+    /// Bytes stored into this rank so far (by every rank, itself included): those its
+    /// handlers wrote, plus those peers wrote directly (`hw`), counted in the counter
+    /// segment's word.
     pub fn stored_bytes(&self) -> u64 {
-        self.shared
+        let direct = self
+            .shared
             .own
             .atomic(self.ctrl.on(self.me), 0, AtomicOp::Load, 0, 0)
-            .unwrap_or(0)
+            .unwrap_or(0);
+        direct.wrapping_add(
+            self.shared
+                .stored
+                .load(std::sync::atomic::Ordering::Acquire),
+        )
     }
 
     /// Waits until at least `n` more bytes have been stored into this rank, and consumes
