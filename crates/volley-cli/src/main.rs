@@ -1,6 +1,7 @@
 //! The `volley` command: `run` launches a job, `bench` measures, `info` describes the build.
 
 mod affinity;
+mod apps;
 mod bench;
 mod info;
 mod launch;
@@ -68,6 +69,8 @@ enum Command {
         #[command(subcommand)]
         which: bench::BenchCommand,
     },
+    /// Run seed 004's Split-C application suite under each strategy and print Table 2.
+    Apps(apps::AppsArgs),
     /// Print the build's limits, defaults and per-rank memory footprint.
     Info,
     /// Internal: one host's share of a multi-host job (started by `volley run --hosts`).
@@ -194,6 +197,7 @@ fn main() -> ExitCode {
         }
         Command::Agent(args) => ExitCode::from(launch::agent::main(args)),
         Command::Bench { which } => bench::main(which),
+        Command::Apps(a) => apps::main(a),
         Command::Info => info::print(),
         Command::BenchRank {
             which,

@@ -97,7 +97,8 @@ pub enum Transport {
 }
 
 impl Transport {
-    fn name(self) -> &'static str {
+    /// The transport's name as `VOLLEY_NET` and JSON spell it.
+    pub fn name(self) -> &'static str {
         match self {
             Transport::Shm => "shm",
             Transport::Udp => "udp",
@@ -778,17 +779,29 @@ fn emit_text(text: &[u8], doc: &Value, json: Json) -> ExitCode {
     }
 }
 
+/// Where a command's JSON goes (for commands outside `bench` that print reports too).
+pub type JsonTarget = Json;
+
+/// Prints a report's table and writes its JSON, as the benchmarks do.
+pub fn emit_report(text: &[u8], doc: &Value, json: JsonTarget) -> ExitCode {
+    emit_text(text, doc, json)
+}
+
 /// Where the JSON goes. A file is tried (created, then removed again) before the benchmark
 /// runs, so that a bad path is refused at once rather than after minutes of measuring, and a
 /// benchmark that fails or is interrupted leaves no empty file.
-enum Json {
+pub enum Json {
+    /// No JSON.
     None,
+    /// Standard output.
     Stdout,
+    /// A file.
     File(String),
 }
 
 impl Json {
-    fn open(arg: Option<&str>) -> Result<Self, String> {
+    /// `--json`'s argument: none, `-` or a path (checked writable now).
+    pub fn open(arg: Option<&str>) -> Result<Self, String> {
         match arg {
             None => Ok(Json::None),
             Some("-") => Ok(Json::Stdout),
