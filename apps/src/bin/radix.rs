@@ -46,7 +46,8 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
             }
             must(me, "all_store_sync", g.all_store_sync());
             // SAFETY: every store of this pass is in, and the next pass's stores start only
-            // after every rank has copied its part (the scan above is collective).
+            // after every rank has copied its part: the next pass's all-reduce of the counts
+            // needs every rank's contribution before any rank stores again.
             keys = unsafe { dst.local_slice() }.to_vec();
         }
     });
