@@ -66,6 +66,34 @@ pub(crate) fn locate(i: usize, procs: usize, len: usize, layout: Layout) -> (usi
     }
 }
 
+/// How many of `len` elements over `procs` ranks `rank` owns (constant time).
+pub(crate) fn len_on(rank: usize, procs: usize, len: usize, layout: Layout) -> usize {
+    if rank >= procs {
+        return 0;
+    }
+    match layout {
+        Layout::Cyclic => len.saturating_sub(rank).div_ceil(procs),
+        Layout::Blocked => {
+            let per = len.div_ceil(procs).max(1);
+            len.saturating_sub(rank * per).min(per)
+        }
+        Layout::BlockCyclic(b) => {
+            let b = b.max(1);
+            let rows = len.div_ceil(b);
+            if rank >= rows {
+                return 0;
+            }
+            let mine = (rows - 1 - rank) / procs + 1;
+            let short = if (rows - 1) % procs == rank {
+                rows * b - len
+            } else {
+                0
+            };
+            mine * b - short
+        }
+    }
+}
+
 /// The global index of element `local` of `rank`'s part (the inverse of [`locate`]).
 pub(crate) fn global_index(
     rank: usize,
@@ -143,12 +171,7 @@ impl<T: Pod> SpreadArray<T> {
 
     /// How many elements `rank` owns.
     pub fn len_on(&self, rank: usize) -> usize {
-        match self.layout {
-            Layout::Cyclic => (self.len + self.procs - 1 - rank.min(self.procs - 1)) / self.procs,
-            _ => (0..per_rank(self.len, self.procs, self.layout))
-                .filter(|&l| global_index(rank, l, self.procs, self.len, self.layout) < self.len)
-                .count(),
-        }
+        len_on(rank, self.procs, self.len, self.layout)
     }
 
     /// How many elements this rank owns.
@@ -239,6 +262,32 @@ mod tests {
                     Layout::BlockCyclic(4),
                 ] {
                     check_bijection(len, procs, layout);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn part_lengths_match_the_mapping() {
+        for procs in [1, 2, 3, 4, 7, 8] {
+            for len in [0, 1, 5, 16, 17, 100] {
+                for layout in [
+                    Layout::Cyclic,
+                    Layout::Blocked,
+                    Layout::BlockCyclic(1),
+                    Layout::BlockCyclic(4),
+                ] {
+                    let mut count = vec![0; procs];
+                    for i in 0..len {
+                        count[locate(i, procs, len, layout).0] += 1;
+                    }
+                    for (r, c) in count.iter().enumerate() {
+                        assert_eq!(
+                            len_on(r, procs, len, layout),
+                            *c,
+                            "{layout:?} n={len} P={procs} rank {r}"
+                        );
+                    }
                 }
             }
         }
