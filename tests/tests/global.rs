@@ -113,3 +113,19 @@ fn an_unknown_strategy_is_refused_by_name() {
         .assert_code(2)
         .assert_stderr_has(&["unknown strategy \"fast\": expected proc, np or hw"]);
 }
+
+#[test]
+fn a_barrier_against_an_all_reduce_is_an_error_not_a_silent_hang() {
+    for (ranks, strategy) in [(2, "hw"), (3, "proc"), (4, "np")] {
+        let out = Job::run(ranks, SUITE, &["mismatch"])
+            .env("VOLLEY_STRATEGY", strategy)
+            .timeout(DEADLINE)
+            .output();
+        out.assert_code(3).assert_stderr_has(&[
+            "detected: collective #",
+            "mismatch: rank",
+            "barrier",
+            "all_reduce",
+        ]);
+    }
+}

@@ -11,8 +11,10 @@
 
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
+use crate::handlers::FAST_WORDS;
 use crate::reduce::{Op, Reducible};
 use bytemuck::Pod;
+use std::sync::atomic::Ordering;
 use std::sync::{Mutex, PoisonError};
 
 /// Collective messages that have arrived, whole or in part.
@@ -66,6 +68,16 @@ impl Mailbox {
             p.what = u64::MAX;
             p.got = p.total;
         }
+    }
+
+    /// What collective a parcel of call `epoch` belongs to, if one has arrived (for mismatch
+    /// diagnosis).
+    pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
+        let parcels = self.parcels.lock().unwrap_or_else(PoisonError::into_inner);
+        parcels
+            .iter()
+            .find(|p| p.epoch == epoch)
+            .map(|p| (p.what, p.src))
     }
 
     fn ready(&self, src: usize, epoch: u64, step: u64) -> bool {
@@ -174,6 +186,22 @@ impl What {
     }
 }
 
+/// Where a latency-bound collective's messages travel.
+#[derive(Debug, Clone, Copy)]
+enum Lane {
+    /// The mailbox (data larger than a short message).
+    Mailbox,
+    /// Fast slots of lane `lane`, call number `seq` of that lane.
+    Fast { lane: u64, seq: u64 },
+}
+
+/// The fast lane of barriers.
+const BARRIER_LANE: u64 = 0;
+/// The fast lane of small all-reduces.
+const REDUCE_LANE: u64 = 1;
+/// The step of recursive doubling's unfold (the last slot of a lane).
+const UNFOLD_STEP: u64 = 63;
+
 /// Reduces by a user closure: operator code 255.
 const USER_OP: u8 = 255;
 /// Reductions up to this size use recursive doubling; larger ones reduce-scatter and gather.
@@ -225,13 +253,35 @@ impl Global<'_> {
         len: Option<usize>,
     ) -> Result<Vec<u8>> {
         let mb = &self.shared.mailbox;
-        self.wait_for(|| mb.ready(src, epoch, step), &|| {
+        let lanes = &self.shared.lanes;
+        let (mut polls, mut elsewhere) = (0u32, None);
+        let cond = || {
+            if mb.ready(src, epoch, step) {
+                return true;
+            }
+            polls = polls.wrapping_add(1);
+            // Now and then: has the other rank called a fast-lane collective at this epoch?
+            if polls % 4096 == 0 {
+                elsewhere = lanes.iter().find_map(|l| l.what_of(epoch));
+            }
+            elsewhere.is_some()
+        };
+        self.wait_for(cond, &|| {
             format!(
                 "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
                      calls it, or calls another, keeps every other rank here",
                 What::describe(what.code())
             )
         });
+        if let Some((theirs, rank)) = elsewhere.filter(|_| !mb.ready(src, epoch, step)) {
+            return Err(GlobalError::CollectiveMismatch {
+                epoch,
+                me: self.me,
+                rank,
+                mine: What::describe(what.code()),
+                theirs: What::describe(theirs),
+            });
+        }
         let p = mb.take(src, epoch, step).expect("ready parcel");
         if p.what != what.code() || len.is_some_and(|l| l != p.total) {
             let mine = What::describe(what.code())
@@ -261,17 +311,126 @@ impl Global<'_> {
         Ok(())
     }
 
+    /// Sends one step's message of a latency-bound collective on `lane`: one short message,
+    /// its data inline.
+    fn send_fast(
+        &self,
+        lane: Lane,
+        dest: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let Lane::Fast { lane, seq } = lane else {
+            return self.send_parcel(dest, epoch, step, what, bytes);
+        };
+        let mut args = [0u64; 4 + FAST_WORDS];
+        args[0] = lane | step << 8 | (bytes.len() as u64) << 16;
+        args[1] = seq;
+        args[2] = epoch;
+        args[3] = what.code();
+        let words = crate::handlers::to_words(bytes, &mut args[4..]);
+        self.rt
+            .request_short(dest, self.h.coll_fast, &args[..4 + words])?;
+        Ok(())
+    }
+
+    /// Receives one step's message of a latency-bound collective from `src` into `dst`.
+    fn recv_fast(
+        &self,
+        lane: Lane,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let Lane::Fast { lane, seq } = lane else {
+            return self.recv_into(src, epoch, step, what, dst);
+        };
+        let slot = self.shared.lanes[lane as usize].slot(step, seq);
+        let mut polls = 0u32;
+        let mut elsewhere = None;
+        let mb = &self.shared.mailbox;
+        self.wait_for(
+            || {
+                if slot.seq.load(Ordering::Acquire) == seq + 1 {
+                    return true;
+                }
+                polls = polls.wrapping_add(1);
+                // Now and then: has another rank called another collective at this epoch?
+                if polls % 4096 == 0 {
+                    let lanes = &self.shared.lanes;
+                    elsewhere = mb.what_of(epoch).or_else(|| {
+                        (0..lanes.len() as u64)
+                            .filter(|&l| l != lane)
+                            .find_map(|l| lanes[l as usize].what_of(epoch))
+                    });
+                }
+                elsewhere.is_some()
+            },
+            &|| {
+                format!(
+                    "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
+                     calls it, or calls another, keeps every other rank here",
+                    What::describe(what.code())
+                )
+            },
+        );
+        let mismatch = |rank: usize, theirs: String| GlobalError::CollectiveMismatch {
+            epoch,
+            me: self.me,
+            rank,
+            mine: What::describe(what.code()) + &format!(" ({} bytes per message)", dst.len()),
+            theirs,
+        };
+        if let Some((theirs, rank)) = elsewhere {
+            return Err(mismatch(rank, What::describe(theirs)));
+        }
+        let (e, w, len) = (
+            slot.epoch.load(Ordering::Relaxed),
+            slot.what.load(Ordering::Relaxed),
+            slot.len.load(Ordering::Relaxed) as usize,
+        );
+        if e != epoch || w != what.code() || len != dst.len() {
+            return Err(mismatch(
+                src,
+                What::describe(w) + &format!(" ({len} bytes per message)"),
+            ));
+        }
+        let words: Vec<u64> = slot.words[..len.div_ceil(8)]
+            .iter()
+            .map(|x| x.load(Ordering::Relaxed))
+            .collect();
+        crate::handlers::from_words(&words, dst);
+        Ok(())
+    }
+
+    /// The lane of the next call of a latency-bound collective of `bytes` per message:
+    /// `lane`'s fast slots when the data fits one short message, else the mailbox.
+    fn lane(&self, lane: u64, bytes: usize) -> Lane {
+        if bytes > FAST_WORDS * 8 {
+            return Lane::Mailbox;
+        }
+        let counter = &self.fast_calls[lane as usize];
+        let seq = counter.get();
+        counter.set(seq + 1);
+        Lane::Fast { lane, seq }
+    }
+
     /// Every rank waits here until all have arrived (dissemination: ⌈log₂ P⌉ rounds of one
-    /// message each).
+    /// short message each).
     pub fn barrier(&self) -> Result<()> {
         let epoch = self.next_epoch();
         let what = What::new(Kind::Barrier);
         let p = self.procs;
+        let lane = self.lane(BARRIER_LANE, 0);
         let mut dist = 1;
         let mut step = 0;
         while dist < p {
-            self.send_parcel((self.me + dist) % p, epoch, step, what, &[])?;
-            self.recv_parcel((self.me + p - dist) % p, epoch, step, what, Some(0))?;
+            self.send_fast(lane, (self.me + dist) % p, epoch, step, what, &[])?;
+            self.recv_fast(lane, (self.me + p - dist) % p, epoch, step, what, &mut [])?;
             dist *= 2;
             step += 1;
         }
@@ -351,6 +510,7 @@ impl Global<'_> {
         let (me, p) = (self.me, self.procs);
         let pof2 = 1 << (usize::BITS - 1 - p.leading_zeros());
         let rem = p - pof2;
+        let lane = self.lane(REDUCE_LANE, std::mem::size_of_val(data));
         let mut theirs = vec![T::zeroed(); data.len()];
         let combine = |lower: &[T], higher: &mut [T]| {
             for (h, l) in higher.iter_mut().zip(lower) {
@@ -365,10 +525,17 @@ impl Global<'_> {
         // Fold: among the first 2·rem ranks, even ranks hand their data to the next one.
         let newrank = if me < 2 * rem {
             if me % 2 == 0 {
-                self.send_parcel(me + 1, epoch, 0, what, bytemuck::cast_slice(data))?;
+                self.send_fast(lane, me + 1, epoch, 0, what, bytemuck::cast_slice(data))?;
                 None
             } else {
-                self.recv_into(me - 1, epoch, 0, what, &mut theirs)?;
+                self.recv_fast(
+                    lane,
+                    me - 1,
+                    epoch,
+                    0,
+                    what,
+                    bytemuck::cast_slice_mut(&mut theirs),
+                )?;
                 combine(&theirs, data);
                 Some(me / 2)
             }
@@ -381,8 +548,15 @@ impl Global<'_> {
             while mask < pof2 {
                 let np = nr ^ mask;
                 let partner = if np < rem { np * 2 + 1 } else { np + rem };
-                self.send_parcel(partner, epoch, step, what, bytemuck::cast_slice(data))?;
-                self.recv_into(partner, epoch, step, what, &mut theirs)?;
+                self.send_fast(lane, partner, epoch, step, what, bytemuck::cast_slice(data))?;
+                self.recv_fast(
+                    lane,
+                    partner,
+                    epoch,
+                    step,
+                    what,
+                    bytemuck::cast_slice_mut(&mut theirs),
+                )?;
                 if partner < me {
                     combine(&theirs, data);
                 } else {
@@ -395,9 +569,23 @@ impl Global<'_> {
         // Unfold.
         if me < 2 * rem {
             if me % 2 == 1 {
-                self.send_parcel(me - 1, epoch, 1000, what, bytemuck::cast_slice(data))?;
+                self.send_fast(
+                    lane,
+                    me - 1,
+                    epoch,
+                    UNFOLD_STEP,
+                    what,
+                    bytemuck::cast_slice(data),
+                )?;
             } else {
-                self.recv_into(me + 1, epoch, 1000, what, data)?;
+                self.recv_fast(
+                    lane,
+                    me + 1,
+                    epoch,
+                    UNFOLD_STEP,
+                    what,
+                    bytemuck::cast_slice_mut(data),
+                )?;
             }
         }
         Ok(())

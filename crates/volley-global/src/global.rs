@@ -59,6 +59,8 @@ pub struct Global<'rt> {
     pub(crate) local_refusals_reported: Cell<u64>,
     /// Collective calls so far (every rank counts the same).
     pub(crate) epoch: Cell<u64>,
+    /// Calls so far on each fast lane (barriers, small all-reduces).
+    pub(crate) fast_calls: [Cell<u64>; 2],
     /// This rank's part of every spread array: (start address, segment).
     arrays: RefCell<Vec<(usize, usize, volley::rma::SegmentRef)>>,
     /// Bytes per message of a bulk transfer.
@@ -142,6 +144,7 @@ impl GlobalSetup {
             refusals_reported: RefCell::new(vec![0; procs]),
             local_refusals_reported: Cell::new(0),
             epoch: Cell::new(0),
+            fast_calls: [Cell::new(0), Cell::new(0)],
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             hang_warn,

@@ -72,6 +72,64 @@ pub(crate) struct Procedure {
     pub(crate) run: Box<ProcedureFn>,
 }
 
+/// Data words a fast-lane collective message carries (16 arguments less 4 header words).
+pub(crate) const FAST_WORDS: usize = 12;
+/// Steps of a fast lane (a collective of 2^62 ranks would need more).
+const FAST_STEPS: usize = 64;
+
+/// One step's message of a latency-bound collective (barrier, small all-reduce): written by
+/// the handler, then published by its sequence number.
+#[repr(align(64))]
+#[derive(Debug, Default)]
+pub(crate) struct FastSlot {
+    /// The lane's call number + 1 of the message in the slot (0: none yet).
+    pub(crate) seq: AtomicU64,
+    pub(crate) epoch: AtomicU64,
+    pub(crate) what: AtomicU64,
+    pub(crate) len: AtomicU64,
+    /// The sender.
+    pub(crate) src: AtomicU64,
+    pub(crate) words: [AtomicU64; FAST_WORDS],
+}
+
+/// The slots of one kind of latency-bound collective: at each step a rank hears from exactly
+/// one rank, and a rank can be at most one call ahead of another there (each such collective
+/// needs every rank to have entered it before any leaves), so two slots per step, by the
+/// parity of the call number, never hold a message not yet read.
+#[derive(Debug)]
+pub(crate) struct FastLane {
+    slots: Box<[FastSlot]>,
+}
+
+impl FastLane {
+    fn new() -> Self {
+        Self {
+            slots: (0..2 * FAST_STEPS).map(|_| FastSlot::default()).collect(),
+        }
+    }
+
+    /// The slot of call `seq` at `step`.
+    pub(crate) fn slot(&self, step: u64, seq: u64) -> &FastSlot {
+        &self.slots[(step as usize).min(FAST_STEPS - 1) * 2 + (seq & 1) as usize]
+    }
+
+    /// What collective a message of call `epoch` in this lane belongs to and who sent it, if
+    /// one is here (for mismatch diagnosis).
+    pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
+        self.slots
+            .iter()
+            .find(|s| {
+                s.seq.load(Ordering::Acquire) != 0 && s.epoch.load(Ordering::Relaxed) == epoch
+            })
+            .map(|s| {
+                (
+                    s.what.load(Ordering::Relaxed),
+                    s.src.load(Ordering::Relaxed) as usize,
+                )
+            })
+    }
+}
+
 /// State shared by a rank's [`crate::Global`] and its handlers.
 pub(crate) struct Shared {
     pub(crate) own: OwnSegments,
@@ -87,6 +145,8 @@ pub(crate) struct Shared {
     pub(crate) store_first_refusal: Mutex<Option<RefusalWords>>,
     pub(crate) procs: RwLock<Vec<Procedure>>,
     pub(crate) mailbox: Mailbox,
+    /// Fast lanes: 0 for barriers, 1 for small all-reduces.
+    pub(crate) lanes: [FastLane; 2],
     /// A buffer for copying a get's bytes out of the segment before they are sent.
     scratch: Mutex<Vec<u8>>,
 }
@@ -110,6 +170,7 @@ impl Shared {
             store_first_refusal: Mutex::new(None),
             procs: RwLock::new(Vec::new()),
             mailbox: Mailbox::default(),
+            lanes: [FastLane::new(), FastLane::new()],
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -186,6 +247,7 @@ pub(crate) struct Handlers {
     pub(crate) atomic: RequestHandler,
     pub(crate) push: RequestHandler,
     pub(crate) coll: RequestHandler,
+    pub(crate) coll_fast: RequestHandler,
 }
 
 /// A refusal's code and, for out-of-bounds accesses, the segment's length.
@@ -330,6 +392,26 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
             m.payload(),
         );
     });
+    let s = shared.clone();
+    let coll_fast = b.request_handler("volley.global.coll_fast", move |m, _| {
+        // args: lane·step·length, call number, epoch, what, data words.
+        let h = m.arg(0);
+        let (lane, step, len) = (h & 0xff, (h >> 8) & 0xff, h >> 16);
+        let Some(lane) = s.lanes.get(lane as usize) else {
+            return;
+        };
+        let seq = m.arg(1);
+        let slot = lane.slot(step, seq);
+        for (w, v) in slot.words.iter().zip(m.args().get(4..).unwrap_or(&[])) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        slot.epoch.store(m.arg(2), Ordering::Relaxed);
+        slot.what.store(m.arg(3), Ordering::Relaxed);
+        slot.len.store(len, Ordering::Relaxed);
+        slot.src.store(m.src() as u64, Ordering::Relaxed);
+        // Release: the reader that sees the number sees the words.
+        slot.seq.store(seq + 1, Ordering::Release);
+    });
     Handlers {
         get,
         put,
@@ -337,6 +419,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         atomic,
         push,
         coll,
+        coll_fast,
     }
 }
 

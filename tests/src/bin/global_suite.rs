@@ -18,8 +18,9 @@ const SECTIONS: [&str; 15] = [
     "bulk", "overlap", "flood", "exchange", "protect",
 ];
 /// Sections run only when named: `late` (rank 0 waits in store_sync for bytes that rank 1
-/// stores 1.5 s later, so that the wait's diagnostic shows).
-const EXTRA: [&str; 1] = ["late"];
+/// stores 1.5 s later, so that the wait's diagnostic shows) and `mismatch` (rank 0 calls a
+/// barrier where the others call an all-reduce, and the job ends with status 3).
+const EXTRA: [&str; 2] = ["late", "mismatch"];
 
 /// A small struct read and written whole.
 #[repr(C)]
@@ -1000,6 +1001,28 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// Ends the job: a rank that detects the mismatch exits with status 3 naming it; ranks
+    /// that only see silence wait (saying so after VOLLEY_HANG_WARN_SECS) until the launcher
+    /// stops the job because of that exit.
+    fn mismatch(&self) {
+        let g = self.g;
+        if self.p < 2 {
+            return;
+        }
+        let r = if self.me == 0 {
+            g.barrier()
+        } else {
+            g.all_reduce_one(1u64, Op::Sum).map(|_| ())
+        };
+        match r {
+            Err(e @ GlobalError::CollectiveMismatch { .. }) => {
+                volley_tests::eprint_line(&format!("rank {} detected: {e}", self.me));
+                std::process::exit(3)
+            }
+            other => check!(self, false, "barrier against all_reduce: {other:?}"),
+        }
+    }
+
     fn late(&self) {
         let g = self.g;
         let a = ok(
@@ -1248,6 +1271,7 @@ fn main() {
             "exchange" => s.exchange(),
             "protect" => s.protect(),
             "late" => s.late(),
+            "mismatch" => s.mismatch(),
             _ => unreachable!(),
         }
     }
