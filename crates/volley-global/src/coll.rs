@@ -511,7 +511,20 @@ impl Global<'_> {
         let pof2 = 1 << (usize::BITS - 1 - p.leading_zeros());
         let rem = p - pof2;
         let lane = self.lane(REDUCE_LANE, std::mem::size_of_val(data));
-        let mut theirs = vec![T::zeroed(); data.len()];
+        // The partner's data: on the stack when it fits a fast-lane message (no allocation on
+        // a small all-reduce's path).
+        let mut stack = [0u64; FAST_WORDS];
+        let mut heap = Vec::new();
+        let bytes = std::mem::size_of_val(data);
+        let theirs: &mut [T] = match bytemuck::try_cast_slice_mut(
+            &mut bytemuck::cast_slice_mut::<u64, u8>(&mut stack)[..bytes.min(FAST_WORDS * 8)],
+        ) {
+            Ok(t) if bytes <= FAST_WORDS * 8 && t.len() == data.len() => t,
+            _ => {
+                heap.resize(data.len(), T::zeroed());
+                &mut heap
+            }
+        };
         let combine = |lower: &[T], higher: &mut [T]| {
             for (h, l) in higher.iter_mut().zip(lower) {
                 *h = f(*l, *h);
@@ -534,9 +547,9 @@ impl Global<'_> {
                     epoch,
                     0,
                     what,
-                    bytemuck::cast_slice_mut(&mut theirs),
+                    bytemuck::cast_slice_mut(theirs),
                 )?;
-                combine(&theirs, data);
+                combine(theirs, data);
                 Some(me / 2)
             }
         } else {
@@ -555,12 +568,12 @@ impl Global<'_> {
                     epoch,
                     step,
                     what,
-                    bytemuck::cast_slice_mut(&mut theirs),
+                    bytemuck::cast_slice_mut(theirs),
                 )?;
                 if partner < me {
-                    combine(&theirs, data);
+                    combine(theirs, data);
                 } else {
-                    combine_into_lower(data, &theirs);
+                    combine_into_lower(data, theirs);
                 }
                 mask <<= 1;
                 step += 1;
