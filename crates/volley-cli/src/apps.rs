@@ -63,6 +63,10 @@ pub struct AppsArgs {
     /// Where the program binaries are (default: beside this `volley`).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
+    /// Skip the Open MPI versions of radixb, sampleb and cannon (run by default over shared
+    /// memory when `mpicc` and `mpirun` are installed).
+    #[arg(long)]
+    no_mpi: bool,
 }
 
 /// One run of one program.
@@ -96,7 +100,7 @@ pub struct TableRow {
     pub program: String,
     /// Problem description.
     pub problem: String,
-    /// Median seconds by strategy.
+    /// Median seconds by strategy (and `mpi` for the Open MPI version, where there is one).
     pub seconds: std::collections::BTreeMap<String, f64>,
     /// np / proc, when both ran.
     pub np_over_proc: Option<f64>,
@@ -177,17 +181,36 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
     }
     let json = crate::bench::JsonTarget::open(args.json.as_deref())?;
     let total = (programs.len() * strategies.len()) as u64 * args.reps;
+    let mpi_total = if args.transport == crate::bench::Transport::Shm
+        && !args.no_mpi
+        && crate::apps_mpi::available()
+    {
+        programs.iter().filter(|p| MPI_VERSIONS.contains(p)).count() as u64 * args.reps
+    } else {
+        0
+    };
+    let total = total + mpi_total;
     let bar = ProgressBar::new(total);
     bar.set_style(
         ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"),
     );
     let mut runs = Vec::new();
+    let mpi = args.transport == crate::bench::Transport::Shm
+        && !args.no_mpi
+        && crate::apps_mpi::available();
     for p in &programs {
         for s in &strategies {
             for rep in 0..args.reps as usize {
                 bar.set_message(format!("{p} [{s}] #{rep}"));
                 runs.push(run_one(&volley, &dir, p, s, rep, args));
                 bar.inc(1);
+            }
+        }
+        // The message-passing version of the same algorithm, where there is one.
+        if mpi && MPI_VERSIONS.contains(p) {
+            for rep in 0..args.reps as usize {
+                bar.set_message(format!("{p} [mpi] #{rep}"));
+                runs.push(run_mpi(p, rep, args));
             }
         }
     }
@@ -204,6 +227,35 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
         return Ok(ExitCode::FAILURE);
     }
     Ok(code)
+}
+
+/// Programs that also have a C version against Open MPI (`apps/mpi/`).
+pub const MPI_VERSIONS: [&str; 3] = ["radixb", "sampleb", "cannon"];
+
+/// Runs the Open MPI version of `program` once.
+fn run_mpi(program: &str, rep: usize, args: &AppsArgs) -> AppRun {
+    let mut r = AppRun {
+        program: program.to_string(),
+        strategy: "mpi".into(),
+        ranks: args.ranks,
+        transport: "shm".into(),
+        rep,
+        problem: String::new(),
+        seconds: f64::NAN,
+        verified: false,
+        error: None,
+    };
+    match crate::apps_mpi::run(program, args.ranks, &args.size) {
+        Ok(Some((problem, seconds, verified))) => {
+            (r.problem, r.seconds, r.verified) = (problem, seconds, verified);
+            if !verified {
+                r.error = Some("the MPI version's check failed".into());
+            }
+        }
+        Ok(None) => r.error = Some("no MPI version".into()),
+        Err(e) => r.error = Some(e),
+    }
+    r
 }
 
 /// Runs one program once and reads its result line.
@@ -331,6 +383,14 @@ fn table(programs: &[&str], strategies: &[&str], runs: &[AppRun]) -> Vec<TableRo
                     seconds.insert(s.to_string(), crate::bench::median(&mut v));
                 }
             }
+            let mut v: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.program == *p && r.strategy == "mpi" && r.verified)
+                .map(|r| r.seconds)
+                .collect();
+            if !v.is_empty() {
+                seconds.insert("mpi".to_string(), crate::bench::median(&mut v));
+            }
             let np_over_proc = match (seconds.get("np"), seconds.get("proc")) {
                 (Some(n), Some(p)) if *p > 0.0 => Some(n / p),
                 _ => None,
@@ -349,7 +409,7 @@ fn table(programs: &[&str], strategies: &[&str], runs: &[AppRun]) -> Vec<TableRo
 
 fn print_table(r: &AppsReport, args: &AppsArgs, w: &mut dyn Write) {
     // Table 2's order: proc, then np, then hw.
-    let strategies: Vec<&str> = ["proc", "np", "hw"]
+    let strategies: Vec<&str> = ["proc", "np", "hw", "mpi"]
         .into_iter()
         .filter(|s| r.runs.iter().any(|run| run.strategy == *s))
         .collect();
@@ -370,10 +430,15 @@ fn print_table(r: &AppsReport, args: &AppsArgs, w: &mut dyn Write) {
     for row in &r.table {
         let mut line = format!("{:<9} {:<28}", row.program, row.problem);
         for s in &strategies {
+            let missing = if *s == "mpi" && !MPI_VERSIONS.contains(&row.program.as_str()) {
+                "-"
+            } else {
+                "failed"
+            };
             line += &row
                 .seconds
                 .get(*s)
-                .map_or(format!("{:>10}", "failed"), |v| format!("{v:>10.3}"));
+                .map_or(format!("{missing:>10}"), |v| format!("{v:>10.3}"));
         }
         line += &row
             .np_over_proc

@@ -2,6 +2,7 @@
 
 mod affinity;
 mod apps;
+mod apps_mpi;
 mod bench;
 mod info;
 mod launch;
