@@ -230,6 +230,13 @@ impl<'rt> Global<'rt> {
         Ok(())
     }
 
+    /// Serves what has arrived (Split-C's `splitc_poll`): a program that computes for long
+    /// under `proc` calls it so that other ranks' requests to it do not wait. Returns how many
+    /// messages it handled.
+    pub fn poll(&self) -> usize {
+        self.rt.poll()
+    }
+
     /// Whether this rank owns `p`'s pointee.
     pub fn is_local<T: Pod>(&self, p: GlobalPtr<T>) -> bool {
         p.rank() == self.me
