@@ -21,6 +21,9 @@ use std::sync::{Mutex, PoisonError};
 #[derive(Debug, Default)]
 pub(crate) struct Mailbox {
     parcels: Mutex<Vec<Parcel>>,
+    /// Buffers of parcels already read, for the next ones: large collectives then reuse
+    /// memory whose pages are in, instead of faulting fresh pages in on every call.
+    pool: Mutex<Vec<Vec<u8>>>,
 }
 
 #[derive(Debug)]
@@ -52,7 +55,7 @@ impl Mailbox {
                     what,
                     total: total as usize,
                     got: 0,
-                    data: vec![0; total as usize],
+                    data: self.buffer(total as usize),
                 });
                 parcels.len() - 1
             }
@@ -85,6 +88,28 @@ impl Mailbox {
         parcels
             .iter()
             .any(|p| p.src == src && p.epoch == epoch && p.step == step && p.got >= p.total)
+    }
+
+    /// A buffer of `len` bytes, recycled when one is free.
+    fn buffer(&self, len: usize) -> Vec<u8> {
+        let mut v = self
+            .pool
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default();
+        v.clear();
+        v.resize(len, 0);
+        v
+    }
+
+    /// Returns a parcel's buffer for reuse (a bounded number are kept).
+    pub(crate) fn recycle(&self, v: Vec<u8>) {
+        const KEEP: usize = 64;
+        let mut pool = self.pool.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < KEEP && v.capacity() <= 64 << 20 {
+            pool.push(v);
+        }
     }
 
     fn take(&self, src: usize, epoch: u64, step: u64) -> Option<Parcel> {
@@ -308,6 +333,7 @@ impl Global<'_> {
     ) -> Result<()> {
         let data = self.recv_parcel(src, epoch, step, what, Some(std::mem::size_of_val(dst)))?;
         bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(&data);
+        self.shared.mailbox.recycle(data);
         Ok(())
     }
 
@@ -863,10 +889,11 @@ impl Global<'_> {
         let got: Vec<usize> = blocks.iter().map(|b| b.len() / size).collect();
         let mut out = vec![T::zeroed(); got.iter().sum()];
         let mut at = 0;
-        for b in &blocks {
+        for b in blocks {
             let n = b.len() / size;
-            bytemuck::cast_slice_mut::<T, u8>(&mut out[at..at + n]).copy_from_slice(b);
+            bytemuck::cast_slice_mut::<T, u8>(&mut out[at..at + n]).copy_from_slice(&b);
             at += n;
+            self.shared.mailbox.recycle(b);
         }
         Ok((out, got))
     }

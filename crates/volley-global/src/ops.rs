@@ -347,6 +347,11 @@ impl<'rt> Global<'rt> {
         )
     }
 
+    /// Bytes stored into this rank that `store_sync` has not consumed yet.
+    pub fn store_pending(&self) -> u64 {
+        self.stored_bytes().wrapping_sub(self.consumed.get())
+    }
+
     /// Waits until at least `n` more bytes have been stored into this rank, and consumes
     /// them (Split-C's `store_sync(n)`). If fewer ever arrive it waits, and says so on
     /// standard error after `VOLLEY_HANG_WARN_SECS` (see [`Global::all_store_sync`] for the

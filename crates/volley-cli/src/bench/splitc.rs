@@ -15,8 +15,8 @@
 //! - **bulk**: `bulk_get` and `bulk_store` bandwidth from 8 B to 16 MiB, with the peak and the
 //!   half-power size;
 //! - **granularity**: ranks 0 and 1 take turns computing [`WORK`] in chunks, polling between
-//!   chunks (or never); the other needs one `read` from the busy rank before it computes its own
-//!   share. Time per iteration against the chunk.
+//!   chunks (or never); the other, told by a store that the busy rank has started, needs one
+//!   `read` from it before it computes its own share. Time per iteration against the chunk.
 
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -358,6 +358,9 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
                 .map_or(0, |p| p.bytes);
         }
         // --- polling granularity (ranks 0 and 1 take turns) ---
+        // The turns are signalled by stores: consume what earlier parts stored here.
+        g.all_store_sync().map_err(e)?;
+        g.store_sync(g.store_pending()).map_err(e)?;
         for grain in GRAINS_NS {
             let iters = n(200.0).min(400);
             g.barrier().map_err(e)?;
@@ -365,6 +368,10 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             for it in 0..iters {
                 let busy = it % 2;
                 if me == busy {
+                    // Tell the other rank that this one computes now, so that its request
+                    // arrives during the computation, not while this rank is still in the
+                    // barrier (where it would be served at once whatever the strategy).
+                    g.store(w.ptr_on(1 - busy, 1), &(it as u64)).map_err(e)?;
                     let chunk = grain.map_or(WORK, Duration::from_nanos);
                     let mut left = WORK;
                     while !left.is_zero() {
@@ -376,6 +383,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
                         }
                     }
                 } else if me < 2 {
+                    g.store_sync(8).map_err(e)?;
                     std::hint::black_box(g.read(w.ptr_on(busy, 0)).map_err(e)?);
                     spin(WORK);
                 }
