@@ -75,11 +75,15 @@ impl Ctx<'_, '_> {
 
     /// Runs `f` between two barriers and returns its value and the slowest rank's seconds.
     pub fn timed<R>(&self, f: impl FnOnce() -> R) -> (R, f64) {
-        self.g.barrier().unwrap_or_else(|e| die(self.me(), &format!("barrier: {e}")));
+        self.g
+            .barrier()
+            .unwrap_or_else(|e| die(self.me(), &format!("barrier: {e}")));
         let t0 = Instant::now();
         let r = f();
         let mine = t0.elapsed().as_secs_f64();
-        self.g.barrier().unwrap_or_else(|e| die(self.me(), &format!("barrier: {e}")));
+        self.g
+            .barrier()
+            .unwrap_or_else(|e| die(self.me(), &format!("barrier: {e}")));
         let slowest = self
             .g
             .all_reduce_one(mine, Op::Max)
@@ -154,9 +158,12 @@ pub fn multiset_checksum(keys: impl IntoIterator<Item = u64>) -> [u64; 2] {
 /// [`multiset_checksum`] words, combined with wrapping add and xor).
 pub fn check_sorted(g: &Global<'_>, keys: &[u64], input: [u64; 2]) -> Result<(), String> {
     let me = g.my_proc();
-    if let Some(i) = keys.windows(2).position(|w| w[0] > w[1]) {
-        return Err(format!("keys {i} and {} on rank {me} are out of order", i + 1));
-    }
+    // Every rank takes part in every collective below, whatever it finds locally, so that a
+    // check that fails on some ranks only never leaves the others waiting.
+    let local = keys
+        .windows(2)
+        .position(|w| w[0] > w[1])
+        .map(|i| format!("keys {i} and {} on rank {me} are out of order", i + 1));
     // Boundaries: (has keys, first, last) of every rank.
     let mine = [
         u64::from(!keys.is_empty()),
@@ -165,6 +172,10 @@ pub fn check_sorted(g: &Global<'_>, keys: &[u64], input: [u64; 2]) -> Result<(),
     ];
     let mut all = vec![0u64; 3 * g.procs()];
     g.all_gather(&mine, &mut all).map_err(|e| e.to_string())?;
+    let permutation = input_checksum(g, keys)? == input;
+    if let Some(e) = local {
+        return Err(e);
+    }
     let mut last: Option<(usize, u64)> = None;
     for r in 0..g.procs() {
         if all[3 * r] == 0 {
@@ -172,12 +183,15 @@ pub fn check_sorted(g: &Global<'_>, keys: &[u64], input: [u64; 2]) -> Result<(),
         }
         if let Some((lr, lv)) = last {
             if lv > all[3 * r + 1] {
-                return Err(format!("rank {lr} ends with {lv} but rank {r} starts with {}", all[3 * r + 1]));
+                return Err(format!(
+                    "rank {lr} ends with {lv} but rank {r} starts with {}",
+                    all[3 * r + 1]
+                ));
             }
         }
         last = Some((r, all[3 * r + 2]));
     }
-    if input_checksum(g, keys)? != input {
+    if !permutation {
         return Err("the sorted keys are not a permutation of the input (checksums differ)".into());
     }
     Ok(())
@@ -188,7 +202,8 @@ pub fn input_checksum(g: &Global<'_>, keys: &[u64]) -> Result<[u64; 2], String> 
     let c = multiset_checksum(keys.iter().copied());
     let sum = g.all_reduce_one(c[0], Op::Sum).map_err(|e| e.to_string())?;
     let mut xor = [c[1]];
-    g.all_reduce_with(&mut xor, |a, b| a ^ b).map_err(|e| e.to_string())?;
+    g.all_reduce_with(&mut xor, |a, b| a ^ b)
+        .map_err(|e| e.to_string())?;
     Ok([sum, xor[0]])
 }
 
@@ -242,7 +257,9 @@ pub fn run<S>(
     );
     let mut setup = Global::register(&mut b).unwrap_or_else(|e| die(0, &e.to_string()));
     let state = register(&mut b, &mut setup);
-    let rt = b.build().unwrap_or_else(|e| die(0, &format!("joining the job: {e}")));
+    let rt = b
+        .build()
+        .unwrap_or_else(|e| die(0, &format!("joining the job: {e}")));
     let g = setup
         .attach(&rt)
         .unwrap_or_else(|e| die(rt.rank(), &format!("global layer: {e}")));
@@ -253,7 +270,11 @@ pub fn run<S>(
     };
     let out = body(&ctx, state);
     let me = g.my_proc();
-    let bad = must(me, "all_reduce", g.all_reduce_one(u64::from(out.verified.is_err()), Op::Max));
+    let bad = must(
+        me,
+        "all_reduce",
+        g.all_reduce_one(u64::from(out.verified.is_err()), Op::Max),
+    );
     if let Err(e) = &out.verified {
         eprint_line(&format!("{name}: rank {me}: verification failed: {e}"));
     }

@@ -135,13 +135,23 @@ fn the_runner_prints_table_2_and_writes_every_run_as_json() {
     .output();
     out.assert_success()
         .assert_stdout_has(&["program", "np/proc", "Meiko", "Paragon", "radix", "mm"]);
-    let doc: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let _ = std::fs::remove_file(&json);
     let runs = doc["runs"].as_array().unwrap();
-    assert_eq!(runs.len(), 2 * 2 * 2, "2 programs x proc,np x 2 reps: {doc}");
+    assert_eq!(
+        runs.len(),
+        2 * 2 * 2,
+        "2 programs x proc,np x 2 reps: {doc}"
+    );
     for r in runs {
-        for key in ["program", "strategy", "ranks", "transport", "seconds", "verified"] {
+        for key in [
+            "program",
+            "strategy",
+            "ranks",
+            "transport",
+            "seconds",
+            "verified",
+        ] {
             assert!(!r[key].is_null(), "run without {key}: {r}");
         }
         assert_eq!(r["verified"], true, "{r}");

@@ -340,7 +340,12 @@ impl Suite<'_, '_> {
         } else {
             let total = ((p - 1) * (PER * 8 + 1000)) as u64;
             ok(self, "store_sync", g.store_sync(total));
-            check!(self, g.store_pending() == 0, "{} bytes pending after store_sync(total)", g.store_pending());
+            check!(
+                self,
+                g.store_pending() == 0,
+                "{} bytes pending after store_sync(total)",
+                g.store_pending()
+            );
             for r in 1..p {
                 for k in 0..PER {
                     let slot = r * PER + k;

@@ -39,7 +39,14 @@ impl OwnSegments {
     ) -> Result<NonNull<u8>, Refusal> {
         let p = self
             .shared
-            .check_with(seg.id as u64, seg.key, offset as u64, len as u64, need, true)
+            .check_with(
+                seg.id as u64,
+                seg.key,
+                offset as u64,
+                len as u64,
+                need,
+                true,
+            )
             .map_err(|(code, seg_len)| {
                 Refusal::from_code(code, offset as u64, len as u64, seg_len)
                     .unwrap_or(Refusal::NoSuchSegment)
