@@ -360,7 +360,9 @@ impl<'rt> Global<'rt> {
         if cond() {
             return;
         }
-        let start = Instant::now();
+        // The clock is read only once a wait has lasted 1024 polls: a short wait (a round
+        // trip) pays nothing for the diagnostic.
+        let mut start: Option<Instant> = None;
         let mut next = self.hang_warn;
         let mut polls = 0u32;
         self.rt.wait_until(|| {
@@ -368,14 +370,17 @@ impl<'rt> Global<'rt> {
                 return true;
             }
             polls = polls.wrapping_add(1);
-            if polls % 1024 == 0 && start.elapsed() >= next {
-                eprintln!(
-                    "volley-global: rank {} has waited {:.0} s for {}",
-                    self.me,
-                    start.elapsed().as_secs_f64(),
-                    what()
-                );
-                next *= 2;
+            if polls % 1024 == 0 {
+                let t0 = *start.get_or_insert_with(Instant::now);
+                if t0.elapsed() >= next {
+                    eprintln!(
+                        "volley-global: rank {} has waited {:.0} s for {}",
+                        self.me,
+                        t0.elapsed().as_secs_f64(),
+                        what()
+                    );
+                    next *= 2;
+                }
             }
             false
         });
