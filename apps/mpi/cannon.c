@@ -41,133 +41,8 @@
 /* Rows of B (a panel) each pass of the block product keeps in cache. */
 #define PANEL 32
 
-static int me, nprocs;
-
-/* ---- shared with radixb.c and sampleb.c (less the sort check): the harness, ported ---- */
-
-/* Exits the job with `msg` on standard error. */
-static void die(const char *msg) {
-    fprintf(stderr, "%s: rank %d: %s\n", NAME, me, msg);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    if (p == NULL) die("out of memory");
-    return p;
-}
-
-/* SplitMix64, as volley_apps::Rng::next_u64. */
-static uint64_t rng_next(uint64_t *state) {
-    uint64_t z;
-    *state += 0x9E3779B97F4A7C15ULL;
-    z = *state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
-/* The i-th value of the stream `seed`, as volley_apps::hash. */
-static uint64_t hash(uint64_t seed, uint64_t i) {
-    uint64_t s = seed ^ (i * 0xD6E8FEB86659FD93ULL);
-    return rng_next(&s);
-}
-
-/* `--size`: test, default, or a number (underscores allowed). */
-enum size_kind { SIZE_TEST, SIZE_DEFAULT, SIZE_CUSTOM };
-struct size {
-    enum size_kind kind;
-    uint64_t n;
-};
-
-/* volley_apps::Size::pick. */
-static uint64_t pick(struct size s, uint64_t test, uint64_t dflt) {
-    return s.kind == SIZE_TEST ? test : s.kind == SIZE_DEFAULT ? dflt : s.n;
-}
-
-/* Leaves the job with `status` after MPI_Finalize (every rank gets here together). */
-static void finish(int status) {
-    fflush(stdout);
-    fflush(stderr);
-    MPI_Finalize();
-    exit(status);
-}
-
-/* Parses a decimal u64 with optional underscores; 0 when it is not one. */
-static int parse_u64(const char *s, uint64_t *out) {
-    uint64_t v = 0;
-    int digits = 0;
-    for (; *s; s++) {
-        if (*s == '_') continue;
-        if (*s < '0' || *s > '9') return 0;
-        unsigned d = (unsigned)(*s - '0');
-        if (v > (UINT64_MAX - d) / 10) return 0;
-        v = v * 10 + d;
-        digits++;
-    }
-    *out = v;
-    return digits > 0;
-}
-
-/* volley_apps' parse_args: --size, --corrupt, --help. */
-static void parse_args(int argc, char **argv, struct size *size, int *corrupt) {
-    size->kind = SIZE_DEFAULT;
-    size->n = 0;
-    *corrupt = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (strcmp(a, "--size") == 0) {
-            const char *v = i + 1 < argc ? argv[++i] : "";
-            if (strcmp(v, "test") == 0) {
-                size->kind = SIZE_TEST;
-            } else if (strcmp(v, "default") == 0) {
-                size->kind = SIZE_DEFAULT;
-            } else if (parse_u64(v, &size->n)) {
-                size->kind = SIZE_CUSTOM;
-            } else {
-                if (me == 0)
-                    fprintf(stderr, "%s: --size takes test, default or a number, not \"%s\"\n",
-                            NAME, v);
-                finish(2);
-            }
-        } else if (strcmp(a, "--corrupt") == 0) {
-            *corrupt = 1;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            if (me == 0)
-                printf("usage: mpirun -n P %s [--size test|default|N] [--corrupt]\n", NAME);
-            finish(0);
-        } else {
-            if (me == 0) fprintf(stderr, "%s: unknown argument \"%s\" (try --help)\n", NAME, a);
-            finish(2);
-        }
-    }
-}
-
-/* Seconds as the shortest decimal that reads back as the same double (as serde_json). */
-static void format_seconds(double s, char *buf, size_t len) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, len, "%.*g", prec, s);
-        if (strtod(buf, NULL) == s) return;
-    }
-}
-
-/* Ends the program as volley_apps::run does: combines every rank's verdict, rank 0 prints
- * the result line, exit status 1 when any rank's check failed. */
-static void report(const char *problem, double seconds, const char *error) {
-    int mine = error != NULL, bad = 0;
-    MPI_Allreduce(&mine, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    if (error != NULL) fprintf(stderr, "%s: rank %d: verification failed: %s\n", NAME, me, error);
-    if (me == 0) {
-        char secs[64];
-        format_seconds(seconds, secs, sizeof secs);
-        printf("volley-app {\"program\":\"%s\",\"strategy\":\"mpi\",\"ranks\":%d,"
-               "\"problem\":\"%s\",\"seconds\":%s,\"verified\":%s}\n",
-               NAME, nprocs, problem, secs, bad ? "false" : "true");
-    }
-    finish(bad ? 1 : 0);
-}
+/* The volley-apps harness, shared with radixb.c and sampleb.c. */
+#include "harness.h"
 
 /* ---- cannon ---- */
 
@@ -311,12 +186,9 @@ static const char *check(const struct grid *g, const double *a0, const double *b
 }
 
 int main(int argc, char **argv) {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    MPI_Comm_size(MPI_COMM_WORLD, &nprocs);
     struct size size;
     int corrupt;
-    parse_args(argc, argv, &size, &corrupt);
+    harness_init(&argc, &argv, &size, &corrupt);
 
     size_t q = 1;
     while ((q + 1) * (q + 1) <= (size_t)nprocs) q++;
@@ -340,13 +212,9 @@ int main(int argc, char **argv) {
     memcpy(b, b0, g.b * g.b * sizeof *b);
     memset(c, 0, g.b * g.b * sizeof *c);
 
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
+    double t0 = timed_start();
     cannon(&g, a, b, c);
-    double mine = MPI_Wtime() - t0;
-    MPI_Barrier(MPI_COMM_WORLD);
-    double seconds = 0;
-    MPI_Reduce(&mine, &seconds, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    double seconds = timed_end(t0);
 
     if (corrupt && me == 0) c[0] += 1.0;
     char err[256];

@@ -6,6 +6,8 @@
 //! A program is a `main` that calls [`run`] with its name, a registration step (atomic
 //! procedures it needs) and its body. The body builds its input from the size, runs the
 //! timed phase inside [`Ctx::timed`], checks its own result and returns an [`Outcome`].
+//! What only some programs share is in the modules: [`fft`] (`fft`, `fftb`), [`sort`] (the
+//! sorts) and [`matrix`] (`cannon`, `mm`).
 //!
 //! ```text
 //! volley run -n 4 target/release/radix --size test
@@ -16,6 +18,10 @@
 use std::time::Instant;
 use volley::{Runtime, RuntimeBuilder};
 use volley_global::{Global, GlobalSetup, Op};
+
+pub mod fft;
+pub mod matrix;
+pub mod sort;
 
 /// The problem size a run asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

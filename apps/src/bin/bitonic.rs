@@ -21,36 +21,9 @@
 //! Requires a power-of-two rank count; on any other, rank 0 says so and every rank exits with
 //! status 2 before doing anything else.
 
-use volley_apps::{check_sorted, die, eprint_line, hash, input_checksum, must, run, Ctx, Outcome};
+use volley_apps::sort::{check_keys, input_keys, merge_high, merge_low};
+use volley_apps::{eprint_line, must, run, Ctx, Outcome};
 use volley_global::{Global, Layout, SpreadArray};
-
-/// The `out.len()` smallest keys of sorted `a` and `b`, in order, into `out`.
-fn merge_low(a: &[u64], b: &[u64], out: &mut [u64]) {
-    let (mut i, mut j) = (0, 0);
-    for o in out.iter_mut() {
-        if j == b.len() || (i < a.len() && a[i] <= b[j]) {
-            *o = a[i];
-            i += 1;
-        } else {
-            *o = b[j];
-            j += 1;
-        }
-    }
-}
-
-/// The `out.len()` largest keys of sorted `a` and `b`, in order, into `out`.
-fn merge_high(a: &[u64], b: &[u64], out: &mut [u64]) {
-    let (mut i, mut j) = (a.len(), b.len());
-    for o in out.iter_mut().rev() {
-        if j == 0 || (i > 0 && a[i - 1] > b[j - 1]) {
-            i -= 1;
-            *o = a[i];
-        } else {
-            j -= 1;
-            *o = b[j];
-        }
-    }
-}
 
 /// One step of the network: exchanges blocks with `partner` through slot `slot` of the inbox
 /// (collective), then keeps the lower or upper half of the two blocks in `block`.
@@ -115,8 +88,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
     }
     let per = ctx.size.pick(16384, 1 << 24) as usize;
     let n = per * p;
-    let mut keys: Vec<u64> = (0..per).map(|l| hash(7, (me * per + l) as u64)).collect();
-    let input = input_checksum(g, &keys).unwrap_or_else(|e| die(me, &e));
+    let (mut keys, input) = input_keys(g, per);
     let inbox = must(
         me,
         "alloc",
@@ -126,10 +98,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
         keys.sort_unstable();
         bitonic(g, &inbox, &mut keys);
     });
-    if ctx.corrupt && keys.len() > 1 {
-        keys.swap(0, 1);
-    }
-    let verified = check_sorted(g, &keys, input);
+    let verified = check_keys(ctx, &mut keys, input);
     g.free(inbox);
     Outcome {
         problem: format!("{n} keys"),

@@ -21,11 +21,9 @@
 //! as they were generated (not as they travelled) and summed with `all_reduce`, to a relative
 //! 1e-9.
 
-use volley_apps::{eprint_line, hash, must, run, Ctx, Outcome};
+use volley_apps::matrix::{block, block_times_vector, compare, element, multiply_add, vector};
+use volley_apps::{eprint_line, must, run, Ctx, Outcome};
 use volley_global::{Global, Layout, Op, SpreadArray};
-
-/// Rows of B (a panel) each pass of the block product keeps in cache.
-const PANEL: usize = 32;
 
 /// The grid and the blocks.
 #[derive(Clone, Copy)]
@@ -43,60 +41,14 @@ impl Grid {
     fn rank(&self, i: usize, j: usize) -> usize {
         (i % self.q) * self.q + j % self.q
     }
-
-    /// Block (bi, bj) of the matrix whose elements `elem` gives, zero outside n×n.
-    fn block(&self, bi: usize, bj: usize, elem: impl Fn(usize, usize) -> f64) -> Vec<f64> {
-        let b = self.b;
-        let mut out = vec![0.0; b * b];
-        for (ii, row) in out.chunks_exact_mut(b).enumerate() {
-            let r = bi * b + ii;
-            for (jj, v) in row.iter_mut().enumerate() {
-                let c = bj * b + jj;
-                if r < self.n && c < self.n {
-                    *v = elem(r, c);
-                }
-            }
-        }
-        out
-    }
-}
-
-/// A uniform value in [-1, 1) from 64 random bits.
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 52) as f64 - 1.0
 }
 
 fn a_elem(n: usize, r: usize, c: usize) -> f64 {
-    unit(hash(21, (r * n + c) as u64))
+    element(21, n, r, c)
 }
 
 fn b_elem(n: usize, r: usize, c: usize) -> f64 {
-    unit(hash(22, (r * n + c) as u64))
-}
-
-/// `c += a·b` for m×m row-major blocks: i-k-j loops (the inner loop streams a row of b into
-/// a row of c), over panels of PANEL rows of b so that the panel stays in cache for every
-/// row of c.
-fn multiply_add(a: &[f64], b: &[f64], c: &mut [f64], m: usize) {
-    for k0 in (0..m).step_by(PANEL) {
-        let k1 = (k0 + PANEL).min(m);
-        for (ci, ai) in c.chunks_exact_mut(m).zip(a.chunks_exact(m)) {
-            for (k, &aik) in ai.iter().enumerate().take(k1).skip(k0) {
-                let bk = &b[k * m..(k + 1) * m];
-                for (cij, &bkj) in ci.iter_mut().zip(bk) {
-                    *cij += aik * bkj;
-                }
-            }
-        }
-    }
-}
-
-/// `y[i·m..] += a·x[j·m..]` for an m×m block at block position (i, j).
-fn block_times_vector(a: &[f64], m: usize, (i, j): (usize, usize), x: &[f64], y: &mut [f64]) {
-    let xs = &x[j * m..(j + 1) * m];
-    for (row, yi) in a.chunks_exact(m).zip(&mut y[i * m..(i + 1) * m]) {
-        *yi += row.iter().zip(xs).map(|(a, x)| a * x).sum::<f64>();
-    }
+    element(22, n, r, c)
 }
 
 /// Two buffers of one block per rank, for A or B.
@@ -165,15 +117,7 @@ fn check(g: &Global<'_>, grid: &Grid, a0: &[f64], b0: &[f64], c: &[f64]) -> Resu
     let me = g.my_proc();
     let (i, j, m) = (me / grid.q, me % grid.q, grid.b);
     let len = grid.q * m;
-    let x: Vec<f64> = (0..len)
-        .map(|r| {
-            if r < grid.n {
-                unit(hash(23, r as u64))
-            } else {
-                0.0
-            }
-        })
-        .collect();
+    let x = vector(23, grid.n, len);
     let times = |blk: &[f64], v: &[f64]| {
         let mut y = vec![0.0; len];
         block_times_vector(blk, m, (i, j), v, &mut y);
@@ -182,18 +126,7 @@ fn check(g: &Global<'_>, grid: &Grid, a0: &[f64], b0: &[f64], c: &[f64]) -> Resu
     };
     let cx = times(c, &x);
     let abx = times(a0, &times(b0, &x));
-    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|e| e * e).sum::<f64>().sqrt();
-    let err = norm(&mut cx.iter().zip(&abx).map(|(u, v)| u - v)) / norm(&mut abx.iter().copied());
-    if me == 0 && (err >= 1e-9 || err.is_nan()) {
-        let worst = (0..len)
-            .max_by(|&u, &v| (cx[u] - abx[u]).abs().total_cmp(&(cx[v] - abx[v]).abs()))
-            .unwrap_or(0);
-        return Err(format!(
-            "C·x differs from A·(B·x) by a relative {err:.2e} (row {worst}: {} vs {})",
-            cx[worst], abx[worst]
-        ));
-    }
-    Ok(())
+    compare(me, &cx, &abx)
 }
 
 fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
@@ -215,8 +148,8 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
         b: n.div_ceil(q),
     };
     let (i, j) = (me / q, me % q);
-    let a0 = grid.block(i, j, |r, c| a_elem(n, r, c));
-    let b0 = grid.block(i, j, |r, c| b_elem(n, r, c));
+    let a0 = block(n, grid.b, (i, j), |r, c| a_elem(n, r, c));
+    let b0 = block(n, grid.b, (i, j), |r, c| b_elem(n, r, c));
     let (a, b) = (Buffers::new(g, &grid), Buffers::new(g, &grid));
     let (mut c, seconds) = ctx.timed(|| cannon(g, &grid, &a0, &b0, &a, &b));
     if ctx.corrupt && me == 0 {

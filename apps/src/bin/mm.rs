@@ -21,7 +21,8 @@
 //! The check is the identity C·x = A·(B·x) for a random vector x, each product computed
 //! from the blocks as generated and summed with `all_reduce`, to a relative 1e-9.
 
-use volley_apps::{hash, must, run, Ctx, Outcome};
+use volley_apps::matrix::{block, block_times_vector, compare, element, multiply_add, vector};
+use volley_apps::{must, run, Ctx, Outcome};
 use volley_global::{Global, GlobalPtr, Layout, Op, SpreadArray};
 
 /// Block order m: blocks of m² f64 (8 KiB) are what one get moves.
@@ -40,21 +41,6 @@ struct Shape {
 }
 
 impl Shape {
-    /// Block (bi, bj) of the matrix whose elements `elem` gives, zero outside n×n.
-    fn block(&self, bi: usize, bj: usize, elem: impl Fn(usize, usize) -> f64) -> Vec<f64> {
-        let mut out = vec![0.0; BLOCK * BLOCK];
-        for (ii, row) in out.chunks_exact_mut(BLOCK).enumerate() {
-            let r = bi * BLOCK + ii;
-            for (jj, v) in row.iter_mut().enumerate() {
-                let c = bj * BLOCK + jj;
-                if r < self.n && c < self.n {
-                    *v = elem(r, c);
-                }
-            }
-        }
-        out
-    }
-
     /// The blocks a rank owns (t ≡ rank mod P), as (bi, bj), in local order.
     fn owned(&self, rank: usize, p: usize) -> impl Iterator<Item = At> + '_ {
         (rank..self.nb * self.nb)
@@ -63,37 +49,12 @@ impl Shape {
     }
 }
 
-/// A uniform value in [-1, 1) from 64 random bits.
-fn unit(h: u64) -> f64 {
-    (h >> 11) as f64 / (1u64 << 52) as f64 - 1.0
-}
-
 fn a_elem(n: usize, r: usize, c: usize) -> f64 {
-    unit(hash(31, (r * n + c) as u64))
+    element(31, n, r, c)
 }
 
 fn b_elem(n: usize, r: usize, c: usize) -> f64 {
-    unit(hash(32, (r * n + c) as u64))
-}
-
-/// `c += a·b` for m×m row-major blocks with i-k-j loops: the inner loop streams a row of b
-/// into a row of c (a whole block is 8 KiB, so all three stay in cache).
-fn multiply_add(a: &[f64], b: &[f64], c: &mut [f64], m: usize) {
-    for (ci, ai) in c.chunks_exact_mut(m).zip(a.chunks_exact(m)) {
-        for (&aik, bk) in ai.iter().zip(b.chunks_exact(m)) {
-            for (cij, &bkj) in ci.iter_mut().zip(bk) {
-                *cij += aik * bkj;
-            }
-        }
-    }
-}
-
-/// `y[i·m..] += a·x[j·m..]` for an m×m block at block position (i, j).
-fn block_times_vector(a: &[f64], m: usize, (i, j): At, x: &[f64], y: &mut [f64]) {
-    let xs = &x[j * m..(j + 1) * m];
-    for (row, yi) in a.chunks_exact(m).zip(&mut y[i * m..(i + 1) * m]) {
-        *yi += row.iter().zip(xs).map(|(a, x)| a * x).sum::<f64>();
-    }
+    element(32, n, r, c)
 }
 
 /// A spread array of blocks, filled with this rank's blocks of the matrix `elem` gives.
@@ -116,7 +77,7 @@ fn distribute(
         .chunks_exact_mut(BLOCK * BLOCK)
         .zip(shape.owned(me, g.procs()))
     {
-        dst.copy_from_slice(&shape.block(bi, bj, &elem));
+        dst.copy_from_slice(&block(shape.n, BLOCK, (bi, bj), &elem));
     }
     blocks
 }
@@ -175,9 +136,7 @@ fn multiply(g: &Global<'_>, shape: &Shape, a: &SpreadArray<f64>, b: &SpreadArray
 fn check(g: &Global<'_>, shape: &Shape, c: &[f64]) -> Result<(), String> {
     let (me, p, n) = (g.my_proc(), g.procs(), shape.n);
     let len = shape.nb * BLOCK;
-    let x: Vec<f64> = (0..len)
-        .map(|r| if r < n { unit(hash(33, r as u64)) } else { 0.0 })
-        .collect();
+    let x = vector(33, n, len);
     // y = M·v, M's blocks those this rank owns given by `blk` (summed over ranks).
     let times = |blk: &dyn Fn(usize, At) -> Vec<f64>, v: &[f64]| {
         let mut y = vec![0.0; len];
@@ -189,26 +148,9 @@ fn check(g: &Global<'_>, shape: &Shape, c: &[f64]) -> Result<(), String> {
     };
     let mm = BLOCK * BLOCK;
     let cx = times(&|l, _| c[l * mm..(l + 1) * mm].to_vec(), &x);
-    let bx = times(
-        &|_, (bi, bj)| shape.block(bi, bj, |r, c| b_elem(n, r, c)),
-        &x,
-    );
-    let abx = times(
-        &|_, (bi, bj)| shape.block(bi, bj, |r, c| a_elem(n, r, c)),
-        &bx,
-    );
-    let norm = |v: &mut dyn Iterator<Item = f64>| v.map(|e| e * e).sum::<f64>().sqrt();
-    let err = norm(&mut cx.iter().zip(&abx).map(|(u, v)| u - v)) / norm(&mut abx.iter().copied());
-    if me == 0 && (err >= 1e-9 || err.is_nan()) {
-        let worst = (0..len)
-            .max_by(|&u, &v| (cx[u] - abx[u]).abs().total_cmp(&(cx[v] - abx[v]).abs()))
-            .unwrap_or(0);
-        return Err(format!(
-            "C·x differs from A·(B·x) by a relative {err:.2e} (row {worst}: {} vs {})",
-            cx[worst], abx[worst]
-        ));
-    }
-    Ok(())
+    let bx = times(&|_, at| block(n, BLOCK, at, |r, c| b_elem(n, r, c)), &x);
+    let abx = times(&|_, at| block(n, BLOCK, at, |r, c| a_elem(n, r, c)), &bx);
+    compare(me, &cx, &abx)
 }
 
 fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {

@@ -13,17 +13,9 @@
 //! separates the strategies in `radix`, drops by the average run length (thousands of keys),
 //! so what is left is bandwidth and the local counting sort.
 
-use volley_apps::{check_sorted, die, hash, input_checksum, must, run, Ctx, Outcome};
-use volley_global::{Global, Layout, Op, SpreadArray};
-
-const BITS: u32 = 8;
-const PASSES: u32 = 64 / BITS;
-const DIGITS: usize = 1 << BITS;
-
-/// The digit of `k` that pass `shift` sorts by.
-fn digit(k: u64, shift: u32) -> usize {
-    ((k >> shift) as usize) & (DIGITS - 1)
-}
+use volley_apps::sort::{check_keys, destinations, digit, input_keys, BITS, DIGITS, PASSES};
+use volley_apps::{must, run, Ctx, Outcome};
+use volley_global::{Global, Layout, SpreadArray};
 
 /// Stable counting sort of `keys` by digit into `out`; returns how many keys have each digit.
 fn local_counting_sort(keys: &[u64], out: &mut [u64], shift: u32) -> Vec<u64> {
@@ -43,24 +35,6 @@ fn local_counting_sort(keys: &[u64], out: &mut [u64], shift: u32) -> Vec<u64> {
         at[d] += 1;
     }
     counts
-}
-
-/// Global index of the first key of each digit that this rank sends: keys of smaller digits
-/// on every rank, then keys of this digit on lower ranks (collective).
-fn destinations(g: &Global<'_>, counts: &[u64]) -> Vec<u64> {
-    let me = g.my_proc();
-    let mut below = counts.to_vec();
-    must(me, "scan", g.exclusive_scan(&mut below, Op::Sum, 0));
-    let mut totals = counts.to_vec();
-    must(me, "all_reduce", g.all_reduce(&mut totals, Op::Sum));
-    let mut start = 0;
-    (0..DIGITS)
-        .map(|d| {
-            let first = start + below[d];
-            start += totals[d];
-            first
-        })
-        .collect()
 }
 
 /// Stores `run` at global index `at` of `dst` (blocked, `per` keys a rank): one `bulk_store`
@@ -83,8 +57,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
     let (g, me, p) = (ctx.g, ctx.me(), ctx.procs());
     let per = ctx.size.pick(16384, 1 << 23) as usize;
     let n = per * p;
-    let mut keys: Vec<u64> = (0..per).map(|l| hash(7, (me * per + l) as u64)).collect();
-    let input = input_checksum(g, &keys).unwrap_or_else(|e| die(me, &e));
+    let (mut keys, input) = input_keys(g, per);
     let dst = must(me, "alloc", g.all_spread_alloc::<u64>(n, Layout::Blocked));
     let mut by_digit = vec![0u64; per];
     let ((), seconds) = ctx.timed(|| {
@@ -105,10 +78,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
             keys.copy_from_slice(unsafe { dst.local_slice() });
         }
     });
-    if ctx.corrupt && keys.len() > 1 {
-        keys.swap(0, 1);
-    }
-    let verified = check_sorted(g, &keys, input);
+    let verified = check_keys(ctx, &mut keys, input);
     g.free(dst);
     Outcome {
         problem: format!("{n} keys"),

@@ -17,38 +17,9 @@
 //! every rank then learns of it (an all-reduce of the flag), the buckets are reallocated
 //! twice as large and the keys pushed again, so the result is right either way.
 
-use volley_apps::{
-    check_sorted, die, eprint_line, hash, input_checksum, must, run, Ctx, Outcome, Rng,
-};
+use volley_apps::sort::{check_keys, input_keys, splitters};
+use volley_apps::{die, eprint_line, must, run, Ctx, Outcome};
 use volley_global::{Bucket, Global, GlobalError, Op};
-
-/// Samples each rank contributes to the choice of splitters.
-const OVERSAMPLE: usize = 256;
-
-/// Chooses the `PROCS - 1` splitters from a random sample of every rank's keys (collective):
-/// gathered and sorted on rank 0, broadcast from there.
-fn splitters(g: &Global<'_>, keys: &[u64]) -> Vec<u64> {
-    let (me, p) = (g.my_proc(), g.procs());
-    let mut rng = Rng::new(hash(11, me as u64));
-    let sample: Vec<u64> = (0..OVERSAMPLE)
-        .map(|_| {
-            keys.get(rng.next_u64() as usize % keys.len().max(1))
-                .copied()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut all = vec![0u64; if me == 0 { OVERSAMPLE * p } else { 0 }];
-    must(me, "gather", g.gather(0, &sample, &mut all));
-    let mut spl = vec![0u64; p - 1];
-    if me == 0 {
-        all.sort_unstable();
-        for (i, s) in spl.iter_mut().enumerate() {
-            *s = all[(i + 1) * OVERSAMPLE];
-        }
-    }
-    must(me, "broadcast", g.broadcast(0, &mut spl));
-    spl
-}
 
 /// The rank that owns key `k`: the number of splitters at or below it.
 fn owner(spl: &[u64], k: u64) -> usize {
@@ -106,8 +77,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
     let (g, me, p) = (ctx.g, ctx.me(), ctx.procs());
     let per = ctx.size.pick(16384, 1 << 23) as usize;
     let n = per * p;
-    let keys: Vec<u64> = (0..per).map(|l| hash(7, (me * per + l) as u64)).collect();
-    let input = input_checksum(g, &keys).unwrap_or_else(|e| die(me, &e));
+    let (keys, input) = input_keys(g, per);
     let bucket = must(
         me,
         "bucket alloc",
@@ -119,10 +89,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
         mine.sort_unstable();
         (mine, bucket)
     });
-    if ctx.corrupt && mine.len() > 1 {
-        mine.swap(0, 1);
-    }
-    let verified = check_sorted(g, &mine, input);
+    let verified = check_keys(ctx, &mut mine, input);
     g.free_bucket(bucket);
     Outcome {
         problem: format!("{n} keys"),

@@ -14,36 +14,9 @@
 //! Bulk one-way stores, `PROCS` per rank: the per-key events of `sample` become one message
 //! stream per pair of ranks, so the strategies differ only by bandwidth.
 
-use volley_apps::{check_sorted, die, hash, input_checksum, must, run, Ctx, Outcome, Rng};
+use volley_apps::sort::{check_keys, input_keys, splitters};
+use volley_apps::{must, run, Ctx, Outcome};
 use volley_global::{Global, Layout, Op};
-
-/// Samples each rank contributes to the choice of splitters.
-const OVERSAMPLE: usize = 256;
-
-/// Chooses the `PROCS - 1` splitters from a random sample of every rank's keys (collective):
-/// gathered and sorted on rank 0, broadcast from there.
-fn splitters(g: &Global<'_>, keys: &[u64]) -> Vec<u64> {
-    let (me, p) = (g.my_proc(), g.procs());
-    let mut rng = Rng::new(hash(11, me as u64));
-    let sample: Vec<u64> = (0..OVERSAMPLE)
-        .map(|_| {
-            keys.get(rng.next_u64() as usize % keys.len().max(1))
-                .copied()
-                .unwrap_or(0)
-        })
-        .collect();
-    let mut all = vec![0u64; if me == 0 { OVERSAMPLE * p } else { 0 }];
-    must(me, "gather", g.gather(0, &sample, &mut all));
-    let mut spl = vec![0u64; p - 1];
-    if me == 0 {
-        all.sort_unstable();
-        for (i, s) in spl.iter_mut().enumerate() {
-            *s = all[(i + 1) * OVERSAMPLE];
-        }
-    }
-    must(me, "broadcast", g.broadcast(0, &mut spl));
-    spl
-}
 
 /// Where each rank's run starts in `sorted` (plus the end): rank `i` owns the keys from
 /// splitter `i - 1` (inclusive) to splitter `i` (exclusive).
@@ -91,11 +64,10 @@ fn exchange(g: &Global<'_>, sorted: &[u64], spl: &[u64]) -> Vec<u64> {
 }
 
 fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
-    let (g, me, p) = (ctx.g, ctx.me(), ctx.procs());
+    let (g, p) = (ctx.g, ctx.procs());
     let per = ctx.size.pick(16384, 1 << 24) as usize;
     let n = per * p;
-    let mut keys: Vec<u64> = (0..per).map(|l| hash(7, (me * per + l) as u64)).collect();
-    let input = input_checksum(g, &keys).unwrap_or_else(|e| die(me, &e));
+    let (mut keys, input) = input_keys(g, per);
     let (mut mine, seconds) = ctx.timed(|| {
         let spl = splitters(g, &keys);
         keys.sort_unstable();
@@ -104,10 +76,7 @@ fn body(ctx: &Ctx<'_, '_>, (): ()) -> Outcome {
         mine.sort();
         mine
     });
-    if ctx.corrupt && mine.len() > 1 {
-        mine.swap(0, 1);
-    }
-    let verified = check_sorted(g, &mine, input);
+    let verified = check_keys(ctx, &mut mine, input);
     Outcome {
         problem: format!("{n} keys"),
         seconds,

@@ -3,17 +3,19 @@
 //! sizes, input and check as the volley programs, so `volley apps` can show volley's
 //! one-sided model beside conventional message passing.
 //!
-//! The C sources are embedded, so an installed `volley` needs no source tree. The first
-//! [`run`] of a program compiles it with `mpicc` into a temporary directory that lives as
-//! long as this process (removed when it exits); every run is `mpirun -n P` on this host's
-//! shared memory (`--mca pml ob1 --mca btl self,vader`, as the collectives peer in
-//! `bench::mpi_peer`), and rank 0's `volley-app {json}` line is the result.
+//! The C sources are embedded (with `harness.h`, which they share), so an installed `volley`
+//! needs no source tree. The first [`run`] of a program compiles it with `mpicc` into a
+//! temporary directory that lives as long as this process (removed when it exits); every run
+//! is `mpirun -n P` on this host's shared memory (`--mca pml ob1 --mca btl self,vader`, as the
+//! collectives peer in `bench::mpi_peer`, both through `crate::mpi`), and rank 0's
+//! `volley-app {json}` line is the result.
 
+pub use crate::mpi::available;
+use crate::mpi::{self, TempDir};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
+use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The programs with an MPI version: the suite's name and the C source.
 const SOURCES: [(&str, &str); 3] = [
@@ -22,11 +24,18 @@ const SOURCES: [(&str, &str); 3] = [
     ("cannon", include_str!("../../../apps/mpi/cannon.c")),
 ];
 
+/// The harness the three programs include (`#include "harness.h"`), written next to them in
+/// the build directory.
+const HARNESS: &str = include_str!("../../../apps/mpi/harness.h");
+
 /// How long one run may take before it is stopped (as `volley apps`' own runs).
 const DEADLINE: Duration = Duration::from_secs(900);
 
 /// How long compiling one program may take.
 const COMPILE_DEADLINE: Duration = Duration::from_secs(300);
+
+/// The start of the temporary directories' names: `volley-apps-mpi-WHAT-PID-RANDOM`.
+const PREFIX: &str = "volley-apps-mpi";
 
 /// The compiled programs of this process, by suite name (each compiled once).
 static BUILT: Mutex<BTreeMap<&'static str, PathBuf>> = Mutex::new(BTreeMap::new());
@@ -34,14 +43,6 @@ static BUILT: Mutex<BTreeMap<&'static str, PathBuf>> = Mutex::new(BTreeMap::new(
 /// The directory the programs are compiled into, made by the first compilation and removed
 /// when the process exits.
 static BUILD_DIR: OnceLock<PathBuf> = OnceLock::new();
-
-/// The shared-memory BTL's name, asked of `ompi_info` once.
-static SHM_BTL: OnceLock<&'static str> = OnceLock::new();
-
-/// Whether Open MPI is installed: both `mpicc` and `mpirun` are on `PATH`.
-pub fn available() -> bool {
-    on_path("mpicc") && on_path("mpirun")
-}
 
 /// Runs the MPI version of `program` (`radixb`, `sampleb` or `cannon`) on `ranks` local
 /// ranks with `--size size` and returns what its result line says: the problem in words,
@@ -62,25 +63,12 @@ pub fn run(program: &str, ranks: usize, size: &str) -> Result<Option<(String, f6
         return Err(format!("{name}-mpi: ranks must be at least 1"));
     }
     let exe = compiled(name, source)?;
-    let dir = TempDir::new("run")?;
-    let mut mpirun = Command::new("mpirun");
-    mpirun.args([
-        "-n",
-        &ranks.to_string(),
-        "--oversubscribe",
-        "--bind-to",
-        "none",
-    ]);
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        mpirun.arg("--allow-run-as-root");
-    }
-    // Only this machine's shared memory (and a rank's sends to itself).
-    let btl = format!("self,{}", shm_btl(&dir.0));
-    mpirun.args(["--mca", "pml", "ob1", "--mca", "btl", &btl]);
+    let dir = TempDir::new(&format!("{PREFIX}-run"))?;
+    let mut mpirun = mpi::mpirun(ranks, &dir.0);
     mpirun.arg(&exe).arg("--size").arg(size);
-    let shown = show(&mpirun);
-    let (status, stdout, stderr) = run_with_deadline(&mut mpirun, &dir.0, "mpirun", DEADLINE)?;
+    let shown = mpi::show(&mpirun);
+    let (status, stdout, stderr) =
+        mpi::run_with_deadline(&mut mpirun, &dir.0, "mpirun", DEADLINE, "stopped")?;
     match parse_result(&stdout, name) {
         Some((problem, seconds, verified)) if status.success() || !verified => {
             Ok(Some((problem, seconds, verified && status.success())))
@@ -122,20 +110,11 @@ fn compiled(name: &'static str, source: &str) -> Result<PathBuf, String> {
     let dir = build_dir()?;
     let src = dir.join(format!("{name}.c"));
     let exe = dir.join(name);
-    std::fs::write(&src, source).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    let mut cc = Command::new("mpicc");
-    cc.args(["-std=c11", "-O2", "-Wall", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .arg("-lm");
-    let shown = show(&cc);
-    let logs = TempDir::new("cc")?;
-    let (status, _, stderr) = run_with_deadline(&mut cc, &logs.0, "mpicc", COMPILE_DEADLINE)?;
-    if !status.success() {
-        return Err(format!(
-            "`{shown}` failed ({status}); its stderr:\n{stderr}"
-        ));
+    for (path, text) in [(dir.join("harness.h"), HARNESS), (src.clone(), source)] {
+        std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
+    let logs = TempDir::new(&format!("{PREFIX}-cc"))?;
+    mpi::compile(&src, &exe, &["-lm"], &logs.0, COMPILE_DEADLINE, "stopped")?;
     built.insert(name, exe.clone());
     Ok(exe)
 }
@@ -146,7 +125,7 @@ fn build_dir() -> Result<PathBuf, String> {
         return Ok(d.clone());
     }
     // Only `compiled` calls this, under the BUILT lock: no two threads get here at once.
-    let path = fresh_dir("build")?;
+    let path = mpi::fresh_dir(&format!("{PREFIX}-build"))?;
     let dir = BUILD_DIR.get_or_init(|| path).clone();
     // SAFETY: `remove_build_dir` is an `extern "C" fn()` that never unwinds.
     unsafe { libc::atexit(remove_build_dir) };
@@ -157,129 +136,6 @@ fn build_dir() -> Result<PathBuf, String> {
 extern "C" fn remove_build_dir() {
     if let Some(d) = BUILD_DIR.get() {
         let _ = std::fs::remove_dir_all(d);
-    }
-}
-
-/// The shared-memory BTL's name: `vader` up to Open MPI 4, `sm` from 5 on (`sm` when
-/// `ompi_info` does not list `vader`).
-fn shm_btl(dir: &Path) -> &'static str {
-    SHM_BTL.get_or_init(|| {
-        let mut info = Command::new("ompi_info");
-        info.arg("--parsable");
-        match run_with_deadline(&mut info, dir, "ompi_info", COMPILE_DEADLINE) {
-            Ok((s, out, _))
-                if s.success() && out.lines().any(|l| l.starts_with("mca:btl:vader:")) =>
-            {
-                "vader"
-            }
-            _ => "sm",
-        }
-    })
-}
-
-/// Whether an executable file `name` is in a directory of `PATH`.
-fn on_path(name: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    let Some(path) = std::env::var_os("PATH") else {
-        return false;
-    };
-    std::env::split_paths(&path).any(|dir| {
-        std::fs::metadata(dir.join(name))
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-    })
-}
-
-/// A command line as it would be typed.
-fn show(cmd: &Command) -> String {
-    std::iter::once(cmd.get_program())
-        .chain(cmd.get_args())
-        .map(|s| s.to_string_lossy())
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Runs `cmd` with its output in files `dir/name.out` and `dir/name.err` (files, not pipes:
-/// a stray rank holding them open cannot block us) and returns its status, standard output
-/// and standard error. Past `deadline` it gets SIGTERM (mpirun passes it on to its ranks),
-/// five seconds later SIGKILL, and the result is an error.
-fn run_with_deadline(
-    cmd: &mut Command,
-    dir: &Path,
-    name: &str,
-    deadline: Duration,
-) -> Result<(ExitStatus, String, String), String> {
-    let shown = show(cmd);
-    let (out_path, err_path) = (
-        dir.join(format!("{name}.out")),
-        dir.join(format!("{name}.err")),
-    );
-    let create =
-        |p: &Path| std::fs::File::create(p).map_err(|e| format!("creating {}: {e}", p.display()));
-    cmd.stdin(Stdio::null())
-        .stdout(create(&out_path)?)
-        .stderr(create(&err_path)?);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("`{shown}`: cannot start: {e}"))?;
-    let start = Instant::now();
-    let mut term_sent: Option<Instant> = None;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) => {}
-            Err(e) => return Err(format!("`{shown}`: waiting: {e}")),
-        }
-        if let Some(t) = term_sent {
-            if t.elapsed() > Duration::from_secs(5) {
-                let _ = child.kill();
-                break child
-                    .wait()
-                    .map_err(|e| format!("`{shown}`: waiting: {e}"))?;
-            }
-        } else if start.elapsed() > deadline {
-            // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
-            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
-            term_sent = Some(Instant::now());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let read =
-        |p: &Path| String::from_utf8_lossy(&std::fs::read(p).unwrap_or_default()).into_owned();
-    let (stdout, stderr) = (read(&out_path), read(&err_path));
-    if term_sent.is_some() {
-        return Err(format!(
-            "`{shown}` stopped after {} s; its stderr:\n{stderr}",
-            deadline.as_secs()
-        ));
-    }
-    Ok((status, stdout, stderr))
-}
-
-/// A new directory `volley-apps-mpi-WHAT-PID-RANDOM` under the system's temporary directory
-/// (never an existing one).
-fn fresh_dir(what: &str) -> Result<PathBuf, String> {
-    let path = std::env::temp_dir().join(format!(
-        "volley-apps-mpi-{what}-{}-{:x}",
-        std::process::id(),
-        volley::bootstrap::random_u64()
-    ));
-    std::fs::create_dir(&path).map_err(|e| format!("creating {}: {e}", path.display()))?;
-    Ok(path)
-}
-
-/// A fresh temporary directory, removed with everything in it when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    /// Creates the directory (see [`fresh_dir`]).
-    fn new(what: &str) -> Result<TempDir, String> {
-        fresh_dir(what).map(TempDir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 

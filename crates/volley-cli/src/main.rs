@@ -6,6 +6,7 @@ mod apps_mpi;
 mod bench;
 mod info;
 mod launch;
+mod mpi;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
