@@ -310,21 +310,8 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         let seg = seg_of(m.arg(0), m.arg(1));
         let (off, len) = split_offset_len(m.arg(2));
         let kind = m.arg(3);
-        let n = len as usize;
         let mut inline = [0u8; PUT_INLINE_WORDS * 8];
-        let bytes: &[u8] = if m.payload().len() == n {
-            m.payload()
-        } else if n <= inline.len() && m.args().len() >= 4 + n.div_ceil(8) {
-            from_words(&m.args()[4..], &mut inline[..n]);
-            &inline[..n]
-        } else {
-            &[]
-        };
-        let written = if bytes.len() == n {
-            s.own.write(seg, off as usize, bytes)
-        } else {
-            Err(Refusal::NoSuchSegment)
-        };
+        let written = write_carried(&s.own, m, 4, seg, off, len, &mut inline);
         let _ = match written {
             Ok(()) => tok.reply_short(ack, &[kind]),
             Err(r) => {
@@ -338,22 +325,8 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         // args: segment, key, offset·length, inline words.
         let seg = seg_of(m.arg(0), m.arg(1));
         let (off, len) = split_offset_len(m.arg(2));
-        let n = len as usize;
         let mut inline = [0u8; STORE_INLINE_WORDS * 8];
-        let bytes: &[u8] = if m.payload().len() == n {
-            m.payload()
-        } else if n <= inline.len() && m.args().len() >= 3 + n.div_ceil(8) {
-            from_words(&m.args()[3..], &mut inline[..n]);
-            &inline[..n]
-        } else {
-            &[]
-        };
-        let written = if bytes.len() == n {
-            s.own.write(seg, off as usize, bytes)
-        } else {
-            Err(Refusal::NoSuchSegment)
-        };
-        if let Err(r) = written {
+        if let Err(r) = write_carried(&s.own, m, 3, seg, off, len, &mut inline) {
             s.note_store_refusal(r, off, len);
         }
         // Counted even when refused, so that a receiver waiting for these bytes is told
@@ -421,6 +394,30 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         coll,
         coll_fast,
     }
+}
+
+/// Writes the `len` bytes a put or store carries (as its payload, or inline in its arguments
+/// after `header` words, unpacked into `inline`) at `off` of this rank's `seg`. A message whose
+/// length does not match what it carries is refused rather than written.
+fn write_carried(
+    own: &OwnSegments,
+    m: &Message<'_>,
+    header: usize,
+    seg: SegmentRef,
+    off: u64,
+    len: u64,
+    inline: &mut [u8],
+) -> Result<(), Refusal> {
+    let n = len as usize;
+    let bytes: &[u8] = if m.payload().len() == n {
+        m.payload()
+    } else if n <= inline.len() && m.args().len() >= header + n.div_ceil(8) {
+        from_words(&m.args()[header..], &mut inline[..n]);
+        &inline[..n]
+    } else {
+        return Err(Refusal::NoSuchSegment);
+    };
+    own.write(seg, off as usize, bytes)
 }
 
 fn serve_get(
