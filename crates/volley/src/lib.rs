@@ -1,8 +1,8 @@
 //! # volley
 //!
 //! A communication runtime for SPMD parallel programs: Active Messages (seeds 000, 001, 003)
-//! over transports chosen per peer, with memory-based one-sided operations and a Split-C global
-//! address space to follow.
+//! over transports chosen per peer, with memory-based one-sided operations. The Split-C global
+//! address space on top is the `volley-global` crate, written on this crate's public API.
 //!
 //! Layers, bottom up (each uses only those below it):
 //! - [`bootstrap`]: rank, size, job key, the rendezvous with `volley run`.
