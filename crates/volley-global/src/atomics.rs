@@ -70,12 +70,9 @@ impl<'rt> Global<'rt> {
     ) -> Result<u64> {
         p.check_fits(1)?;
         self.route(p.rank())?;
-        self.rma
-            .atomic(p.segment(), p.offset(), op, operand, compare)
-            .map_err(|e| match e {
-                volley::Error::Refused { rank, reason } => GlobalError::refused(rank, reason),
-                e => e.into(),
-            })
+        Ok(self
+            .rma
+            .atomic(p.segment(), p.offset(), op, operand, compare)?)
     }
 
     /// Atomically adds `v` to `*p`; returns the old value. A CPU atomic on the owner's
@@ -182,55 +179,41 @@ impl<'rt> Global<'rt> {
         let (bucket, ctrl) = (b.seg.on(rank), self.ctrl.on(rank));
         let cap = b.capacity as u64;
         let size = bytes.len() as u64;
-        match self.route(rank)? {
+        // The slot the push took, where this rank takes it (a handler takes it otherwise).
+        let slot = match self.route(rank)? {
             Route::Local => {
                 let idx = push_local(&self.shared.own, bucket, cap, bytes)
                     .map_err(|r| GlobalError::refused(self.me, r))?;
                 self.shared
                     .stored
                     .fetch_add(size, std::sync::atomic::Ordering::Release);
-                self.stored_to.borrow_mut()[rank] += size;
-                if idx >= cap {
-                    return Err(GlobalError::BucketOverflow {
-                        rank,
-                        pushed: idx + 1,
-                        capacity: cap,
-                    });
-                }
-                return Ok(());
+                Some(idx)
             }
             Route::Direct => {
-                let err = |e| match e {
-                    volley::Error::Refused { rank, reason } => GlobalError::refused(rank, reason),
-                    e => GlobalError::from(e),
-                };
-                let idx = self.rma.fetch_add(bucket, 0, 1).map_err(err)?;
+                let idx = self.rma.fetch_add(bucket, 0, 1)?;
                 if idx < cap {
                     self.rma
-                        .put(bucket, BUCKET_HEADER + idx as usize * bytes.len(), bytes)
-                        .map_err(err)?;
+                        .put(bucket, BUCKET_HEADER + idx as usize * bytes.len(), bytes)?;
                 }
-                self.rma
-                    .atomic(ctrl, 0, AtomicOp::FetchAdd, size, 0)
-                    .map_err(err)?;
-                self.stored_to.borrow_mut()[rank] += size;
-                if idx >= cap {
-                    return Err(GlobalError::BucketOverflow {
-                        rank,
-                        pushed: idx + 1,
-                        capacity: cap,
-                    });
-                }
-                return Ok(());
+                self.rma.atomic(ctrl, 0, AtomicOp::FetchAdd, size, 0)?;
+                Some(idx)
             }
             Route::Am => {
                 let w = bucket.to_words();
                 self.rt
                     .request_medium(rank, self.h.push, &[w[0], w[1], cap], bytes)?;
+                None
             }
-        }
+        };
         self.stored_to.borrow_mut()[rank] += size;
-        Ok(())
+        match slot {
+            Some(idx) if idx >= cap => Err(GlobalError::BucketOverflow {
+                rank,
+                pushed: idx + 1,
+                capacity: cap,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Takes every item pushed onto this rank's bucket since the last `take` (call it after

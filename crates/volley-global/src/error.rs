@@ -5,9 +5,10 @@ use volley::rma::Refusal;
 /// What went wrong in a global operation.
 #[derive(Debug, thiserror::Error)]
 pub enum GlobalError {
-    /// An error of the layers below (a bad rank, a finalized runtime, a refused access, ...).
+    /// An error of the layers below (a finalized runtime, a dead peer, no room for a segment,
+    /// ...). Their refusals become [`GlobalError::Refused`].
     #[error(transparent)]
-    Volley(#[from] volley::Error),
+    Volley(volley::Error),
     /// `VOLLEY_STRATEGY` (or a parsed name) is not a strategy.
     #[error("unknown strategy {0:?}: expected proc, np or hw (VOLLEY_STRATEGY)")]
     InvalidStrategy(String),
@@ -115,6 +116,16 @@ pub enum GlobalError {
 
 /// Results of the global layer.
 pub type Result<T, E = GlobalError> = std::result::Result<T, E>;
+
+impl From<volley::Error> for GlobalError {
+    /// A refusal of the one-sided layer is this layer's refusal; anything else is wrapped.
+    fn from(e: volley::Error) -> Self {
+        match e {
+            volley::Error::Refused { rank, reason } => GlobalError::Refused { rank, reason },
+            e => GlobalError::Volley(e),
+        }
+    }
+}
 
 impl GlobalError {
     /// The error for a refusal reported by `rank`.

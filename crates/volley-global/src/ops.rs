@@ -28,13 +28,6 @@ impl<'rt> Global<'rt> {
         GlobalError::refused(rank, reason)
     }
 
-    fn rma_err(e: volley::Error) -> GlobalError {
-        match e {
-            volley::Error::Refused { rank, reason } => GlobalError::refused(rank, reason),
-            e => e.into(),
-        }
-    }
-
     // ----- reads -----
 
     /// Reads `*p`; returns when the value is here (Split-C's `x = *p`).
@@ -55,7 +48,10 @@ impl<'rt> Global<'rt> {
                 .own
                 .read(p.segment(), off, bytes)
                 .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self.rma.get(p.segment(), off, bytes).map_err(Self::rma_err),
+            Route::Direct => self
+                .rma
+                .get(p.segment(), off, bytes)
+                .map_err(GlobalError::from),
             Route::Am => {
                 let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
                 let c = Completion::expecting(n);
@@ -136,7 +132,10 @@ impl<'rt> Global<'rt> {
                 .own
                 .write(p.segment(), off, bytes)
                 .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self.rma.put(p.segment(), off, bytes).map_err(Self::rma_err),
+            Route::Direct => self
+                .rma
+                .put(p.segment(), off, bytes)
+                .map_err(GlobalError::from),
             Route::Am => {
                 let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
                 let c = Completion::expecting(n);
@@ -302,11 +301,11 @@ impl<'rt> Global<'rt> {
             Route::Direct => {
                 self.rma
                     .put(p.segment(), off, bytes)
-                    .map_err(Self::rma_err)?;
+                    .map_err(GlobalError::from)?;
                 // The data is in (the put fenced it) before the counter says so.
                 self.rma
                     .atomic(ctrl, 0, AtomicOp::FetchAdd, len as u64, 0)
-                    .map_err(Self::rma_err)?;
+                    .map_err(GlobalError::from)?;
             }
             Route::Am => {
                 let w = p.segment().to_words();
