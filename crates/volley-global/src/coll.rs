@@ -142,7 +142,6 @@ enum Kind {
     AllGather = 7,
     AllToAll = 8,
     AllToAllV = 9,
-    StoreSync = 10,
 }
 
 impl What {
@@ -193,7 +192,6 @@ impl What {
             7 => "all_gather",
             8 => "all_to_all",
             9 => "all_to_all_v",
-            10 => "all_store_sync",
             _ => "an unknown collective",
         };
         let (op, elem, root) = ((code >> 8) & 0xff, (code >> 16) & 0xffff, code >> 32);
@@ -718,7 +716,6 @@ impl Global<'_> {
     /// Exclusive prefix reduction: rank r gets `data₀ op … op data_{r-1}`, rank 0 gets
     /// `identity` in every element.
     pub fn exclusive_scan<T: Reducible>(&self, data: &mut [T], op: Op, identity: T) -> Result<()> {
-        let mine = data.to_vec();
         self.scan(data, op)?;
         // Inclusive minus this rank's own contribution, by shifting: send to the next rank.
         let epoch = self.next_epoch();
@@ -732,7 +729,6 @@ impl Global<'_> {
         } else {
             self.recv_into(me - 1, epoch, 0, what, data)?;
         }
-        let _ = mine;
         Ok(())
     }
 
@@ -934,8 +930,6 @@ impl Global<'_> {
             .unwrap_or_else(PoisonError::into_inner)
             .map_or(0, |w| w.0);
         let mut all = vec![[0u64; 2]; self.procs];
-        let epoch = self.next_epoch();
-        let _ = epoch;
         self.all_gather(&[[refused, first]], &mut all)?;
         let mut reported = self.refusals_reported.borrow_mut();
         let mut err = None;
@@ -960,7 +954,6 @@ impl Global<'_> {
                 .unwrap_or_else(PoisonError::into_inner)
                 .take();
         }
-        let _ = Kind::StoreSync;
         err.map_or(Ok(()), Err)
     }
 }
