@@ -155,8 +155,13 @@ impl GlobalSetup {
 /// [`Global::alloc_zeroed`], before the `Global` exists.
 fn zeroed_symmetric(rma: &Rma<'_>, rt: &Runtime, bytes: usize) -> Result<SymmetricSegment> {
     let seg = rma.alloc_symmetric(bytes, Perms::ALL)?;
-    let zeros = vec![0u8; bytes];
-    rma.write_local(seg.on(rt.rank()), 0, &zeros)?;
+    let mine = rma
+        .own_segments()
+        .range(seg.on(rt.rank()), 0, bytes, Perms::NONE)
+        .map_err(|r| GlobalError::refused(rt.rank(), r))?;
+    // SAFETY: `bytes` bytes of this rank's fresh segment (range checked above); no other
+    // rank reaches it before the barrier below.
+    unsafe { std::ptr::write_bytes(mine.as_ptr(), 0, bytes) };
     rt.barrier();
     Ok(seg)
 }
