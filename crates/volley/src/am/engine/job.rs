@@ -1,0 +1,132 @@
+//! Job control: runtime-internal messages (barrier, finalize), the launcher's health reports,
+//! fatal ring corruption, the watchdog and the statistics.
+
+use super::super::stats::{NetworkStats, Stats};
+#[cfg(test)]
+use super::super::watchdog::Watchdog;
+use super::Engine;
+use crate::bootstrap::rendezvous::{self, Notice};
+use crate::error::Result;
+use crate::transport::Channel;
+
+/// Most rounds a dissemination barrier can need (log2 of the largest job).
+pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
+
+/// Runtime-internal one-way operations (the handler field of a `System` frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u16)]
+pub(crate) enum SystemOp {
+    /// args: [epoch, round]
+    Barrier = 1,
+    /// Phase 1 of leaving: the sender will send no more requests.
+    Finalize = 2,
+    /// Phase 2: the sender has received every rank's Finalize (so it has handled every
+    /// request sent to it and injected every reply). A rank exits only after all of these.
+    FinalizeAck = 3,
+}
+
+impl Engine {
+    /// Fails loudly if a peer has exited without finalizing: nothing it owed us can arrive, so
+    /// waiting on would hang. Called from long waits only.
+    #[cold]
+    pub(crate) fn check_health(&self) {
+        let Some(conn) = &self.launcher else {
+            return;
+        };
+        let fatal = |why: String| -> ! {
+            let line = format!("volley: rank {}: {why}; ending this rank\n", self.me);
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            std::process::exit(70);
+        };
+        match rendezvous::poll_notices(conn) {
+            Ok(notices) => {
+                for Notice::Exited { rank } in notices {
+                    if rank < self.size && rank != self.me && !self.finalized_from[rank].get() {
+                        fatal(format!(
+                            "rank {rank} exited without finalizing (dropping its Runtime) while \
+                             this rank still runs"
+                        ));
+                    }
+                }
+            }
+            Err(e) => fatal(format!("lost the launcher ({e})")),
+        }
+    }
+
+    /// A frame whose length cannot be right: the ring is out of step and nothing after this
+    /// frame can be trusted, so the rank stops loudly rather than read garbage.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn corrupt_ring(&self, src: usize, ch: Channel, word: u64) -> ! {
+        let line = format!(
+            "volley: rank {}: corrupt frame header {word:#018x} on the {ch:?} ring from rank \
+             {src}; ending this rank\n",
+            self.me
+        );
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        std::process::exit(70);
+    }
+
+    pub(super) fn deliver_system(&self, src: usize, op: u16, args: &[u64]) -> Result<(), ()> {
+        match op {
+            x if x == SystemOp::Barrier as u16 => {
+                let (epoch, round) = (args.first().ok_or(())?, *args.get(1).ok_or(())? as usize);
+                let c = self.barrier_arrivals[(*epoch & 1) as usize]
+                    .get(round)
+                    .ok_or(())?;
+                c.set(c.get() + 1);
+                Ok(())
+            }
+            x if x == SystemOp::Finalize as u16 => {
+                if !self.finalized_from[src].replace(true) {
+                    self.finalized_peers.set(self.finalized_peers.get() + 1);
+                }
+                Ok(())
+            }
+            x if x == SystemOp::FinalizeAck as u16 => {
+                self.finalize_acks.set(self.finalize_acks.get() + 1);
+                if let Some(net) = &self.net {
+                    net.departed[src].set(true);
+                }
+                Ok(())
+            }
+            _ => Err(()),
+        }
+    }
+
+    /// Takes one barrier arrival for (epoch, round), waiting for it.
+    pub(crate) fn await_barrier_arrival(&self, epoch: u64, round: usize) {
+        let c = &self.barrier_arrivals[(epoch & 1) as usize][round];
+        self.wait_until(|| c.get() > 0);
+        c.set(c.get() - 1);
+    }
+
+    /// What the watchdog reported so far.
+    #[cfg(test)]
+    pub(crate) fn watchdog_reports(&self) -> Vec<String> {
+        self.watchdog
+            .as_ref()
+            .map_or_else(Vec::new, Watchdog::reports)
+    }
+
+    /// All counters of this rank.
+    pub(crate) fn stats(&self) -> Stats {
+        let mut stats = self.stats.snapshot();
+        if let Some(sync) = self.thread_sync() {
+            stats.progress = sync.stats();
+        }
+        if let Some(net) = &self.net {
+            let t = net.transport.borrow();
+            stats.network = NetworkStats {
+                transport: t.kind().name(),
+                sent: net.sent.get(),
+                handled: net.handled.get(),
+                polls: net.polls.get(),
+                empty_polls: net.empty_polls.get(),
+                interval: net.policy.borrow().interval() as u64,
+                transport_stats: t.stats(),
+            };
+        }
+        stats
+    }
+}

@@ -1,0 +1,181 @@
+//! Wire-up: the engine built from what the runtime hands it (regions, rings, the network
+//! route, handler tables).
+
+use super::super::critical::CriticalState;
+use super::super::handler::{ReplyFn, RequestFn};
+use super::super::poll_policy::{NetPollState, PollPolicy};
+use super::super::progress::ThreadSync;
+use super::super::stats::StatCells;
+use super::super::watchdog::Watchdog;
+use super::net_route::NetRoute;
+use super::receive::{RxRing, NO_DEFERRED};
+use super::send::{TxPeer, TxRing};
+use super::{Engine, REMOTE};
+use crate::transport::net::NetTransport;
+use crate::transport::shm::doorbell::Ordering as BellOrder;
+use crate::transport::shm::frame::FrameKey;
+use crate::transport::shm::ring::{Consumer, Producer, RingRef};
+use crate::transport::shm::wake_fd::WakeFd;
+use crate::transport::shm::Region;
+use crate::transport::Channel;
+use std::cell::{Cell, RefCell};
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+/// What the runtime hands the engine: how peers are reached and how to wait.
+pub(crate) struct EngineSetup {
+    /// Regions of the ranks on this node, by local index (this rank's own included).
+    pub(crate) regions: Vec<Region>,
+    /// Global rank of each local index.
+    pub(crate) local_ranks: Vec<usize>,
+    /// The network transport, connected, when some ranks are on other nodes.
+    pub(crate) net: Option<Box<dyn NetTransport>>,
+    /// When to poll the network.
+    pub(crate) poll_policy: PollPolicy,
+    /// Waits sleep once they have spun.
+    pub(crate) block: bool,
+    /// By local index: whether that rank wants its doorbell rung (see `TxPeer`).
+    pub(crate) bells: Vec<Option<BellOrder>>,
+    /// By local index: that rank's eventfd, written to wake it when it sleeps in `poll`.
+    pub(crate) wakes: Vec<WakeFd>,
+    /// This process registered for `membarrier` (see `doorbell.rs`).
+    pub(crate) membarrier: bool,
+    /// A progress thread will share the engine.
+    pub(crate) thread: bool,
+    /// Report handlers that run longer than this.
+    pub(crate) watchdog: Option<std::time::Duration>,
+}
+
+impl Engine {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        me: usize,
+        size: usize,
+        key: u64,
+        setup: EngineSetup,
+        requests: Vec<(String, Box<RequestFn>)>,
+        replies: Vec<(String, Box<ReplyFn>)>,
+        polite: bool,
+        launcher: Option<OwnedFd>,
+    ) -> Self {
+        let EngineSetup {
+            regions,
+            local_ranks,
+            net,
+            poll_policy,
+            block,
+            bells,
+            wakes,
+            membarrier,
+            thread,
+            watchdog,
+        } = setup;
+        assert_eq!(bells.len(), local_ranks.len());
+        assert_eq!(wakes.len(), local_ranks.len());
+        // A reply token carries a rank in 32 bits (see `ReplyToken`).
+        assert!(u32::try_from(size).is_ok(), "a job of {size} ranks");
+        let mut local_of = vec![REMOTE; size];
+        for (l, &r) in local_ranks.iter().enumerate() {
+            local_of[r] = l as u32;
+        }
+        let me_local = local_of[me] as usize;
+        assert!(me_local < regions.len() && regions.len() == local_ranks.len());
+        let layout = *regions[me_local].layout();
+        let nlocal = regions.len();
+        let net_only = nlocal == 1 && net.is_some();
+        let view = |r: RingRef<'_>| -> RingRef<'static> {
+            // SAFETY: a RingRef points into a region's mapping, whose address never changes
+            // while the Region is alive (moving the Region value does not move the mapping).
+            // The regions live in this Engine next to the views and are unmapped only when the
+            // Engine is dropped, after which no view is used.
+            unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
+        };
+        let tx = (0..nlocal)
+            .zip(bells)
+            .map(|(d, bell)| TxPeer {
+                rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
+                    ring: view(regions[d].ring(me_local, ch)),
+                    producer: Cell::new(Producer::new(layout.ring_slots)),
+                }),
+                bell,
+            })
+            .collect();
+        let rx = [Channel::Request, Channel::Reply].map(|ch| {
+            (0..nlocal)
+                .map(|s| {
+                    let ring = view(regions[me_local].ring(s, ch));
+                    RxRing::new(ring, Consumer::new(layout.ring_slots), s, local_ranks[s])
+                })
+                .collect()
+        });
+        // A rank alone on its node has nothing cheaper than the network to poll.
+        let policy = if nlocal == 1 {
+            PollPolicy::Always
+        } else {
+            poll_policy
+        };
+        let watchdog = watchdog.map(|limit| {
+            let req = requests.iter().map(|(n, _)| n.clone()).collect();
+            let rep = replies.iter().map(|(n, _)| n.clone()).collect();
+            Watchdog::start(me, limit, [req, rep])
+        });
+        let mut requests: Vec<Box<RequestFn>> = requests.into_iter().map(|(_, f)| f).collect();
+        let mut replies: Vec<Box<ReplyFn>> = replies.into_iter().map(|(_, f)| f).collect();
+        if let Some(w) = &watchdog {
+            // Timed in the handlers themselves, so that without a watchdog no handler pays
+            // for one.
+            requests = w.watch_requests(requests);
+            replies = w.watch_replies(replies);
+        }
+        let net = net.map(|t| NetRoute {
+            transport: RefCell::new(t),
+            inbox: Default::default(),
+            scratch: Cell::new(Vec::new()),
+            encode_buf: Cell::new(Vec::new()),
+            policy: RefCell::new(NetPollState::new(policy)),
+            epoch: Instant::now(),
+            last_flush: Cell::new(0),
+            unflushed: Cell::new(false),
+            polls: Cell::new(0),
+            empty_polls: Cell::new(0),
+            sent: Cell::new(0),
+            handled: Cell::new(0),
+            departed: (0..size).map(|_| Cell::new(false)).collect(),
+        });
+        Self {
+            tx,
+            rx,
+            me,
+            size,
+            key: FrameKey::new(key),
+            local_of,
+            local_ranks,
+            me_local,
+            net,
+            pool_bufs: layout.pool_bufs,
+            regions,
+            wakes,
+            pool_next: Default::default(),
+            requests,
+            replies,
+            stats: StatCells::default(),
+            depth: Cell::new(0),
+            critical: CriticalState::default(),
+            serving: Cell::new(false),
+            early_exits: Cell::new(0),
+            deferred: Cell::new(NO_DEFERRED),
+            lone: Cell::new(false),
+            polite,
+            net_only,
+            block,
+            membarrier,
+            thread: thread.then(ThreadSync::default),
+            watchdog,
+            barrier_arrivals: std::array::from_fn(|_| std::array::from_fn(|_| Cell::new(0))),
+            finalized_peers: Cell::new(0),
+            finalize_acks: Cell::new(0),
+            finalized_from: (0..size).map(|_| Cell::new(false)).collect(),
+            launcher,
+        }
+    }
+}

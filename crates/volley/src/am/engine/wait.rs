@@ -1,0 +1,154 @@
+//! Waiting: polling until a condition holds, and sleeping in the kernel when there is nothing
+//! to do (block mode, the progress thread).
+
+use super::super::backoff::Backoff;
+use super::{Engine, Served};
+use crate::transport::shm::doorbell::SleepOn;
+use std::time::Instant;
+
+/// Longest single sleep of a blocked wait (then the job's health is checked).
+pub(super) const SLEEP_MAX: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How a rank with nothing to do sleeps, decided by the engine's owner and carried out
+/// without it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SleepPlan {
+    /// On the doorbell, after `Doorbell::prepare` returned `seen`.
+    Bell {
+        seen: u32,
+        timeout: std::time::Duration,
+    },
+    /// In `poll` on the network socket and this rank's eventfd (a rank with network peers),
+    /// after `Doorbell::prepare` announced it.
+    Socket {
+        fd: std::os::fd::RawFd,
+        timeout: std::time::Duration,
+    },
+}
+
+impl Engine {
+    /// One step of an idle wait.
+    #[inline(always)]
+    pub(super) fn idle(&self, backoff: &mut Backoff) {
+        if backoff.snooze(!self.net_only) {
+            self.check_health();
+        }
+    }
+
+    /// Polls until `cond` holds.
+    #[inline]
+    pub(crate) fn wait_until(&self, mut cond: impl FnMut() -> bool) {
+        // A wait whose condition already holds polls nothing: what this rank queued for the
+        // network (a barrier notice, say) must still leave now, not at some later poll.
+        self.flush_net();
+        let mut backoff = Backoff::new(self.polite);
+        while !cond() {
+            let Some(handled) = self.poll_waiting(&mut cond) else {
+                return;
+            };
+            if handled == 0 {
+                if self.block && backoff.spun_out() {
+                    // Stays spun out: after a sleep that brought nothing, sleep again at once
+                    // (spinning again would cost 16k polls, system calls on a network).
+                    match &self.thread {
+                        None => self.sleep_until_traffic(),
+                        Some(sync) => {
+                            // The progress thread serves meanwhile and wakes us after
+                            // handlers ran (only a handler can make `cond` true).
+                            self.flush_credit();
+                            self.flush_net();
+                            sync.sleep_until_handled(SLEEP_MAX);
+                        }
+                    }
+                } else {
+                    self.idle(&mut backoff);
+                }
+            } else {
+                backoff.reset();
+            }
+        }
+    }
+
+    /// Block mode: sleeps in the kernel until traffic arrives (or a bounded time passes; the
+    /// caller polls and checks its condition either way).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn sleep_until_traffic(&self) {
+        if let Some(plan) = self.prepare_sleep() {
+            self.sleep(plan);
+            self.check_health();
+        }
+    }
+
+    /// Gets ready to sleep until traffic arrives: returns every credit, sends what is queued
+    /// (nobody may wait on a sleeper), announces the sleep on the doorbell and decides where to
+    /// sleep; `None` if something is already waiting.
+    pub(crate) fn prepare_sleep(&self) -> Option<SleepPlan> {
+        self.flush_credit();
+        self.flush_net();
+        let bell = self.own().doorbell();
+        // A rank with network peers sleeps in `poll` on its socket; shared-memory senders
+        // (its node-mates, and its own other thread) then write its eventfd.
+        let on = match self.net {
+            Some(_) => SleepOn::Poll,
+            None => SleepOn::Futex,
+        };
+        let seen = bell.prepare(self.membarrier, on);
+        if self.pending() {
+            bell.awake();
+            return None;
+        }
+        let mut timeout = SLEEP_MAX;
+        let Some(net) = &self.net else {
+            return Some(SleepPlan::Bell { seen, timeout });
+        };
+        // Whatever ends the sleep, the next poll reads the socket.
+        net.policy.borrow_mut().make_due();
+        let transport = net.transport.borrow();
+        if let Some(d) = transport.next_deadline() {
+            timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
+        }
+        Some(SleepPlan::Socket {
+            fd: transport.readable_fd(),
+            timeout,
+        })
+    }
+
+    /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lease
+    /// is not held). Returns true if the sleep lasted most of its timeout (nothing woke it).
+    pub(crate) fn sleep(&self, plan: SleepPlan) -> bool {
+        let bell = self.own().doorbell();
+        let t = Instant::now();
+        let timeout = match plan {
+            SleepPlan::Bell { seen, timeout } => {
+                bell.sleep(seen, timeout);
+                timeout
+            }
+            SleepPlan::Socket { fd, timeout } => {
+                self.own_wake().sleep_beside(fd, timeout);
+                timeout
+            }
+        };
+        bell.awake();
+        t.elapsed() >= timeout / 2
+    }
+
+    /// The progress thread's round (owning the engine): polls and runs handlers unless a
+    /// critical section holds them back.
+    pub(crate) fn serve(&self) -> Served {
+        if !self.critical.begin_handlers() {
+            // Not even a network poll: by now the section may have ended, and a poll would
+            // then run handlers without the busy bit. The section's end delivers.
+            return Served::Deferred;
+        }
+        self.serving.set(true);
+        let handled = self.poll(true);
+        self.serving.set(false);
+        self.critical.end_handlers();
+        if handled > 0 {
+            Served::Handled
+        } else {
+            Served::Nothing
+        }
+    }
+}
