@@ -39,6 +39,7 @@ mod backoff;
 mod config;
 mod critical;
 mod engine;
+mod frame_kind;
 mod handler;
 mod lease;
 mod net_frame;

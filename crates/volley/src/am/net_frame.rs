@@ -12,7 +12,7 @@
 //! job (UDP datagrams carry the job key and a checksum). A long message carries its payload,
 //! which the receiver writes into its own segment before the handler runs.
 
-use crate::transport::shm::frame::FrameKind;
+use super::frame_kind::FrameKind;
 use crate::transport::Channel;
 use crate::MAX_ARGS;
 
@@ -32,15 +32,6 @@ pub(crate) struct NetFrame<'a> {
 const KIND_SHIFT: u32 = 21;
 const CH_BIT: u64 = 1 << 24;
 
-/// Words between the header word and the arguments.
-fn extra_words(kind: FrameKind) -> usize {
-    match kind {
-        FrameKind::MediumInline | FrameKind::MediumPooled => 1,
-        FrameKind::Long => 2,
-        _ => 0,
-    }
-}
-
 /// Appends the encoding of one message to `out` (cleared first).
 pub(crate) fn encode(
     out: &mut Vec<u8>,
@@ -57,7 +48,7 @@ pub(crate) fn encode(
     let w0 =
         handler as u64 | (args.len() as u64) << 16 | (kind as u8 as u64) << KIND_SHIFT | ch_bit;
     out.extend_from_slice(&w0.to_le_bytes());
-    let extra = extra_words(kind);
+    let extra = kind.extra_words();
     if extra >= 1 {
         out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     }
@@ -80,12 +71,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     if w0 >> 25 != 0 {
         return None;
     }
-    let kind = match (w0 >> KIND_SHIFT) & 7 {
-        1 => FrameKind::Short,
-        2 => FrameKind::MediumInline,
-        4 => FrameKind::Long,
-        6 => FrameKind::System,
-        _ => return None,
+    // A pooled medium is a ring's way to carry a payload; on the network it travels inline.
+    let kind = match FrameKind::from_bits(((w0 >> KIND_SHIFT) & 7) as u8)? {
+        FrameKind::MediumPooled => return None,
+        kind => kind,
     };
     let ch = if w0 & CH_BIT != 0 {
         Channel::Reply
@@ -96,7 +85,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     if nargs > MAX_ARGS {
         return None;
     }
-    let extra = extra_words(kind);
+    let extra = kind.extra_words();
     let (len, offset) = match extra {
         0 => (0, 0),
         1 => (word(1)?, 0),

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::error::Error;
-use crate::transport::shm::frame::{FrameHeader, FrameKind};
+use crate::transport::shm::frame::{FrameHeader, KIND_WORDS};
 use crate::transport::shm::ring::MAX_HINTED_ARGS;
 use crate::transport::Channel;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -99,7 +99,7 @@ fn corrupted_and_unknown_frames_are_dropped_and_counted() {
             FrameHeader {
                 handler,
                 nargs: 1,
-                kind: FrameKind::Short,
+                kind: KIND_WORDS,
                 nslots: 1,
             }
             .encode(pos, key)

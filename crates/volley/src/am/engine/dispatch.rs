@@ -1,11 +1,12 @@
 //! Running handlers: the nesting scope, the decoding of a frame or a network message into a
 //! [`Message`], and its delivery.
 
+use super::super::frame_kind::FrameKind;
 use super::super::handler::{Message, MessageClass, ReplyToken};
 use super::super::net_frame;
 use super::{Engine, REMOTE};
 use crate::error::Result;
-use crate::transport::shm::frame::{FrameKind, HeaderWord};
+use crate::transport::shm::frame::HeaderWord;
 use crate::transport::shm::ring::SLOT_BYTES;
 use crate::transport::shm::{PoolFlags, MEDIUM_MAX};
 use crate::transport::Channel;
@@ -74,69 +75,71 @@ impl Drop for HandlerScope<'_> {
     }
 }
 
-/// Words between the header and the arguments.
-#[inline(always)]
-pub(super) fn extra_words(kind: FrameKind) -> usize {
-    match kind {
-        FrameKind::Short | FrameKind::System | FrameKind::Skip => 0,
-        FrameKind::MediumInline | FrameKind::MediumPooled => 1,
-        FrameKind::Long => 2,
-    }
+/// Where a delivered message's payload is, once its route has decoded it.
+enum Body<'a> {
+    /// No payload (a short or system message).
+    None,
+    /// A medium payload, in the frame or message, or in a pooled buffer of the sender.
+    Medium(&'a [u8]),
+    /// A long payload, already in this rank's segment at `offset`.
+    Long { offset: usize, len: usize },
 }
 
 impl Engine {
-    /// Runs the handler of one network message; `Ok(true)` for a user handler, `Ok(false)`
-    /// for a runtime message.
+    /// Runs the handler of one network message from `src`; `Ok(true)` for a user handler,
+    /// `Ok(false)` for a runtime message, `Err(())` when it was dropped.
     pub(super) fn deliver_net(&self, src: usize, ch: Channel, bytes: &[u8]) -> Result<bool, ()> {
         let f = net_frame::decode(bytes).ok_or(())?;
         if f.ch != ch {
             return Err(());
         }
-        let args = &f.args[..f.nargs];
-        let (class, payload, offset): (MessageClass, &[u8], usize) = match f.kind {
-            FrameKind::System if ch == Channel::Request => {
-                return self.deliver_system(src, f.handler, args).map(|()| false)
-            }
-            FrameKind::Short => (MessageClass::Short, &[], 0),
-            FrameKind::MediumInline => (MessageClass::Medium, f.payload, 0),
+        let body = match f.kind {
+            FrameKind::MediumInline => Body::Medium(f.payload),
             FrameKind::Long => {
-                let seg = self.own();
+                // The sender could not see our segments: the payload is placed here, and
+                // refused here (dropped and counted) if it would land on a segment.
                 let offset = usize::try_from(f.offset).map_err(|_| ())?;
-                if offset
-                    .checked_add(f.payload.len())
-                    .is_none_or(|e| e > seg.segment_len())
-                {
-                    return Err(());
+                self.place_long(offset, f.payload)?;
+                Body::Long {
+                    offset,
+                    len: f.payload.len(),
                 }
-                // The sender could not see our segments: refused here, dropped and counted.
-                seg.segment_table()
-                    .admit_long(offset, f.payload.len())
-                    .map_err(|_| ())?;
-                // SAFETY: bounds checked against our own segment, which stays mapped. Writing
-                // before the handler runs is the long message's contract; the handler then
-                // sees the segment's copy, as on the shared-memory path.
-                let placed = unsafe {
-                    let dst = seg.segment_ptr().add(offset);
-                    std::ptr::copy_nonoverlapping(f.payload.as_ptr(), dst, f.payload.len());
-                    std::slice::from_raw_parts(dst, f.payload.len())
-                };
-                (MessageClass::Long, placed, offset)
             }
-            _ => return Err(()),
+            _ => Body::None,
         };
-        let msg = Message::new(src, args, class, payload, offset);
-        let result = HandlerScope::enter(self).run(ch, f.handler, &msg, REMOTE);
-        if result.is_ok() {
-            self.stats.handled(ch, class);
-        }
-        result.map(|()| true)
+        let scope = HandlerScope::enter(self);
+        let user = f.kind != FrameKind::System;
+        let args = &f.args[..f.nargs];
+        self.deliver(&scope, src, REMOTE, ch, f.kind, f.handler, args, body)
+            .map(|()| user)
     }
 
-    /// Validates and runs one frame from local index `src` that the drain does not handle
+    /// Copies a long payload that came through the network into this rank's segment at
+    /// `offset`, as the sender does on the shared-memory route: before the handler runs.
+    fn place_long(&self, offset: usize, payload: &[u8]) -> Result<(), ()> {
+        let seg = self.own();
+        if offset
+            .checked_add(payload.len())
+            .is_none_or(|e| e > seg.segment_len())
+        {
+            return Err(());
+        }
+        seg.segment_table()
+            .admit_long(offset, payload.len())
+            .map_err(|_| ())?;
+        // SAFETY: bounds checked against our own segment, which stays mapped.
+        unsafe {
+            let dst = seg.segment_ptr().add(offset);
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), dst, payload.len());
+        }
+        Ok(())
+    }
+
+    /// Validates and runs one ring frame from local index `src` that the drain does not handle
     /// itself (any kind but a one-slot short and a skip), its handler in `scope`. `Err(())`
     /// means it was dropped.
     #[inline(never)]
-    pub(super) fn deliver(
+    pub(super) fn deliver_frame(
         &self,
         scope: &HandlerScope<'_>,
         src: usize,
@@ -144,11 +147,10 @@ impl Engine {
         h: HeaderWord,
         frame: *const u64,
     ) -> Result<(), ()> {
-        let src_rank = self.local_ranks[src];
+        let kind = FrameKind::from_bits(h.kind()).ok_or(())?;
         let nargs = h.nargs();
-        let kind = h.kind();
         let frame_bytes = h.nslots() as usize * SLOT_BYTES;
-        let nextra = extra_words(kind);
+        let nextra = kind.extra_words();
         let words = 1 + nextra + nargs;
         if words * 8 > frame_bytes {
             return Err(());
@@ -164,14 +166,8 @@ impl Engine {
         };
         // A pooled buffer goes back to its sender after the handler, also if it unwinds.
         let mut _pooled = None;
-        let (class, payload, offset): (MessageClass, &[u8], usize) = match kind {
-            // A short frame of more than one slot (8 or more arguments).
-            FrameKind::Short => (MessageClass::Short, &[][..], 0),
-            FrameKind::Skip => unreachable!("the drain retires skips itself"),
-            FrameKind::System if ch == Channel::Request => {
-                return self.deliver_system(src_rank, h.handler(), args)
-            }
-            FrameKind::System => return Err(()),
+        let body = match kind {
+            FrameKind::Short | FrameKind::System => Body::None,
             FrameKind::MediumInline => {
                 let len = w1 as usize;
                 // `words * 8 <= frame_bytes` was checked above; no overflow here.
@@ -179,8 +175,9 @@ impl Engine {
                     return Err(());
                 }
                 // SAFETY: checked above that the payload lies inside the frame's slots.
-                let p = unsafe { std::slice::from_raw_parts(frame.add(words).cast::<u8>(), len) };
-                (MessageClass::Medium, p, 0)
+                Body::Medium(unsafe {
+                    std::slice::from_raw_parts(frame.add(words).cast::<u8>(), len)
+                })
             }
             FrameKind::MediumPooled => {
                 let len = (w1 & 0xffff_ffff) as usize;
@@ -188,8 +185,9 @@ impl Engine {
                 if idx >= self.pool_bufs {
                     return Err(());
                 }
+                let region = &self.regions[src];
                 _pooled = Some(PooledBuffer {
-                    flags: self.regions[src].pool_flags(),
+                    flags: region.pool_flags(),
                     ch,
                     idx,
                     bufs: self.pool_bufs,
@@ -200,13 +198,53 @@ impl Engine {
                 // SAFETY: the sender filled buffer idx before publishing the frame and will not
                 // reuse it until `_pooled` releases its flag, when this function returns (after
                 // the handler) or unwinds.
-                let p =
-                    unsafe { std::slice::from_raw_parts(self.regions[src].pool_buf(ch, idx), len) };
-                (MessageClass::Medium, p, 0)
+                Body::Medium(unsafe { std::slice::from_raw_parts(region.pool_buf(ch, idx), len) })
             }
-            FrameKind::Long => {
-                let len = w1 as usize;
-                let offset = w2 as usize;
+            FrameKind::Long => Body::Long {
+                offset: w2 as usize,
+                len: w1 as usize,
+            },
+        };
+        let src_rank = self.local_ranks[src];
+        self.deliver(
+            scope,
+            src_rank,
+            src as u32,
+            ch,
+            kind,
+            h.handler(),
+            args,
+            body,
+        )
+    }
+
+    /// Runs the handler of a message decoded by its route (a ring frame, a network message)
+    /// from rank `src`, reached back through `route` (a local index, or [`REMOTE`]), in
+    /// `scope`. One place for what every route shares: the system messages, the long
+    /// payload's bounds, the handler call and its statistics. `Err(())`: dropped.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn deliver(
+        &self,
+        scope: &HandlerScope<'_>,
+        src: usize,
+        route: u32,
+        ch: Channel,
+        kind: FrameKind,
+        handler: u16,
+        args: &[u64],
+        body: Body<'_>,
+    ) -> Result<(), ()> {
+        let (class, payload, offset): (MessageClass, &[u8], usize) = match body {
+            Body::None if kind == FrameKind::System => {
+                return match ch {
+                    Channel::Request => self.deliver_system(src, handler, args),
+                    Channel::Reply => Err(()),
+                };
+            }
+            Body::None => (MessageClass::Short, &[], 0),
+            Body::Medium(p) => (MessageClass::Medium, p, 0),
+            Body::Long { offset, len } => {
                 let seg = self.own();
                 if offset
                     .checked_add(len)
@@ -214,13 +252,13 @@ impl Engine {
                 {
                     return Err(());
                 }
-                // SAFETY: bounds checked against our own segment.
+                // SAFETY: bounds checked against our own segment, which stays mapped.
                 let p = unsafe { std::slice::from_raw_parts(seg.segment_ptr().add(offset), len) };
                 (MessageClass::Long, p, offset)
             }
         };
-        let msg = Message::new(src_rank, args, class, payload, offset);
-        let result = scope.run(ch, h.handler(), &msg, src as u32);
+        let msg = Message::new(src, args, class, payload, offset);
+        let result = scope.run(ch, handler, &msg, route);
         if result.is_ok() {
             self.stats.handled(ch, class);
         }

@@ -2,12 +2,12 @@
 //! flush and poll policy that keeps system calls off the shared-memory path.
 
 use super::super::backoff::Backoff;
+use super::super::frame_kind::FrameKind;
 use super::super::net_frame;
 use super::super::poll_policy::NetPollState;
 use super::super::stats::bump;
 use super::Engine;
 use crate::transport::net::{NetError, NetTransport};
-use crate::transport::shm::frame::FrameKind;
 use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;

@@ -7,7 +7,7 @@ use super::super::stats::bump;
 use super::dispatch::HandlerScope;
 use super::Engine;
 use crate::sync::{AtomicU64, Ordering};
-use crate::transport::shm::frame::{FrameHeader, FrameKind, HeaderWord};
+use crate::transport::shm::frame::{FrameHeader, HeaderWord, KIND_SKIP};
 use crate::transport::shm::ring::{Consumer, RingRef, CREDIT_HINT_WORD};
 use crate::transport::Channel;
 use std::cell::Cell;
@@ -484,7 +484,7 @@ impl Engine {
                 self.corrupt_ring(src, ch, word);
             }
             match HeaderWord::check(word, key) {
-                Ok(h) if h.is(FrameKind::Skip) => {
+                Ok(h) if h.is(KIND_SKIP) => {
                     if claimed != ring.slots_to_end(head) || h.padded() {
                         self.corrupt_ring(src, ch, word);
                     }
@@ -496,7 +496,7 @@ impl Engine {
                         claimed = ring.quarter_end(head + claimed - 1) - head;
                     }
                     draining.delivering = claimed;
-                    let delivered = self.deliver(&scope, src, ch, h, frame);
+                    let delivered = self.deliver_frame(&scope, src, ch, h, frame);
                     draining.delivering = 0;
                     if h.padded() {
                         self.credit_after_padded_in_drain(rx, ch, h, frame);

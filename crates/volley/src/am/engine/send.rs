@@ -2,14 +2,14 @@
 //! its frame into the destination's ring, polling while the ring is full.
 
 use super::super::backoff::Backoff;
+use super::super::frame_kind::FrameKind;
 use super::super::handler::MessageClass;
 use super::super::path_marks;
 use super::super::stats::bump;
-use super::dispatch::extra_words;
 use super::{Engine, SystemOp};
 use crate::error::{Error, Result};
 use crate::transport::shm::doorbell::Ordering as BellOrder;
-use crate::transport::shm::frame::{FrameHeader, FrameKey, FrameKind, PADDED};
+use crate::transport::shm::frame::{FrameHeader, FrameKey, PADDED};
 use crate::transport::shm::ring::{
     Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS, SLOT_BYTES,
 };
@@ -384,7 +384,7 @@ impl Engine {
             Payload::Pooled { len, idx } => ([len as u64 | (idx as u64) << 32, 0], &[]),
             Payload::Long { len, offset } => ([len as u64, offset as u64], &[]),
         };
-        let nextra = extra_words(kind);
+        let nextra = kind.extra_words();
         let words = 1 + nextra + args.len();
         // Without a payload inline (known when this is inlined), whole words: a shift.
         let nslots = match inline.is_empty() {
@@ -407,7 +407,7 @@ impl Engine {
         let header = FrameHeader {
             handler,
             nargs: args.len() as u8,
-            kind,
+            kind: kind as u8,
             nslots: nslots as u8,
         };
         // Writes the frame's words at `pos` (all but the header); returns its first word.

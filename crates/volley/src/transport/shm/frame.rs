@@ -4,7 +4,7 @@
 //! bits  0..16  seq      0x8000 | ring position mod 2^15: what the receiver polls for
 //! bits 16..32  handler  handler index (or system operation)
 //! bits 32..37  nargs    number of u64 arguments, 0..=16
-//! bits 37..40  kind     FrameKind
+//! bits 37..40  kind     KIND_WORDS, KIND_SKIP or the layer above's (nonzero)
 //! bits 40..48  nslots   slots the frame occupies, 1..=255
 //! bits 48..56  flags    bit 48: PADDED (the frame claims the slots after it up to the
 //!                        next quarter of the ring); the others reserved, 0
@@ -25,38 +25,12 @@
 
 use super::ring::MAX_HINTED_ARGS;
 
-/// What a frame carries; decides how the words after the header are read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum FrameKind {
-    /// Handler + arguments.
-    Short = 1,
-    /// Handler + arguments + payload inline in the following bytes of the ring.
-    MediumInline = 2,
-    /// Handler + arguments + payload in one of the sender's medium buffers.
-    MediumPooled = 3,
-    /// Handler + arguments; the payload was already written into the target's segment.
-    Long = 4,
-    /// Padding to the end of the ring: the next frame starts at slot 0.
-    Skip = 5,
-    /// A runtime-internal one-way message (barrier, finalize).
-    System = 6,
-}
-
-impl FrameKind {
-    #[inline(always)]
-    fn from_bits(bits: u64) -> Option<Self> {
-        Some(match bits {
-            1 => Self::Short,
-            2 => Self::MediumInline,
-            3 => Self::MediumPooled,
-            4 => Self::Long,
-            5 => Self::Skip,
-            6 => Self::System,
-            _ => return None,
-        })
-    }
-}
+/// Frame kind of a frame whose body is only its argument words: a receiver may serve it
+/// straight from its slot, and a padded one in one slot may carry a credit hint.
+pub(crate) const KIND_WORDS: u8 = 1;
+/// Frame kind of padding to the end of the ring: the next frame starts at slot 0. Every other
+/// nonzero kind is the layer above's to define.
+pub(crate) const KIND_SKIP: u8 = 5;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,8 +39,9 @@ pub struct FrameHeader {
     pub handler: u16,
     /// Number of u64 arguments.
     pub nargs: u8,
-    /// What the frame carries.
-    pub kind: FrameKind,
+    /// What the frame carries: [`KIND_WORDS`], [`KIND_SKIP`], or a kind of the layer above
+    /// (nonzero, 3 bits).
+    pub kind: u8,
     /// Slots occupied, including the header slot.
     pub nslots: u8,
 }
@@ -181,7 +156,6 @@ impl HeaderWord {
         let nslots = (word >> 40) & 0xff;
         // One branch for all fields (`|` not `||`): this runs for every frame received.
         if (kind == 0)
-            | (kind > 6)
             | (nargs as usize > crate::MAX_ARGS)
             | (nslots == 0)
             | ((word >> 48) & 0xff & !1 != 0)
@@ -192,7 +166,7 @@ impl HeaderWord {
     }
 
     /// The check for the common case, a short frame in one slot (at most 7 arguments): `Some`
-    /// exactly when [`HeaderWord::check`] accepts `word`, its kind is `Short`, it occupies one
+    /// exactly when [`HeaderWord::check`] accepts `word`, its kind is [`KIND_WORDS`], it occupies one
     /// slot and its arguments fit in that slot. One masked compare covers the kind, the slot
     /// count, the reserved flags and the top bits of the argument count (the frame may be
     /// [`PADDED`]). `None` says nothing more: the caller runs the full check.
@@ -214,7 +188,7 @@ impl HeaderWord {
         // kind, nslots and the reserved flags, shifted down, so that the mask and the
         // expected value are immediates.
         let mask: u64 = ((1 << 21) - 1) & flags_mask;
-        const EXPECTED: u64 = (FrameKind::Short as u64) << 2 | 1 << 5;
+        const EXPECTED: u64 = (KIND_WORDS as u64) << 2 | 1 << 5;
         ((word >> 35) & mask == EXPECTED && Self::sealed(word, key)).then_some(Self(word))
     }
 
@@ -237,7 +211,7 @@ impl HeaderWord {
     #[inline(always)]
     pub fn carries_hint(self) -> bool {
         self.padded()
-            && self.is(FrameKind::Short)
+            && self.is(KIND_WORDS)
             && self.nslots() == 1
             && self.nargs() <= MAX_HINTED_ARGS
     }
@@ -256,14 +230,14 @@ impl HeaderWord {
 
     /// Whether the frame is of kind `kind` (one comparison, no decoding).
     #[inline(always)]
-    pub fn is(self, kind: FrameKind) -> bool {
+    pub fn is(self, kind: u8) -> bool {
         (self.0 >> 37) & 0x7 == kind as u64
     }
 
-    /// What the frame carries.
+    /// What the frame carries (see [`FrameHeader::kind`]).
     #[inline(always)]
-    pub fn kind(self) -> FrameKind {
-        FrameKind::from_bits((self.0 >> 37) & 0x7).unwrap_or(FrameKind::Skip)
+    pub fn kind(self) -> u8 {
+        ((self.0 >> 37) & 0x7) as u8
     }
 
     /// Slots occupied.
@@ -294,14 +268,7 @@ mod tests {
 
     #[test]
     fn round_trip_every_kind() {
-        for kind in [
-            FrameKind::Short,
-            FrameKind::MediumInline,
-            FrameKind::MediumPooled,
-            FrameKind::Long,
-            FrameKind::Skip,
-            FrameKind::System,
-        ] {
+        for kind in 1..8u8 {
             let h = FrameHeader {
                 handler: 513,
                 nargs: 16,
@@ -320,7 +287,7 @@ mod tests {
         let h = FrameHeader {
             handler: 7,
             nargs: 2,
-            kind: FrameKind::Short,
+            kind: KIND_WORDS,
             nslots: 1,
         };
         let w = h.encode(5, FrameKey::new(42));
@@ -360,7 +327,7 @@ mod tests {
         for word in words {
             let full = HeaderWord::check(word, key)
                 .ok()
-                .filter(|h| h.is(FrameKind::Short) && h.nslots() == 1 && h.nargs() < SLOT_WORDS);
+                .filter(|h| h.is(KIND_WORDS) && h.nslots() == 1 && h.nargs() < SLOT_WORDS);
             let fast = HeaderWord::one_slot_short(word, key);
             assert_eq!(fast, full, "{word:#x}");
             accepted += usize::from(fast.is_some());

@@ -49,7 +49,9 @@
 
 #[cfg(test)]
 use super::frame::HeaderWord;
-use super::frame::{seq_for, seq_of, FrameHeader, FrameKey, FrameKind};
+#[cfg(test)]
+use super::frame::KIND_WORDS;
+use super::frame::{seq_for, seq_of, FrameHeader, FrameKey, KIND_SKIP};
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// Bytes per slot: one cache line.
@@ -308,7 +310,7 @@ impl Producer {
             let header = FrameHeader {
                 handler: 0,
                 nargs: 0,
-                kind: FrameKind::Skip,
+                kind: KIND_SKIP,
                 nslots: skip as u8,
             };
             ring.publish(self.tail, header.encode(self.tail, key));
@@ -467,7 +469,7 @@ mod tests {
         let h = FrameHeader {
             handler: tag as u16,
             nargs: 0,
-            kind: FrameKind::Short,
+            kind: KIND_WORDS,
             nslots: n as u8,
         };
         ring.publish(pos, h.encode_with(pos, key, flags));
@@ -483,7 +485,7 @@ mod tests {
         loop {
             let w = c.peek(ring)?;
             let h = HeaderWord::check(w, FrameKey::new(9)).unwrap();
-            if h.is(FrameKind::Skip) {
+            if h.is(KIND_SKIP) {
                 c.release(ring, h.nslots());
                 continue;
             }
@@ -641,7 +643,7 @@ mod tests {
                         FrameHeader {
                             handler: 0,
                             nargs: 0,
-                            kind: FrameKind::Short,
+                            kind: KIND_WORDS,
                             nslots: n as u8,
                         }
                         .encode(pos, FrameKey::new(9)),
@@ -712,7 +714,7 @@ mod tests {
                 let fake = FrameHeader {
                     handler: 1,
                     nargs: 0,
-                    kind: FrameKind::Short,
+                    kind: KIND_WORDS,
                     nslots: 1,
                 };
                 let slot_pos = pos + (w / 8) as u64 + 8;
@@ -721,7 +723,7 @@ mod tests {
             let h = FrameHeader {
                 handler: 2,
                 nargs: 0,
-                kind: FrameKind::Short,
+                kind: KIND_WORDS,
                 nslots: 4,
             };
             ring.publish(pos, h.encode(pos, FrameKey::new(9)));
@@ -797,7 +799,7 @@ mod loom_tests {
                     let h = FrameHeader {
                         handler: i as u16,
                         nargs: 0,
-                        kind: FrameKind::Short,
+                        kind: KIND_WORDS,
                         nslots: n as u8,
                     };
                     ring.publish(pos, h.encode_with(pos, FrameKey::new(3), flags));
@@ -815,7 +817,7 @@ mod loom_tests {
                     continue;
                 };
                 let h = HeaderWord::check(w, FrameKey::new(3)).expect("torn or stale header");
-                if h.is(FrameKind::Skip) {
+                if h.is(KIND_SKIP) {
                     c.release(ring, h.nslots());
                     continue;
                 }
@@ -859,7 +861,7 @@ mod loom_tests {
         let h = FrameHeader {
             handler: i as u16,
             nargs,
-            kind: FrameKind::Short,
+            kind: KIND_WORDS,
             nslots,
         };
         ring.publish(pos, h.encode_with(pos, FrameKey::new(3), flags));
