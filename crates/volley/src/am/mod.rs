@@ -43,7 +43,6 @@ mod frame_kind;
 mod handler;
 mod lease;
 mod net_frame;
-mod path_marks;
 mod poll_policy;
 mod progress;
 mod runtime;

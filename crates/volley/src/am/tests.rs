@@ -93,7 +93,7 @@ fn corrupted_and_unknown_frames_are_dropped_and_counted() {
     });
     let rt = b.build().unwrap();
     let e = rt.engine();
-    let key = e.key();
+    let key = e.shm().key();
     let valid = |handler: u16| {
         move |pos| {
             FrameHeader {
@@ -106,13 +106,14 @@ fn corrupted_and_unknown_frames_are_dropped_and_counted() {
         }
     };
     // A flipped check byte (corruption or another job's key).
-    e.inject_raw(Channel::Request, |pos| valid(0)(pos) ^ (1 << 60), &[7]);
+    e.shm()
+        .inject_raw(Channel::Request, |pos| valid(0)(pos) ^ (1 << 60), &[7]);
     // A well-formed frame naming a handler nobody registered.
-    e.inject_raw(Channel::Request, valid(9), &[7]);
+    e.shm().inject_raw(Channel::Request, valid(9), &[7]);
     // A well-formed frame to an unknown reply handler.
-    e.inject_raw(Channel::Reply, valid(0), &[7]);
+    e.shm().inject_raw(Channel::Reply, valid(0), &[7]);
     // And a good one, which must still get through after the bad ones.
-    e.inject_raw(Channel::Request, valid(0), &[7]);
+    e.shm().inject_raw(Channel::Request, valid(0), &[7]);
     rt.poll();
     assert_eq!(ran.load(Ordering::Relaxed), 1);
     assert_eq!(rt.stats().dropped, 3);
@@ -616,8 +617,8 @@ fn every_frame_of_a_round_trip_is_padded_with_credit_from_the_answer_alone() {
     let tails = || {
         let e = rt.engine();
         (
-            e.loopback_tail(Channel::Request),
-            e.loopback_tail(Channel::Reply),
+            e.shm().loopback_tail(Channel::Request),
+            e.shm().loopback_tail(Channel::Reply),
         )
     };
     // A padded frame ends at a quarter boundary, an unpadded one (after a padded one) does not.

@@ -4,9 +4,11 @@
 use super::super::frame_kind::FrameKind;
 use super::super::handler::{Message, MessageClass, ReplyToken};
 use super::super::net_frame;
+use super::super::stats::bump;
 use super::{Engine, REMOTE};
 use crate::error::Result;
 use crate::transport::shm::frame::HeaderWord;
+use crate::transport::shm::link::FrameSink;
 use crate::transport::shm::ring::SLOT_BYTES;
 use crate::transport::shm::{PoolFlags, MEDIUM_MAX};
 use crate::transport::Channel;
@@ -29,7 +31,7 @@ impl Drop for PooledBuffer<'_> {
 /// Handlers delivered as one batch (the frames of one drain, or one network message) run at
 /// one nesting depth: the depth and its statistic are settled once per batch, not once per
 /// handler. Dropping the scope (also on unwind) restores the depth.
-pub(super) struct HandlerScope<'a> {
+pub(crate) struct HandlerScope<'a> {
     pub(super) engine: &'a Engine,
     pub(super) depth: u64,
 }
@@ -185,7 +187,7 @@ impl Engine {
                 if idx >= self.pool_bufs {
                     return Err(());
                 }
-                let region = &self.regions[src];
+                let region = self.shm.region(src);
                 _pooled = Some(PooledBuffer {
                     flags: region.pool_flags(),
                     ch,
@@ -263,5 +265,82 @@ impl Engine {
             self.stats.handled(ch, class);
         }
         result
+    }
+}
+
+/// A batch of frames from one sender: the handlers' scope, and the message of a one-slot
+/// short frame, of which only the arguments change from frame to frame.
+pub(crate) struct Batch<'a> {
+    scope: HandlerScope<'a>,
+    short: Message<'a>,
+}
+
+/// The rings hand their frames to the engine, which runs their handlers.
+impl FrameSink for Engine {
+    type Batch<'s> = Batch<'s>;
+
+    #[inline(always)]
+    fn begin_batch(&self, src_rank: usize) -> Batch<'_> {
+        Batch {
+            scope: HandlerScope::enter(self),
+            short: Message::short(src_rank, &[]),
+        }
+    }
+
+    #[inline(always)]
+    fn run_words<'s>(
+        &'s self,
+        batch: &mut Batch<'s>,
+        ch: Channel,
+        src: u32,
+        handler: u16,
+        args: &'s [u64],
+    ) -> bool {
+        batch.short.args = args;
+        let ran = batch.scope.run(ch, handler, &batch.short, src).is_ok();
+        if ran {
+            self.stats.handled(ch, MessageClass::Short);
+        }
+        ran
+    }
+
+    #[inline(always)]
+    fn run_lone_words(
+        &self,
+        ch: Channel,
+        src: u32,
+        src_rank: usize,
+        handler: u16,
+        args: &[u64],
+    ) -> bool {
+        let msg = Message::short(src_rank, args);
+        let scope = HandlerScope::enter(self);
+        let ran = scope.run(ch, handler, &msg, src).is_ok();
+        drop(scope);
+        if ran {
+            self.stats.handled(ch, MessageClass::Short);
+        }
+        ran
+    }
+
+    #[inline(always)]
+    fn run_frame(
+        &self,
+        batch: &Batch<'_>,
+        ch: Channel,
+        src: usize,
+        h: HeaderWord,
+        frame: *const u64,
+    ) -> Result<(), ()> {
+        self.deliver_frame(&batch.scope, src, ch, h, frame)
+    }
+
+    #[inline(always)]
+    fn dropped(&self) {
+        bump(&self.stats.dropped);
+    }
+
+    fn corrupt(&self, src: usize, ch: Channel, word: u64) -> ! {
+        self.corrupt_ring(src, ch, word)
     }
 }

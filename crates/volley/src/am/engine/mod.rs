@@ -1,4 +1,8 @@
-//! The engine: injects frames into peers' rings, polls this rank's rings and runs handlers.
+//! The engine: sends each message by its route (the node's rings through
+//! [`Links`], or the network), polls both and runs
+//! handlers. Its jobs, one module each: [`send`], [`receive`] (poll order), [`dispatch`]
+//! (running handlers, one `deliver` for every route), [`net_route`], [`wait`] (waits and
+//! sleep), [`job`] (barrier, finalize, health, watchdog, statistics) and [`setup`] (wire-up).
 //!
 //! State lives in `Cell`s so that handlers can run while a send is blocked (a blocked request
 //! send polls requests and replies; a blocked reply send polls replies only, whose handlers
@@ -21,8 +25,6 @@ mod wait;
 
 pub(crate) use job::{SystemOp, MAX_BARRIER_ROUNDS};
 use net_route::NetRoute;
-use receive::RxRing;
-use send::TxPeer;
 pub(crate) use setup::EngineSetup;
 
 use super::critical::CriticalState;
@@ -30,7 +32,7 @@ use super::handler::{ReplyFn, RequestFn};
 use super::progress::ThreadSync;
 use super::stats::StatCells;
 use super::watchdog::Watchdog;
-use crate::transport::shm::frame::FrameKey;
+use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
@@ -44,24 +46,14 @@ pub(crate) const REMOTE: u32 = u32::MAX;
 pub(crate) struct Engine {
     pub(crate) me: usize,
     pub(crate) size: usize,
-    /// The job key as frame headers are checked with it.
-    key: FrameKey,
     /// Global rank -> local index, or [`REMOTE`].
     local_of: Vec<u32>,
     /// Local index -> global rank.
     local_ranks: Vec<usize>,
     /// This rank's local index.
     me_local: usize,
-    /// What this rank sends through to each rank on this node, by local index.
-    tx: Vec<TxPeer>,
-    /// This rank's incoming rings with their consumer state, `[channel][src local]`: the poll
-    /// loop walks one channel's rings in order.
-    rx: [Vec<RxRing>; 2],
-    /// Regions by local index. Declared after the ring views that point into them.
-    regions: Vec<Region>,
-    /// Eventfds by local index, written by a ring that finds that rank asleep in `poll`. Not
-    /// in `tx`, whose entries every send indexes, so that those stay small.
-    wakes: Vec<WakeFd>,
+    /// The rings to and from the ranks of this node.
+    shm: Links,
     pool_bufs: usize,
     /// The network route, when some peers are on other nodes.
     net: Option<NetRoute>,
@@ -78,15 +70,6 @@ pub(crate) struct Engine {
     serving: Cell<bool>,
     /// Waits that ended in a row right after the reply rings (see [`Engine::poll_waiting`]).
     early_exits: Cell<u32>,
-    /// The reply ring (by local index of its sender) whose head frame ran its handler and
-    /// ended a wait, but whose consumer has not yet moved past it: the wait left first, so
-    /// that the requester's next request goes out sooner, and the next look at the reply
-    /// rings finishes the retirement (see [`Engine::retire_deferred`]). [`NO_DEFERRED`]: none.
-    deferred: Cell<u32>,
-    /// The last frame this rank handled came alone ([`Engine::serve_short`], not a drain), and
-    /// no one-slot frame has been sent since: the next one may be padded (see `ring`,
-    /// "Padded frames"). A round trip's request and reply are such sends; a stream's are not.
-    lone: Cell<bool>,
     pub(crate) polite: bool,
     /// No other rank shares this node: every message from another rank comes through the
     /// network, so an empty poll needs no `pause` (no ring head is written from another core)
@@ -163,12 +146,12 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     pub(crate) fn own(&self) -> &Region {
-        &self.regions[self.me_local]
+        self.shm.region(self.me_local)
     }
 
     /// This rank's eventfd, which its senders write when it sleeps in `poll`.
     fn own_wake(&self) -> &WakeFd {
-        &self.wakes[self.me_local]
+        self.shm.own_wake()
     }
 
     /// Wakes this rank's sleeping threads wherever they sleep (to stop a progress thread).
@@ -179,7 +162,7 @@ impl Engine {
     /// The region of `rank` when this rank can address it directly (ranks of this node).
     pub(crate) fn region_of(&self, rank: usize) -> Option<&Region> {
         let l = *self.local_of.get(rank)?;
-        self.regions.get(l as usize)
+        self.shm.get_region(l as usize)
     }
 
     /// `rank`'s local index, or `None` when it is reached through the network.
@@ -237,9 +220,7 @@ impl Engine {
     /// Whether anything waits to be handled: a frame at the head of a ring, or a message the
     /// network already took in.
     fn pending(&self) -> bool {
-        // A frame whose retirement a wait left for later is not waiting.
-        self.retire_deferred();
-        self.rx.iter().flatten().any(RxRing::ready)
+        self.shm.has_frames()
             || self
                 .net
                 .as_ref()
@@ -268,8 +249,14 @@ impl Engine {
         }
     }
 
+    /// Flushes the credit of every incoming ring (before sleeping or exiting).
+    pub(crate) fn flush_credit(&self) {
+        self.shm.flush_credit();
+    }
+
+    /// Test hook: the rings.
     #[cfg(test)]
-    pub(crate) fn key(&self) -> FrameKey {
-        self.key
+    pub(crate) fn shm(&self) -> &Links {
+        &self.shm
     }
 }

@@ -4,64 +4,14 @@
 use super::super::backoff::Backoff;
 use super::super::frame_kind::FrameKind;
 use super::super::handler::MessageClass;
-use super::super::path_marks;
 use super::super::stats::bump;
 use super::{Engine, SystemOp};
 use crate::error::{Error, Result};
-use crate::transport::shm::doorbell::Ordering as BellOrder;
-use crate::transport::shm::frame::{FrameHeader, FrameKey, PADDED};
-use crate::transport::shm::ring::{
-    Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS, SLOT_BYTES,
-};
+use crate::transport::shm::link::{FrameBody, Outgoing, TxPeer};
+use crate::transport::shm::ring::{MAX_FRAME_SLOTS, SLOT_BYTES};
 use crate::transport::shm::MEDIUM_MAX;
 use crate::transport::Channel;
 use crate::MAX_ARGS;
-use std::cell::Cell;
-
-/// A rank on this node as a destination: the rings this rank sends into, by channel, and
-/// whether its doorbell must be rung after a send (it may sleep: block mode or a progress
-/// thread) with how to order the ring after the frame. One entry per local index, so a send
-/// finds all of it with one bounds check.
-pub(super) struct TxPeer {
-    pub(super) rings: [TxRing; 2],
-    pub(super) bell: Option<BellOrder>,
-}
-
-/// One outgoing ring and this rank's producer state for it.
-pub(super) struct TxRing {
-    pub(super) ring: RingRef<'static>,
-    pub(super) producer: Cell<Producer>,
-}
-
-impl TxRing {
-    /// The common case of [`TxRing::reserve`], inline: `None` when the cached credit runs
-    /// out or a skip is needed (the caller then calls [`TxRing::reserve`]).
-    #[inline(always)]
-    pub(super) fn reserve_within(&self, nslots: u64) -> Option<u64> {
-        let mut producer = self.producer.get();
-        let pos = producer.reserve_within(nslots)?;
-        self.producer.set(producer);
-        Some(pos)
-    }
-
-    /// A one-slot reservation padded to its quarter (see [`Producer::reserve_padded`]).
-    #[inline(always)]
-    pub(super) fn reserve_padded(&self) -> Option<u64> {
-        let mut producer = self.producer.get();
-        let pos = producer.reserve_padded(self.ring)?;
-        self.producer.set(producer);
-        Some(pos)
-    }
-
-    /// Reserves `nslots` slots (see [`Producer::reserve`]); `None` while the ring is full.
-    #[inline(always)]
-    pub(super) fn reserve(&self, nslots: u64, key: FrameKey) -> Option<u64> {
-        let mut producer = self.producer.get();
-        let reserved = producer.reserve(self.ring, nslots, key);
-        self.producer.set(producer);
-        reserved
-    }
-}
 
 /// How the payload of a frame travels.
 pub(super) enum Payload<'p> {
@@ -69,6 +19,47 @@ pub(super) enum Payload<'p> {
     Inline(&'p [u8]),
     Pooled { len: usize, idx: usize },
     Long { len: usize, offset: usize },
+}
+
+/// A frame's words after its header: the payload's length (and offset), the arguments, an
+/// inline payload.
+struct Body<'a> {
+    extra: [u64; 2],
+    nextra: usize,
+    args: &'a [u64],
+    inline: &'a [u8],
+}
+
+impl FrameBody for Body<'_> {
+    #[inline(always)]
+    fn write(self, frame: *mut u64) {
+        let Body {
+            extra,
+            nextra,
+            args,
+            inline,
+        } = self;
+        // SAFETY: the frame's nslots slots are reserved for us and contiguous (frames never
+        // wrap); the header, words and payload take at most nslots * 64 bytes (the header
+        // was sized from this body), so every write stays inside the reservation.
+        unsafe {
+            if nextra > 0 {
+                frame.add(1).write(extra[0]);
+                if nextra > 1 {
+                    frame.add(2).write(extra[1]);
+                }
+            }
+            let at = frame.add(1 + nextra);
+            copy_args(args, at);
+            if !inline.is_empty() {
+                std::ptr::copy_nonoverlapping(
+                    inline.as_ptr(),
+                    frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
+                    inline.len(),
+                );
+            }
+        }
+    }
 }
 
 /// Writes `args` to `at`. A short's few arguments (the common case: at most a slot's worth)
@@ -154,7 +145,7 @@ impl Engine {
     }
 
     /// Sends a short reply to `dest`, reached through local index `route` (or the network:
-    /// [`REMOTE`]): the requester, whose rank needs no check.
+    /// [`REMOTE`](super::REMOTE)): the requester, whose rank needs no check.
     #[inline]
     pub(crate) fn reply_short(
         &self,
@@ -167,7 +158,7 @@ impl Engine {
     }
 
     /// Sends a short message to the valid rank `dest`, reached through local index `route` or
-    /// the network ([`REMOTE`]).
+    /// the network ([`REMOTE`](super::REMOTE)).
     #[inline(always)]
     pub(super) fn send_short_by(
         &self,
@@ -179,9 +170,9 @@ impl Engine {
     ) -> Result<()> {
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        // A local index has its rings; [`REMOTE`] (u32::MAX) has none: one compare tells the
+        // A local index has its rings; [`REMOTE`](super::REMOTE) (u32::MAX) has none: one compare tells the
         // route and bounds the index.
-        match self.tx.get(route as usize) {
+        match self.shm.peer(route as usize) {
             Some(peer) => self.inject_to(
                 route as usize,
                 peer,
@@ -289,7 +280,7 @@ impl Engine {
             self.stats.sent(ch, MessageClass::Long);
             return Ok(());
         };
-        let target = &self.regions[dest];
+        let target = self.shm.region(dest);
         // The sender writes the payload, so the sender checks it does not land on a segment.
         if let Err(reason) = target.segment_table().admit_long(offset, payload.len()) {
             let rank = self.local_ranks[dest];
@@ -362,7 +353,7 @@ impl Engine {
         args: &[u64],
         payload: Payload<'_>,
     ) {
-        self.inject_to(dest, &self.tx[dest], ch, kind, handler, args, payload);
+        self.inject_to(dest, self.shm.tx(dest), ch, kind, handler, args, payload);
     }
 
     /// [`Engine::inject`] with `dest`'s entry already found.
@@ -392,144 +383,45 @@ impl Engine {
             false => (words * 8 + inline.len()).div_ceil(SLOT_BYTES),
         } as u64;
         debug_assert!(nslots <= MAX_FRAME_SLOTS);
-        let tx = &peer.rings[ch as usize];
-        let ring = tx.ring;
-        // The first one-slot frame after a frame that came alone (a round trip's turn) is
-        // padded if its receiver has caught up: see `ring`, "Padded frames".
-        let padded = nslots == 1 && self.lone.get();
-        let padded_at = match padded {
-            true => {
-                self.lone.set(false);
-                tx.reserve_padded()
-            }
-            false => None,
-        };
-        let header = FrameHeader {
-            handler,
-            nargs: args.len() as u8,
+        let out = Outgoing {
             kind: kind as u8,
-            nslots: nslots as u8,
+            handler,
+            nargs: args.len(),
+            nslots,
         };
-        // Writes the frame's words at `pos` (all but the header); returns its first word.
-        let write = |pos: u64| {
-            let frame = ring.frame_ptr(pos).cast::<u64>();
-            // SAFETY: slots pos..pos+nslots are reserved for us and contiguous (frames never
-            // wrap); the header, words and payload take at most nslots * 64 bytes, so every
-            // write stays inside the reservation. The receiver does not read them until the
-            // header is published.
-            unsafe {
-                if nextra > 0 {
-                    frame.add(1).write(extra[0]);
-                    if nextra > 1 {
-                        frame.add(2).write(extra[1]);
-                    }
-                }
-                let at = frame.add(1 + nextra);
-                copy_args(args, at);
-                if !inline.is_empty() {
-                    std::ptr::copy_nonoverlapping(
-                        inline.as_ptr(),
-                        frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
-                        inline.len(),
-                    );
-                }
-            }
-            frame
+        let body = Body {
+            extra,
+            nextra,
+            args,
+            inline,
         };
-        // Two ways to publish, so that a stream's sends carry no padding flag to merge.
-        match padded_at {
-            Some(pos) => {
-                let frame = write(pos);
-                // A padded short hands back the credit of the ring its answer will come
-                // through (see `ring`, "Credit hints"), so that the answer can be padded too.
-                if kind == FrameKind::Short && args.len() <= MAX_HINTED_ARGS {
-                    let rings = &self.rx[ch.other() as usize];
-                    debug_assert!(dest < rings.len());
-                    // SAFETY: `dest` is a local index (it found `peer` in `tx`), and there is
-                    // a ring from every local index on each channel.
-                    let consumed = unsafe { rings.get_unchecked(dest) }.consumer.get().head();
-                    // SAFETY: the frame's one reserved slot holds the header and at most
-                    // MAX_HINTED_ARGS arguments, so its last word is ours and unused; the
-                    // receiver reads it only after acquiring the header published below.
-                    unsafe { frame.add(CREDIT_HINT_WORD).write(consumed) };
-                }
-                ring.publish(pos, header.encode_with(pos, self.key, PADDED));
-            }
-            None => {
-                let pos = match tx.reserve_within(nslots) {
-                    Some(pos) => pos,
-                    None => self.reserve_out_of_line(dest, ch, nslots),
-                };
-                write(pos);
-                ring.publish(pos, header.encode(pos, self.key));
-            }
-        }
-        if kind == FrameKind::Short {
-            path_marks::mark(ch, path_marks::Point::Published);
-        }
-        if let Some(order) = peer.bell {
-            self.regions[dest]
-                .doorbell()
-                .ring_if_asleep(order, &self.wakes[dest]);
-        }
+        let blocked = move || self.reserve_blocked(dest, ch, nslots);
+        self.shm.send(dest, peer, ch, out, body, blocked);
     }
 
-    /// The rest of a reservation whose common case failed: a skip, fresh credit, or a wait for
-    /// it. Out of line, so a send's common case is two compares.
+    /// The ring to `dest` has no room at the cached credit: a skip or fresh credit, or else
+    /// polls (requests too only for a blocked request, so that replies always drain) until
+    /// the receiver returns enough for `nslots`. Out of line, so a send's common case is two
+    /// compares.
     #[cold]
     #[inline(never)]
-    pub(super) fn reserve_out_of_line(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
-        match self.tx[dest].rings[ch as usize].reserve(nslots, self.key) {
-            Some(pos) => pos,
-            None => self.reserve_blocked(dest, ch, nslots),
+    fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
+        if let Some(pos) = self.shm.reserve_more(dest, ch, nslots) {
+            return pos;
         }
-    }
-
-    /// The ring to `dest` is full: polls (requests too only for a blocked request, so that
-    /// replies always drain) until the receiver returns enough credit for `nslots`.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
-        let tx = &self.tx[dest].rings[ch as usize];
+        bump(&self.stats.blocked_sends);
         let mut backoff = Backoff::new(self.polite);
-        let mut blocked = false;
         loop {
             if dest == self.me_local && self.handlers_held() {
                 self.self_deadlock();
-            }
-            if !blocked {
-                blocked = true;
-                bump(&self.stats.blocked_sends);
             }
             self.wait_step(ch, &mut backoff);
             // Handlers that ran meanwhile never send on this ring (a request handler can only
             // reply, on the other channel; a reply handler cannot send), but the state is
             // re-read each time, so that nothing depends on it.
-            if let Some(pos) = tx.reserve(nslots, self.key) {
+            if let Some(pos) = self.shm.reserve_more(dest, ch, nslots) {
                 return pos;
             }
         }
-    }
-
-    /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
-    #[cfg(test)]
-    pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
-        let tx = &self.tx[self.me_local].rings[ch as usize];
-        let ring = tx.ring;
-        let pos = tx.reserve(1, self.key).expect("room in the loopback ring");
-        for (i, w) in words.iter().enumerate() {
-            ring.write_word(pos, i + 1, *w);
-        }
-        ring.publish(pos, header(pos));
-    }
-
-    /// Test hook: where this rank's next frame into its own loopback ring of channel `ch`
-    /// would start.
-    #[cfg(test)]
-    pub(crate) fn loopback_tail(&self, ch: Channel) -> u64 {
-        self.tx[self.me_local].rings[ch as usize]
-            .producer
-            .get()
-            .tail()
     }
 }

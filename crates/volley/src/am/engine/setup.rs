@@ -8,16 +8,12 @@ use super::super::progress::ThreadSync;
 use super::super::stats::StatCells;
 use super::super::watchdog::Watchdog;
 use super::net_route::NetRoute;
-use super::receive::{RxRing, NO_DEFERRED};
-use super::send::{TxPeer, TxRing};
 use super::{Engine, REMOTE};
 use crate::transport::net::NetTransport;
 use crate::transport::shm::doorbell::Ordering as BellOrder;
-use crate::transport::shm::frame::FrameKey;
-use crate::transport::shm::ring::{Consumer, Producer, RingRef};
+use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
-use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::os::fd::OwnedFd;
 use std::time::Instant;
@@ -83,31 +79,7 @@ impl Engine {
         let layout = *regions[me_local].layout();
         let nlocal = regions.len();
         let net_only = nlocal == 1 && net.is_some();
-        let view = |r: RingRef<'_>| -> RingRef<'static> {
-            // SAFETY: a RingRef points into a region's mapping, whose address never changes
-            // while the Region is alive (moving the Region value does not move the mapping).
-            // The regions live in this Engine next to the views and are unmapped only when the
-            // Engine is dropped, after which no view is used.
-            unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
-        };
-        let tx = (0..nlocal)
-            .zip(bells)
-            .map(|(d, bell)| TxPeer {
-                rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
-                    ring: view(regions[d].ring(me_local, ch)),
-                    producer: Cell::new(Producer::new(layout.ring_slots)),
-                }),
-                bell,
-            })
-            .collect();
-        let rx = [Channel::Request, Channel::Reply].map(|ch| {
-            (0..nlocal)
-                .map(|s| {
-                    let ring = view(regions[me_local].ring(s, ch));
-                    RxRing::new(ring, Consumer::new(layout.ring_slots), s, local_ranks[s])
-                })
-                .collect()
-        });
+        let shm = Links::new(me_local, key, regions, &local_ranks, bells, wakes);
         // A rank alone on its node has nothing cheaper than the network to poll.
         let policy = if nlocal == 1 {
             PollPolicy::Always
@@ -143,18 +115,14 @@ impl Engine {
             departed: (0..size).map(|_| Cell::new(false)).collect(),
         });
         Self {
-            tx,
-            rx,
+            shm,
             me,
             size,
-            key: FrameKey::new(key),
             local_of,
             local_ranks,
             me_local,
             net,
             pool_bufs: layout.pool_bufs,
-            regions,
-            wakes,
             pool_next: Default::default(),
             requests,
             replies,
@@ -163,8 +131,6 @@ impl Engine {
             critical: CriticalState::default(),
             serving: Cell::new(false),
             early_exits: Cell::new(0),
-            deferred: Cell::new(NO_DEFERRED),
-            lone: Cell::new(false),
             polite,
             net_only,
             block,

@@ -55,7 +55,7 @@ impl Engine {
                         Some(sync) => {
                             // The progress thread serves meanwhile and wakes us after
                             // handlers ran (only a handler can make `cond` true).
-                            self.flush_credit();
+                            self.shm.flush_credit();
                             self.flush_net();
                             sync.sleep_until_handled(SLEEP_MAX);
                         }
@@ -84,7 +84,7 @@ impl Engine {
     /// (nobody may wait on a sleeper), announces the sleep on the doorbell and decides where to
     /// sleep; `None` if something is already waiting.
     pub(crate) fn prepare_sleep(&self) -> Option<SleepPlan> {
-        self.flush_credit();
+        self.shm.flush_credit();
         self.flush_net();
         let bell = self.own().doorbell();
         // A rank with network peers sleeps in `poll` on its socket; shared-memory senders

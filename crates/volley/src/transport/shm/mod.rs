@@ -12,15 +12,19 @@
 //!
 //! Trust model (seed 001 §3.3): ranks of one job on one host trust each other; the job key in
 //! every frame header guards against misdirected frames, not against a malicious peer.
-
 //!
-//! The rings, frames and regions are the runtime's own: their safety rests on invariants the
-//! engine keeps (one producer and one consumer per ring, layouts it validated), so they are
-//! not public. What a program or tool may read, the layout's sizes, is.
+//! `link` owns the ring protocol for the ranks of a node (one producer and one consumer per
+//! ring, credit, padding and hints, retirement); the layer above sends and receives frames
+//! through it and never touches a ring itself. Rings, frames and regions are the runtime's
+//! own, so they are not public; what a program or tool may read, the layout's sizes, is.
 
 #[cfg(not(loom))]
 pub(crate) mod doorbell;
 pub(crate) mod frame;
+#[cfg(not(loom))]
+pub(crate) mod link;
+#[cfg(not(loom))]
+pub(crate) mod path_marks;
 #[cfg(not(loom))]
 mod region;
 pub(crate) mod ring;
