@@ -1,10 +1,16 @@
 //! Transports on 127.0.0.1 in one process: meshes connected one thread per rank (connect
 //! blocks), then driven from the test thread or one thread per transport.
 
-use super::*;
-use std::net::Ipv4Addr;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, TcpListener};
 use std::sync::OnceLock;
 use std::thread;
+use std::time::Instant;
+
+use super::receive::{BIG_FRAME, RECV_BUF};
+use super::send_queue::SMALL_MESSAGE;
+use super::setup::handshake;
+use super::*;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
@@ -494,7 +500,7 @@ fn flood_without_reader_blocks_then_drains_in_order() {
         assert!(sent < N, "the queue never filled");
         check("flood");
     }
-    assert!(ts[0].conns[0].queued > (1 << 20) / 2);
+    assert!(ts[0].conns[0].tx.queued() > (1 << 20) / 2);
     // Now it reads.
     let mut next = 0;
     let check = give_up_after(10);
