@@ -1,9 +1,11 @@
 //! Transports on 127.0.0.1 in one process, driven alternately from one thread (except
 //! `close`, which blocks and so runs one thread per transport).
 
+use std::mem::size_of;
 use std::net::{Ipv4Addr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use super::addr::{from_raw, to_raw};
 use super::*;
 use crate::reliable::wire::{self, Header, Kind};
 
