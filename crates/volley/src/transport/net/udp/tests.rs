@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use super::addr::{from_raw, to_raw};
 use super::*;
 use crate::reliable::wire::{self, Header, Kind};
+use crate::transport::net::floor;
 
 const KEY: u64 = 0x766f_6c6c_6579_0001;
 const MS: u64 = 1_000_000;
@@ -624,7 +625,7 @@ fn addresses_convert_both_ways() {
 /// Not a test: one thread bounces a message between two transports (`cargo test --release
 /// -p volley --lib ping_pong_cost -- --ignored --nocapture`), for profiling the transport's own
 /// cost per round trip (both sides' work plus the system calls, no scheduling). Blocks of
-/// volley and of raw connected sockets alternate, so both see the same machine state; the
+/// volley and of the raw UDP floor ([`floor::bounce`]) alternate, so both see the same machine state; the
 /// median of the per-block ratios is printed.
 #[test]
 #[ignore = "a profiling aid, not a check"]
@@ -634,16 +635,10 @@ fn ping_pong_cost() {
     let (aa, ba) = (a.local_addr(), b.local_addr());
     a.connect(0, &[None, Some(ba)]).unwrap();
     b.connect(1, &[Some(aa), None]).unwrap();
-    let x = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let y = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    x.connect(y.local_addr().unwrap()).unwrap();
-    y.connect(x.local_addr().unwrap()).unwrap();
-    x.set_nonblocking(true).unwrap();
-    y.set_nonblocking(true).unwrap();
+    let (mut x, mut y) = floor::pair(floor::SocketFloor::Udp, 16).unwrap();
     let clock = Clock::new();
     let mut inbox = Inbox::new();
     let msg = [7u8; 16];
-    let mut buf = [0u8; 2048];
     let rounds = 20_000;
     let (mut ours, mut raws, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..11 {
@@ -669,10 +664,7 @@ fn ping_pong_cost() {
         let per = t0.elapsed().as_nanos() as f64 / rounds as f64;
         let t0 = Instant::now();
         for _ in 0..rounds {
-            x.send(&msg).unwrap();
-            while y.recv(&mut buf).is_err() {}
-            y.send(&msg).unwrap();
-            while x.recv(&mut buf).is_err() {}
+            floor::bounce(&mut x, &mut y).unwrap();
         }
         let raw = t0.elapsed().as_nanos() as f64 / rounds as f64;
         ours.push(per);
