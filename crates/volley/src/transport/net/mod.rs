@@ -23,6 +23,8 @@
 //! Times are nanoseconds from a monotonic clock the caller reads (`now` arguments), so the
 //! transports read no clock themselves.
 
+#[cfg(test)]
+mod contract_tests;
 pub mod faults;
 pub mod floor;
 pub mod tcp;

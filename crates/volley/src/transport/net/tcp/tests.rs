@@ -1,9 +1,9 @@
-//! Transports on 127.0.0.1 in one process: meshes connected one thread per rank (connect
-//! blocks), then driven from the test thread or one thread per transport.
+//! The TCP transport's own tests (the contract both transports keep runs here too, through
+//! [`contract_tests!`]): transports on 127.0.0.1 in one process, meshes connected one thread
+//! per rank (connect blocks), then driven from the test thread or one thread per transport.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, Shutdown};
-use std::sync::OnceLock;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
 use std::thread;
 use std::time::Instant;
 
@@ -11,17 +11,13 @@ use super::receive::{BIG_FRAME, RECV_BUF};
 use super::send_queue::SMALL_MESSAGE;
 use super::setup::handshake;
 use super::*;
+use crate::transport::net::contract_tests::{
+    assert_message, connect_all, contract_tests, give_up_after, inboxes, message, now, pump,
+    send_retry, tag_of, Harness, Inbox, Setup, LOCAL,
+};
 use crate::transport::net::floor;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
-const LOCAL: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-type Inbox = Vec<(usize, Vec<u8>)>;
-
-fn now() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
 
 fn config() -> TcpConfig {
     TcpConfig {
@@ -34,238 +30,65 @@ fn bind_with(config: &TcpConfig) -> TcpTransport {
     TcpTransport::bind(LOCAL, KEY, config.clone()).expect("bind")
 }
 
-/// Connects bound transports as ranks 0..n, each in its own thread (connect blocks until
-/// the higher ranks have arrived).
-fn connect_all(ts: Vec<TcpTransport>) -> Vec<TcpTransport> {
-    let addrs: Vec<Option<SocketAddr>> = ts.iter().map(|t| Some(t.local_addr())).collect();
-    let handles: Vec<_> = ts
-        .into_iter()
-        .enumerate()
-        .map(|(me, mut t)| {
-            let mut peers = addrs.clone();
-            peers[me] = None;
-            thread::spawn(move || t.connect(me, &peers).map(|()| t))
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|h| h.join().expect("connect thread").expect("connect"))
-        .collect()
-}
-
-fn mesh_with(n: usize, config: &TcpConfig) -> Vec<TcpTransport> {
-    connect_all((0..n).map(|_| bind_with(config)).collect())
-}
-
 fn mesh(n: usize) -> Vec<TcpTransport> {
-    mesh_with(n, &config())
+    Tcp::mesh(n, Setup::Default)
 }
 
-fn inboxes(n: usize) -> Vec<Inbox> {
-    (0..n).map(|_| Vec::new()).collect()
-}
+/// The TCP transport under the contract tests.
+struct Tcp;
 
-/// One progress call on every transport.
-fn pump(ts: &mut [TcpTransport], inboxes: &mut [Inbox]) {
-    for (t, inbox) in ts.iter_mut().zip(inboxes.iter_mut()) {
-        t.progress(now(), inbox).expect("progress");
-    }
-}
+impl Harness for Tcp {
+    type T = TcpTransport;
 
-/// A message of `len` bytes whose content depends on `tag`; its first 8 bytes (or fewer)
-/// are `tag` itself.
-fn message(tag: u64, len: usize) -> Vec<u8> {
-    let mut m: Vec<u8> = (0..len)
-        .map(|i| (tag as usize).wrapping_mul(31).wrapping_add(i) as u8)
-        .collect();
-    let n = len.min(8);
-    m[..n].copy_from_slice(&tag.to_le_bytes()[..n]);
-    m
-}
-
-fn tag_of(m: &[u8]) -> u64 {
-    u64::from_le_bytes(m[..8].try_into().unwrap())
-}
-
-fn assert_message(m: &[u8], tag: u64, len: usize) {
-    assert_eq!(m.len(), len, "length of message {tag}");
-    assert!(m == message(tag, len), "content of message {tag}");
-}
-
-fn give_up_after(secs: u64) -> impl Fn(&str) {
-    let end = Instant::now() + Duration::from_secs(secs);
-    move |what: &str| assert!(Instant::now() < end, "timed out: {what}")
-}
-
-/// Sends, progressing everyone while the queue is full.
-fn send_retry(ts: &mut [TcpTransport], ins: &mut [Inbox], from: usize, to: usize, m: &[u8]) {
-    let check = give_up_after(10);
-    loop {
-        match ts[from].send(to, m, now()) {
-            Ok(()) => return,
-            Err(NetError::WouldBlock) => pump(ts, ins),
-            Err(e) => panic!("send {from}->{to}: {e}"),
-        }
-        check("send_retry");
-    }
-}
-
-#[test]
-fn transport_is_send() {
-    fn is_send<T: Send>() {}
-    is_send::<TcpTransport>();
-}
-
-#[test]
-fn small_messages_arrive_once_and_in_order_both_ways() {
-    const N: u64 = 100_000;
-    let len = |seq: u64| 8 + (seq % 57) as usize;
-    let mut ts = mesh(2);
-    let mut ins = inboxes(2);
-    let mut sent = [0u64; 2];
-    let mut next = [0u64; 2];
-    let check = give_up_after(15);
-    while next != [N, N] {
-        for from in 0..2 {
-            for _ in 0..100 {
-                if sent[from] == N {
-                    break;
-                }
-                let m = message(sent[from], len(sent[from]));
-                match ts[from].send(1 - from, &m, now()) {
-                    Ok(()) => sent[from] += 1,
-                    Err(NetError::WouldBlock) => break,
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        }
-        pump(&mut ts, &mut ins);
-        for (r, inbox) in ins.iter_mut().enumerate() {
-            for (src, m) in inbox.drain(..) {
-                assert_eq!(src, 1 - r);
-                assert_eq!(tag_of(&m), next[r], "rank {r} got a message out of order");
-                assert_message(&m, next[r], len(next[r]));
-                next[r] += 1;
-            }
-        }
-        check(&format!("delivered {next:?}"));
-    }
-    for _ in 0..20 {
-        pump(&mut ts, &mut ins);
-    }
-    assert!(ins.iter().all(|i| i.is_empty()), "extra messages");
-    for t in &ts {
-        let s = t.stats();
-        assert_eq!((s.messages_sent, s.messages_received), (N, N));
-        assert_eq!((s.packets_sent, s.packets_received), (N, N));
-        assert!(s.send_calls < N / 10, "writes were not batched: {s:?}");
-        assert!(t.is_idle());
-    }
-}
-
-#[test]
-fn message_sizes_arrive_intact() {
-    let sizes = [
-        0,
-        1,
-        4095,
+    const BOUNDARY_SIZES: &'static [usize] = &[
         SMALL_MESSAGE,
         SMALL_MESSAGE + 1,
         BIG_FRAME,
         BIG_FRAME + 1,
-        65536,
         RECV_BUF + 3,
-        1 << 20,
-        MAX_MESSAGE,
-        5,
-        0,
-        MAX_MESSAGE - 1,
-        9,
     ];
-    let mut ts = mesh(2);
-    let mut ins = inboxes(2);
-    for (i, &len) in sizes.iter().enumerate() {
-        send_retry(&mut ts, &mut ins, 0, 1, &message(i as u64, len));
-        send_retry(&mut ts, &mut ins, 1, 0, &message(i as u64, len));
+
+    fn bind(setup: Setup) -> TcpTransport {
+        bind_with(&match setup {
+            Setup::Default | Setup::QuickFailure => config(),
+            Setup::SmallQueue => TcpConfig {
+                socket_buffer: 64 << 10,
+                max_queued: 1 << 20,
+                ..config()
+            },
+        })
     }
-    let check = give_up_after(15);
-    while ins.iter().map(|i| i.len()).sum::<usize>() < 2 * sizes.len() {
-        pump(&mut ts, &mut ins);
-        check("sizes");
-    }
-    for (r, inbox) in ins.iter().enumerate() {
-        assert_eq!(inbox.len(), sizes.len());
-        for (i, ((src, m), &len)) in inbox.iter().zip(&sizes).enumerate() {
-            assert_eq!(*src, 1 - r);
-            assert_eq!(m.len(), len);
-            if len >= 8 {
-                assert_message(m, i as u64, len);
-            }
+
+    fn after_stream(ts: &[TcpTransport], count: u64) {
+        for t in ts {
+            let s = t.stats();
+            assert_eq!((s.packets_sent, s.packets_received), (count, count));
+            assert!(s.send_calls < count / 10, "writes were not batched: {s:?}");
         }
     }
-    assert!(matches!(
-        ts[0].send(1, &vec![0; MAX_MESSAGE + 1], now()),
-        Err(NetError::TooLarge { len, max }) if len == MAX_MESSAGE + 1 && max == MAX_MESSAGE
-    ));
-    assert!(matches!(
-        ts[0].send(0, b"me", now()),
-        Err(NetError::NotAPeer { peer: 0 })
-    ));
-    assert!(matches!(
-        ts[0].send(7, b"x", now()),
-        Err(NetError::NotAPeer { peer: 7 })
-    ));
+
+    fn after_all_to_all(ts: &[TcpTransport]) {
+        for t in ts {
+            assert!(t.epoll.is_some() && t.readable_fd() == t.epoll.as_ref().unwrap().as_raw_fd());
+        }
+    }
+
+    fn when_flooded(sender: &TcpTransport) {
+        // Kernel buffers full, writes partial, the queue grown to its bound.
+        assert!(sender.conns[0].tx.queued() > (1 << 20) / 2);
+    }
+
+    fn after_peer_failure(t: &mut TcpTransport, _waited: Duration) {
+        // The broken connection's output was dropped.
+        assert!(t.is_idle());
+    }
+
+    fn after_close(t: &TcpTransport) {
+        assert!(t.conns.iter().all(|c| c.state == State::Finished));
+    }
 }
 
-#[test]
-fn all_to_all_among_four_is_attributed_to_sources() {
-    const N: usize = 4;
-    const M: u64 = 2000;
-    let len = |seq: u64| {
-        if seq % 97 == 0 {
-            100_000
-        } else {
-            8 + (seq % 200) as usize
-        }
-    };
-    let tag = |src: usize, dst: usize, seq: u64| ((src as u64) << 40) | ((dst as u64) << 32) | seq;
-    let mut ts = mesh(N);
-    let mut ins = inboxes(N);
-    for seq in 0..M {
-        for src in 0..N {
-            for dst in (0..N).filter(|&d| d != src) {
-                send_retry(
-                    &mut ts,
-                    &mut ins,
-                    src,
-                    dst,
-                    &message(tag(src, dst, seq), len(seq)),
-                );
-            }
-        }
-        pump(&mut ts, &mut ins);
-    }
-    let mut next = [[0u64; N]; N];
-    let mut done = 0;
-    let check = give_up_after(15);
-    while done < N * (N - 1) * M as usize {
-        for (dst, inbox) in ins.iter_mut().enumerate() {
-            for (src, m) in inbox.drain(..) {
-                let seq = next[dst][src];
-                assert_eq!(tag_of(&m), tag(src, dst, seq), "rank {dst} from {src}");
-                assert_message(&m, tag(src, dst, seq), len(seq));
-                next[dst][src] += 1;
-                done += 1;
-            }
-        }
-        pump(&mut ts, &mut ins);
-        check("all to all");
-    }
-    for t in &ts {
-        assert_eq!(t.stats().messages_received, (N as u64 - 1) * M);
-        assert!(t.epoll.is_some() && t.readable_fd() == t.epoll.as_ref().unwrap().as_raw_fd());
-    }
-}
+contract_tests!(Tcp);
 
 #[test]
 fn strangers_during_setup_are_dropped_and_counted() {
@@ -332,38 +155,6 @@ fn connect_times_out_naming_missing_ranks() {
         other => panic!("expected a timeout, got {other:?}"),
     }
     assert!(start.elapsed() < Duration::from_secs(5));
-}
-
-#[test]
-fn dropped_peer_is_reported_by_rank() {
-    // Orderly end of stream but no goodbye: the peer process went away.
-    let mut ts = mesh(2);
-    let mut ins = inboxes(2);
-    for i in 0..100 {
-        send_retry(&mut ts, &mut ins, 0, 1, &message(i, 64));
-    }
-    let check = give_up_after(5);
-    while ins[1].len() < 100 {
-        pump(&mut ts, &mut ins);
-        check("delivery before the drop");
-    }
-    drop(ts.pop());
-    let check = give_up_after(5);
-    loop {
-        match ts[0].progress(now(), &mut ins[0]) {
-            Ok(_) => check("failure report"),
-            Err(NetError::PeerFailed { peer, .. }) => {
-                assert_eq!(peer, 1);
-                break;
-            }
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(matches!(
-        ts[0].send(1, b"x", now()),
-        Err(NetError::PeerFailed { peer: 1, .. })
-    ));
-    assert!(ts[0].is_idle());
 }
 
 #[test]
@@ -473,59 +264,6 @@ fn data_after_goodbye_is_a_protocol_violation() {
 }
 
 #[test]
-fn flood_without_reader_blocks_then_drains_in_order() {
-    const N: u64 = 800;
-    let len = |seq: u64| 100 + (seq * 7919 % 60_000) as usize;
-    let cfg = TcpConfig {
-        socket_buffer: 64 << 10,
-        max_queued: 1 << 20,
-        ..config()
-    };
-    let mut ts = mesh_with(2, &cfg);
-    let mut ins = inboxes(2);
-    // Rank 1 does not read: kernel buffers fill, writes become partial, the queue grows
-    // to its bound.
-    let mut sent = 0;
-    let check = give_up_after(5);
-    loop {
-        match ts[0].send(1, &message(sent, len(sent)), now()) {
-            Ok(()) => sent += 1,
-            Err(NetError::WouldBlock) => {
-                ts[0].progress(now(), &mut ins[0]).unwrap();
-                if !ts[0].is_idle() && ts[0].stats().would_block >= 3 {
-                    break;
-                }
-            }
-            Err(e) => panic!("{e}"),
-        }
-        assert!(sent < N, "the queue never filled");
-        check("flood");
-    }
-    assert!(ts[0].conns[0].tx.queued() > (1 << 20) / 2);
-    // Now it reads.
-    let mut next = 0;
-    let check = give_up_after(10);
-    while next < N {
-        if sent < N {
-            match ts[0].send(1, &message(sent, len(sent)), now()) {
-                Ok(()) => sent += 1,
-                Err(NetError::WouldBlock) => {}
-                Err(e) => panic!("{e}"),
-            }
-        }
-        pump(&mut ts, &mut ins);
-        for (src, m) in ins[1].drain(..) {
-            assert_eq!(src, 0);
-            assert_eq!(tag_of(&m), next, "out of order");
-            assert_message(&m, next, len(next));
-            next += 1;
-        }
-        check("drain");
-    }
-    assert!(ts[0].stats().would_block >= 3);
-}
-
-#[test]
 fn ping_pong_costs_one_write_per_message_per_side() {
     const ROUNDS: u64 = 2000;
     let mut ts = mesh(2);
@@ -552,101 +290,6 @@ fn ping_pong_costs_one_write_per_message_per_side() {
     }
 }
 
-#[test]
-fn close_after_sending_delivers_everything() {
-    const N: u64 = 3000;
-    let len = |seq: u64| {
-        if seq % 100 == 0 {
-            300_000
-        } else {
-            8 + (seq % 300) as usize
-        }
-    };
-    let mut ts = mesh(2);
-    let mut b = ts.pop().unwrap();
-    let mut a = ts.pop().unwrap();
-    let sender = thread::spawn(move || {
-        let mut inbox = Vec::new();
-        for seq in 0..N {
-            let m = message(seq, len(seq));
-            loop {
-                match a.send(1, &m, now()) {
-                    Ok(()) => break,
-                    Err(NetError::WouldBlock) => {
-                        a.progress(now(), &mut inbox).unwrap();
-                    }
-                    Err(e) => panic!("{e}"),
-                }
-            }
-        }
-        // Close at once: most of the data is still queued or in flight.
-        let r = a.close(&mut now, now() + 10_000_000_000);
-        (r, a.stats())
-    });
-    let mut inbox = Vec::new();
-    let mut next = 0;
-    let check = give_up_after(10);
-    while next < N {
-        b.progress(now(), &mut inbox)
-            .expect("the sender's goodbye is no failure");
-        for (src, m) in inbox.drain(..) {
-            assert_eq!(src, 0);
-            assert_message(&m, next, len(next));
-            next += 1;
-        }
-        check("delivery");
-    }
-    for _ in 0..100 {
-        b.progress(now(), &mut inbox)
-            .expect("the sender's goodbye is no failure");
-    }
-    b.close(&mut now, now() + 10_000_000_000)
-        .expect("receiver close");
-    let (r, stats) = sender.join().unwrap();
-    r.expect("sender close");
-    assert_eq!(stats.messages_sent, N);
-    assert_eq!(b.stats().messages_received, N);
-}
-
-#[test]
-fn simultaneous_close_after_all_to_all() {
-    const N: usize = 3;
-    const M: u64 = 500;
-    let mut ts = mesh(N);
-    let mut ins = inboxes(N);
-    for seq in 0..M {
-        for src in 0..N {
-            for dst in (0..N).filter(|&d| d != src) {
-                send_retry(&mut ts, &mut ins, src, dst, &message(seq, 40));
-            }
-        }
-    }
-    let check = give_up_after(10);
-    while ins.iter().any(|i| i.len() < (N - 1) * M as usize) {
-        pump(&mut ts, &mut ins);
-        check("all to all");
-    }
-    let closers: Vec<_> = ts
-        .into_iter()
-        .map(|mut t| {
-            thread::spawn(move || {
-                // Something sent just before close still goes out; the peers discard it.
-                let me = t.me.unwrap();
-                t.send((me + 1) % N, b"late", now()).unwrap();
-                t.close(&mut now, now() + 10_000_000_000).map(|()| t)
-            })
-        })
-        .collect();
-    for c in closers {
-        let t = c.join().unwrap().expect("close");
-        assert!(t.is_idle());
-        assert!(t.conns.iter().all(|c| c.state == State::Finished));
-    }
-}
-
-/// Round-trip time of the transport against the raw TCP floor ([`floor`]) with the same
-/// 8-byte payload, each side on its own thread. `cargo test --release -p volley --lib
-/// bench_ping_pong -- --ignored --nocapture`.
 #[test]
 #[ignore = "benchmark"]
 fn bench_ping_pong_against_raw_tcp() {
