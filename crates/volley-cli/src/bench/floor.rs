@@ -1,6 +1,8 @@
 //! The machine's floor for a round trip between two processes: one cache line bounced between
 //! two cores, measured exactly like `shared/peers/limits.c` (fork, pin to CPUs 0 and 1); and
 //! beside it the bare ring reference ([`bare_ping`]), the least any ring Active Message costs.
+//! For the network transports, two processes forked and pinned the same way bounce a message
+//! over raw loopback sockets ([`socket_rtt_ns`], on [`volley::transport::net::floor`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -285,86 +287,25 @@ fn die_with_parent(parent: u32) {
     }
 }
 
-/// Which raw socket the network floor bounces a message over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SocketFloor {
-    /// UDP datagrams on loopback, as `shared/peers/limits.c` measures.
-    Udp,
-    /// One TCP connection on loopback with `TCP_NODELAY`.
-    Tcp,
-}
+pub use volley::transport::net::floor::SocketFloor;
 
-/// Round-trip time of a `size`-byte message bounced over loopback sockets between two
-/// processes pinned like the ranks, both busy-polling non-blocking receives (the best any
-/// library on these sockets can do), in ns (median of `reps` runs). Must be called before the
-/// process starts any thread (it forks).
+/// Round-trip time of a `size`-byte message bounced over loopback sockets
+/// ([`volley::transport::net::floor`]) between two processes pinned like the ranks, in ns
+/// (median of `reps` runs). Must be called before the process starts any thread (it forks).
 pub fn socket_rtt_ns(
     kind: SocketFloor,
     size: usize,
     iters: u64,
     reps: usize,
 ) -> Result<f64, String> {
-    use std::io::{Read, Write};
-    use std::net::{TcpListener, TcpStream, UdpSocket};
+    use volley::transport::net::floor;
     let cpus = crate::affinity::allowed_cpus();
     let saved = crate::affinity::current();
-    let io = |what: &str, e: std::io::Error| format!("network floor: {what}: {e}");
     let mut samples = Vec::with_capacity(reps);
-    let msg = vec![0x5au8; size.max(1)];
     for _ in 0..reps {
-        // Both ends exist before the fork; each process keeps one.
-        enum Ends {
-            Udp(UdpSocket, UdpSocket),
-            Tcp(TcpStream, TcpStream),
-        }
-        let ends = match kind {
-            SocketFloor::Udp => {
-                let a = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
-                let b = UdpSocket::bind("127.0.0.1:0").map_err(|e| io("bind", e))?;
-                a.connect(b.local_addr().map_err(|e| io("addr", e))?)
-                    .map_err(|e| io("connect", e))?;
-                b.connect(a.local_addr().map_err(|e| io("addr", e))?)
-                    .map_err(|e| io("connect", e))?;
-                a.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
-                b.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
-                Ends::Udp(a, b)
-            }
-            SocketFloor::Tcp => {
-                let l = TcpListener::bind("127.0.0.1:0").map_err(|e| io("listen", e))?;
-                let a = TcpStream::connect(l.local_addr().map_err(|e| io("addr", e))?)
-                    .map_err(|e| io("connect", e))?;
-                let (b, _) = l.accept().map_err(|e| io("accept", e))?;
-                for s in [&a, &b] {
-                    s.set_nodelay(true).map_err(|e| io("nodelay", e))?;
-                    s.set_nonblocking(true).map_err(|e| io("nonblocking", e))?;
-                }
-                Ends::Tcp(a, b)
-            }
-        };
-        // One round trip: send `msg`, then spin until a whole message is back.
-        fn bounce_udp(s: &UdpSocket, msg: &[u8], buf: &mut [u8], first: bool) {
-            if first {
-                let _ = s.send(msg);
-            }
-            while s.recv(buf).is_err() {}
-            if !first {
-                let _ = s.send(msg);
-            }
-        }
-        /// Spins until `buf` is full; `false` if the other end closed the connection.
-        fn read_all(mut s: &TcpStream, buf: &mut [u8]) -> bool {
-            let mut got = 0;
-            while got < buf.len() {
-                match s.read(&mut buf[got..]) {
-                    Ok(0) => return false,
-                    Ok(n) => got += n,
-                    Err(_) => {}
-                }
-            }
-            true
-        }
-        let mut buf = vec![0u8; 65536];
-        let warm = (iters / 10).max(1);
+        // Both ends exist before the fork; each process drives one.
+        let (mut a, mut b) =
+            floor::pair(kind, size).map_err(|e| format!("network floor: sockets: {e}"))?;
         let parent = std::process::id();
         // SAFETY: called before any thread exists; the child only uses its socket and exits.
         let pid = unsafe { libc::fork() };
@@ -376,43 +317,20 @@ pub fn socket_rtt_ns(
             if cpus.len() >= 2 {
                 crate::affinity::pin(cpus[1]);
             }
-            match &ends {
-                Ends::Udp(_, b) => {
-                    for _ in 0..iters {
-                        bounce_udp(b, &msg, &mut buf, false);
-                    }
-                }
-                Ends::Tcp(_, b) => {
-                    for _ in 0..iters {
-                        if !read_all(b, &mut buf[..msg.len()]) {
-                            break;
-                        }
-                        let _ = (&mut &*b).write_all(&msg);
-                    }
-                }
-            }
+            // An error means the measuring side went away: nothing left to answer.
+            let _ = b.echo(iters);
             // SAFETY: leave the child without running the parent's atexit handlers.
             unsafe { libc::_exit(0) };
         }
         if let Some(&c) = cpus.first() {
             crate::affinity::pin(c);
         }
-        let mut t0 = Instant::now();
-        for i in 0..iters {
-            if i == warm {
-                t0 = Instant::now();
+        let ns = a.ping(iters).map_err(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => {
+                "network floor: the echoing process went away".to_string()
             }
-            match &ends {
-                Ends::Udp(a, _) => bounce_udp(a, &msg, &mut buf, true),
-                Ends::Tcp(a, _) => {
-                    let _ = (&mut &*a).write_all(&msg);
-                    if !read_all(a, &mut buf[..msg.len()]) {
-                        return Err("network floor: the echoing process went away".into());
-                    }
-                }
-            }
-        }
-        let ns = t0.elapsed().as_nanos() as f64 / (iters - warm) as f64;
+            _ => format!("network floor: round trip: {e}"),
+        })?;
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         samples.push(ns);

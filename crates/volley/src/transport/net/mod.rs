@@ -6,6 +6,8 @@
 //!   `sendmmsg`/`recvmmsg` batching and optional fault injection ([`faults`]);
 //! - [`tcp`]: one stream per peer pair, length-prefixed frames, non-blocking, vectored writes.
 //!
+//! [`floor`] is what they are measured against: a message bounced between raw sockets.
+//!
 //! The contract both keep (the AM engine relies on it):
 //! - [`NetTransport::send`] only queues (or writes at once when a datagram's worth or more is
 //!   queued); everything queued is on its way after the next [`NetTransport::flush`] or
@@ -21,7 +23,10 @@
 //! Times are nanoseconds from a monotonic clock the caller reads (`now` arguments), so the
 //! transports read no clock themselves.
 
+#[cfg(test)]
+mod contract_tests;
 pub mod faults;
+pub mod floor;
 pub mod tcp;
 pub mod udp;
 

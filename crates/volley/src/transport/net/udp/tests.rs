@@ -1,42 +1,35 @@
-//! Transports on 127.0.0.1 in one process, driven alternately from one thread (except
-//! `close`, which blocks and so runs one thread per transport).
+//! The UDP transport's own tests (the contract both transports keep runs here too, through
+//! [`contract_tests!`]): transports on 127.0.0.1 in one process, driven alternately from one
+//! thread (except `close`, which blocks and so runs one thread per transport).
 
+use std::mem::size_of;
 use std::net::{Ipv4Addr, UdpSocket};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::addr::{from_raw, to_raw};
 use super::*;
 use crate::reliable::wire::{self, Header, Kind};
+use crate::transport::net::contract_tests::{
+    assert_message, connect_all, contract_tests, exchange, message, now, sizes_arrive_intact,
+    Harness, Inbox, Setup, LOCAL,
+};
+use crate::transport::net::floor;
 
 const KEY: u64 = 0x766f_6c6c_6579_0001;
 const MS: u64 = 1_000_000;
 
-type Inbox = Vec<(usize, Vec<u8>)>;
-
-struct Clock(Instant);
-
-impl Clock {
-    fn new() -> Self {
-        Self(Instant::now())
-    }
-    fn now(&self) -> u64 {
-        self.0.elapsed().as_nanos() as u64
-    }
+/// A transport bound on loopback with `config`, of an incarnation no other transport of the
+/// test process has.
+fn bind(config: &UdpConfig) -> UdpTransport {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    let incarnation = NEXT.fetch_add(1, Ordering::Relaxed);
+    UdpTransport::bind(LOCAL, KEY, incarnation, config.clone()).unwrap()
 }
 
-fn localhost() -> IpAddr {
-    IpAddr::V4(Ipv4Addr::LOCALHOST)
-}
-
-/// `n` connected transports, ranks `0..n`, incarnations `1..=n`.
+/// `n` connected transports, ranks `0..n`.
 fn cluster(n: usize, config: &UdpConfig) -> Vec<UdpTransport> {
-    let mut ts: Vec<UdpTransport> = (0..n)
-        .map(|i| UdpTransport::bind(localhost(), KEY, i as u64 + 1, config.clone()).unwrap())
-        .collect();
-    let addrs: Vec<_> = ts.iter().map(|t| Some(t.local_addr())).collect();
-    for (i, t) in ts.iter_mut().enumerate() {
-        t.connect(i, &addrs).unwrap();
-    }
-    ts
+    connect_all((0..n).map(|_| bind(config)).collect())
 }
 
 fn with_faults(config: UdpConfig, faults: &str, seed: u64) -> UdpConfig {
@@ -63,104 +56,71 @@ fn splitmix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-/// Message `seq` from `src` to `dst`: its sequence number, the pair, then bytes derived from
-/// all three, `len` bytes in all (at least 10).
-fn message(src: usize, dst: usize, seq: u64, len: usize) -> Vec<u8> {
-    let mut m = Vec::with_capacity(len.max(10));
-    m.extend_from_slice(&seq.to_le_bytes());
-    m.push(src as u8);
-    m.push(dst as u8);
-    let h = splitmix(seq ^ (src as u64) << 40 ^ (dst as u64) << 48);
-    m.extend((10..len).map(|k| (h >> (k % 8 * 8)) as u8 ^ k as u8));
-    m
-}
-
 /// Length of message `seq` of a stream: 10..=max_len, mostly short.
 fn stream_len(seq: u64, max_len: usize) -> usize {
     10 + (splitmix(seq) % (max_len as u64 - 9)) as usize
 }
 
-/// Every transport sends `count` messages to every other one, `chunk` per peer per round
-/// (fewer when the send buffer is full); checks each delivery is the next one expected from
-/// its source, then that nothing more arrives and every transport goes idle.
-fn exchange(ts: &mut [UdpTransport], count: u64, max_len: usize, chunk: u64, limit: Duration) {
-    let n = ts.len();
-    let clock = Clock::new();
-    let mut sent = vec![vec![0u64; n]; n];
-    let mut got = vec![vec![0u64; n]; n];
-    let mut inbox = Inbox::new();
-    let done = |got: &Vec<Vec<u64>>| (0..n).all(|d| (0..n).all(|s| s == d || got[d][s] == count));
-    let check = |d: usize, inbox: &mut Inbox, got: &mut Vec<Vec<u64>>| {
-        for (s, m) in inbox.drain(..) {
-            assert_ne!(s, d);
-            let seq = u64::from_le_bytes(m[..8].try_into().unwrap());
-            assert_eq!(
-                seq, got[d][s],
-                "rank {d} from {s}: out of order or duplicate"
-            );
-            assert_eq!(m, message(s, d, seq, stream_len(seq, max_len)));
-            got[d][s] += 1;
-        }
-    };
-    while !done(&got) {
-        assert!(
-            clock.0.elapsed() < limit,
-            "stalled: got {got:?}, stats {:?}",
-            ts.iter().map(|t| t.stats()).collect::<Vec<_>>()
-        );
-        for a in 0..n {
-            for b in (0..n).filter(|&b| b != a) {
-                let stop = (sent[a][b] + chunk).min(count);
-                while sent[a][b] < stop {
-                    let seq = sent[a][b];
-                    let m = message(a, b, seq, stream_len(seq, max_len));
-                    match ts[a].send(b, &m, clock.now()) {
-                        Ok(()) => sent[a][b] += 1,
-                        Err(NetError::WouldBlock) => break,
-                        Err(e) => panic!("{e}"),
-                    }
-                }
+/// The UDP transport under the contract tests.
+struct Udp;
+
+impl Harness for Udp {
+    type T = UdpTransport;
+
+    /// Around a LAN datagram and a loopback one.
+    const BOUNDARY_SIZES: &'static [usize] = &[1471, 1472, 64999, 65000];
+
+    fn bind(setup: Setup) -> UdpTransport {
+        let mut config = UdpConfig::default();
+        match setup {
+            Setup::Default => {}
+            Setup::SmallQueue => {
+                config.reliable.max_message_size = 64 << 10;
+                config.reliable.send_buffer = 256 << 10;
             }
+            Setup::QuickFailure => config.reliable.peer_timeout = 200 * MS,
         }
-        for (d, t) in ts.iter_mut().enumerate() {
-            t.progress(clock.now(), &mut inbox).unwrap();
-            check(d, &mut inbox, &mut got);
+        bind(&config)
+    }
+
+    fn after_stream(ts: &[UdpTransport], _count: u64) {
+        for t in ts {
+            // Larger datagrams on loopback (65000 when the socket buffers allow).
+            assert!(t.datagram_size() > 1472, "{}", t.datagram_size());
+            let s = t.stats();
+            assert_eq!(s.faults_injected, 0);
+            assert!(s.packets_sent > 0 && s.packets_received > 0);
+            // Small messages travel packed: far fewer datagrams than messages.
+            assert!(s.packets_sent < 20_000, "{s:?}");
         }
     }
-    // Let the last acks and any stray retransmissions settle; nothing more may be delivered.
-    let settle = Instant::now();
-    while !ts.iter().all(|t| t.is_idle()) || settle.elapsed() < Duration::from_millis(20) {
-        assert!(clock.0.elapsed() < limit, "not idle");
-        for (d, t) in ts.iter_mut().enumerate() {
-            t.progress(clock.now(), &mut inbox).unwrap();
-            assert!(inbox.is_empty(), "rank {d}: extra delivery");
-        }
-    }
-    for (i, t) in ts.iter().enumerate() {
-        let s = t.stats();
-        assert_eq!(s.messages_sent, count * (n as u64 - 1), "rank {i}");
-        assert_eq!(s.messages_received, count * (n as u64 - 1), "rank {i}");
+
+    fn after_peer_failure(t: &mut UdpTransport, waited: Duration) {
+        // Found by the peer timeout (200 ms), retransmitting meanwhile.
+        let waited = waited.as_nanos() as u64;
+        assert!((200 * MS..500 * MS).contains(&waited), "{waited} ns");
+        assert!(t.stats().retransmissions > 0);
+        // It stays reported.
+        assert!(matches!(
+            t.progress(now(), &mut Inbox::new()),
+            Err(NetError::PeerFailed { peer: 1, .. })
+        ));
     }
 }
 
-#[test]
-fn streams_100k_each_way_in_order() {
-    let mut ts = cluster(2, &UdpConfig::default());
-    // Larger datagrams on loopback (65000 when the socket buffers allow).
-    assert!(ts[0].datagram_size() > 1472, "{}", ts[0].datagram_size());
-    exchange(&mut ts, 100_000, 64, 4000, Duration::from_secs(20));
-    let s = ts[0].stats();
-    assert_eq!(s.faults_injected, 0);
-    assert!(s.packets_sent > 0 && s.packets_received > 0);
-    // Small messages travel packed: far fewer datagrams than messages.
-    assert!(s.packets_sent < 20_000, "{s:?}");
-}
+contract_tests!(Udp);
 
 #[test]
 fn streams_in_order_under_faults() {
     let config = with_faults(lan(), "drop=0.1,dup=0.05,reorder=0.1,delay_us=200", 17);
     let mut ts = cluster(2, &config);
-    exchange(&mut ts, 100_000, 100, 2000, Duration::from_secs(20));
+    exchange(
+        &mut ts,
+        100_000,
+        |seq| stream_len(seq, 100),
+        2000,
+        Duration::from_secs(20),
+    );
     for t in &ts {
         let s = t.stats();
         assert!(s.faults_injected > 100, "{s:?}");
@@ -173,67 +133,30 @@ fn streams_in_order_under_faults() {
 #[test]
 fn three_ranks_all_to_all_demultiplexed_by_address() {
     let mut ts = cluster(3, &lan());
-    // `exchange` checks each message's source and destination bytes against the rank it
-    // was delivered from and to.
-    exchange(&mut ts, 5000, 300, 500, Duration::from_secs(10));
-}
-
-/// Pumps until `want` messages reached `ts[1]`, sends from `ts[0]`; returns them.
-fn pump_until(ts: &mut [UdpTransport], clock: &Clock, want: usize, limit: Duration) -> Inbox {
-    let start = Instant::now();
-    let mut got = Inbox::new();
-    let mut scratch = Inbox::new();
-    while got.len() < want {
-        assert!(start.elapsed() < limit, "stalled after {}", got.len());
-        ts[0].progress(clock.now(), &mut scratch).unwrap();
-        ts[1].progress(clock.now(), &mut got).unwrap();
-    }
-    got
-}
-
-fn check_sizes(config: &UdpConfig) {
-    let sizes = [0, 1, 1471, 1472, 65536, 1 << 20, MAX_MESSAGE];
-    let mut ts = cluster(2, config);
-    let clock = Clock::new();
-    for (i, &len) in sizes.iter().enumerate() {
-        let m: Vec<u8> = (0..len)
-            .map(|k| (splitmix(k as u64 ^ i as u64) >> 3) as u8)
-            .collect();
-        ts[0].send(1, &m, clock.now()).unwrap();
-    }
-    let got = pump_until(&mut ts, &clock, sizes.len(), Duration::from_secs(10));
-    assert_eq!(got.len(), sizes.len());
-    for (i, ((src, m), &len)) in got.iter().zip(&sizes).enumerate() {
-        assert_eq!(*src, 0);
-        assert_eq!(m.len(), len);
-        assert!(
-            m.iter()
-                .enumerate()
-                .all(|(k, &b)| b == (splitmix(k as u64 ^ i as u64) >> 3) as u8),
-            "message {i} corrupted"
-        );
-    }
-    let big = vec![0; MAX_MESSAGE + 1];
-    assert!(matches!(
-        ts[0].send(1, &big, clock.now()),
-        Err(NetError::TooLarge { len, max: MAX_MESSAGE }) if len == MAX_MESSAGE + 1
-    ));
-}
-
-#[test]
-fn all_sizes_intact_on_loopback_datagrams() {
-    check_sizes(&UdpConfig::default());
+    // `exchange` checks each message's tag, which names its source and destination, against
+    // the rank it was delivered from and to.
+    exchange(
+        &mut ts,
+        5000,
+        |seq| stream_len(seq, 300),
+        500,
+        Duration::from_secs(10),
+    );
 }
 
 #[test]
 fn all_sizes_intact_in_lan_datagrams() {
-    check_sizes(&lan());
+    sizes_arrive_intact(&mut cluster(2, &lan()), Udp::BOUNDARY_SIZES);
 }
 
 #[test]
 fn all_sizes_intact_under_loss() {
-    check_sizes(&with_faults(lan(), "drop=0.05", 5));
-    check_sizes(&with_faults(UdpConfig::default(), "drop=0.05", 6));
+    let lossy = |config, seed| with_faults(config, "drop=0.05", seed);
+    sizes_arrive_intact(&mut cluster(2, &lossy(lan(), 5)), Udp::BOUNDARY_SIZES);
+    sizes_arrive_intact(
+        &mut cluster(2, &lossy(UdpConfig::default(), 6)),
+        Udp::BOUNDARY_SIZES,
+    );
 }
 
 /// A valid data datagram of this protocol carrying one small message.
@@ -258,11 +181,10 @@ fn datagram(job_key: u64, seq: u64) -> Vec<u8> {
 fn single_peer_socket_ignores_strangers() {
     let raw = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    let mut t = UdpTransport::bind(LOCAL, KEY, 1, UdpConfig::default()).unwrap();
     t.connect(0, &[None, Some(raw.local_addr().unwrap())])
         .unwrap();
     let to = t.local_addr();
-    let clock = Clock::new();
     let mut inbox = Inbox::new();
     for _ in 0..100 {
         stranger.send_to(&datagram(KEY, 1), to).unwrap();
@@ -275,10 +197,10 @@ fn single_peer_socket_ignores_strangers() {
             start.elapsed() < Duration::from_secs(5),
             "the peer's datagram was lost"
         );
-        t.progress(clock.now(), &mut inbox).unwrap();
+        t.progress(now(), &mut inbox).unwrap();
     }
     for _ in 0..10 {
-        t.progress(clock.now(), &mut inbox).unwrap();
+        t.progress(now(), &mut inbox).unwrap();
     }
     assert_eq!(t.stats().packets_received, 1, "{:?}", t.stats());
 }
@@ -292,7 +214,7 @@ fn garbage_is_dropped_and_counted() {
     let raw = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let silent = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
     let stranger = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    let mut t = UdpTransport::bind(LOCAL, KEY, 1, UdpConfig::default()).unwrap();
     t.connect(
         0,
         &[
@@ -303,7 +225,6 @@ fn garbage_is_dropped_and_counted() {
     )
     .unwrap();
     let to = t.local_addr();
-    let clock = Clock::new();
     let mut inbox = Inbox::new();
     let mut sent = 0u64;
     let mut rng = 12345u64;
@@ -341,10 +262,10 @@ fn garbage_is_dropped_and_counted() {
         let start = Instant::now();
         while t.stats().packets_received < sent {
             assert!(start.elapsed() < Duration::from_secs(5), "datagrams lost");
-            t.progress(clock.now(), &mut inbox).unwrap();
+            t.progress(now(), &mut inbox).unwrap();
         }
     }
-    t.progress(clock.now(), &mut inbox).unwrap();
+    t.progress(now(), &mut inbox).unwrap();
     assert!(inbox.is_empty());
     let s = t.stats();
     assert_eq!(s.packets_received, 12_500);
@@ -356,57 +277,9 @@ fn garbage_is_dropped_and_counted() {
     let start = Instant::now();
     while inbox.is_empty() {
         assert!(start.elapsed() < Duration::from_secs(5));
-        t.progress(clock.now(), &mut inbox).unwrap();
+        t.progress(now(), &mut inbox).unwrap();
     }
     assert_eq!(inbox, [(1, b"intruder".to_vec())]);
-}
-
-#[test]
-fn dead_peer_is_reported_after_the_timeout() {
-    let mut config = UdpConfig::default();
-    config.reliable.peer_timeout = 200 * MS;
-    let mut ts = cluster(2, &config);
-    let clock = Clock::new();
-    // Some traffic first, so the pair is established.
-    for i in 0..100 {
-        ts[0].send(1, &message(0, 1, i, 50), clock.now()).unwrap();
-    }
-    pump_until(&mut ts, &clock, 100, Duration::from_secs(5));
-    // Everything acknowledged, so the timeout runs from the next send.
-    let mut inbox = Inbox::new();
-    while !ts[0].is_idle() {
-        for t in ts.iter_mut() {
-            t.progress(clock.now(), &mut inbox).unwrap();
-        }
-    }
-    let b = ts.pop().unwrap();
-    drop(b);
-    let t0 = clock.now();
-    ts[0].send(1, b"anyone there?", t0).unwrap();
-    let err = loop {
-        let now = clock.now();
-        assert!(now - t0 < 2000 * MS, "no failure reported");
-        match ts[0].progress(now, &mut inbox) {
-            Ok(_) => std::thread::sleep(Duration::from_micros(200)),
-            Err(e) => break e,
-        }
-    };
-    let waited = clock.now() - t0;
-    assert!(
-        matches!(&err, NetError::PeerFailed { peer: 1, .. }),
-        "{err}"
-    );
-    assert!((200 * MS..500 * MS).contains(&waited), "{waited} ns");
-    assert!(ts[0].stats().retransmissions > 0);
-    // It stays reported, and sends to the rank fail too.
-    assert!(matches!(
-        ts[0].progress(clock.now(), &mut inbox),
-        Err(NetError::PeerFailed { peer: 1, .. })
-    ));
-    assert!(matches!(
-        ts[0].send(1, b"x", clock.now()),
-        Err(NetError::PeerFailed { peer: 1, .. })
-    ));
 }
 
 #[test]
@@ -415,18 +288,14 @@ fn full_send_buffer_would_block_then_resumes() {
     config.reliable.max_message_size = 16 << 10;
     config.reliable.send_buffer = 64 << 10;
     let mut ts = cluster(2, &config);
-    let clock = Clock::new();
     let mut accepted = 0u64;
-    while ts[0]
-        .send(1, &message(0, 1, accepted, 1000), clock.now())
-        .is_ok()
-    {
+    while ts[0].send(1, &message(accepted, 1000), now()).is_ok() {
         accepted += 1;
         assert!(accepted < 100, "never blocked");
     }
     assert!(accepted >= 60, "{accepted}");
     assert!(matches!(
-        ts[0].send(1, &message(0, 1, accepted, 1000), clock.now()),
+        ts[0].send(1, &message(accepted, 1000), now()),
         Err(NetError::WouldBlock)
     ));
     assert_eq!(ts[0].stats().would_block, 2);
@@ -438,17 +307,18 @@ fn full_send_buffer_would_block_then_resumes() {
     while got < total {
         assert!(start.elapsed() < Duration::from_secs(10));
         while accepted < total {
-            match ts[0].send(1, &message(0, 1, accepted, 1000), clock.now()) {
+            match ts[0].send(1, &message(accepted, 1000), now()) {
                 Ok(()) => accepted += 1,
                 Err(NetError::WouldBlock) => break,
                 Err(e) => panic!("{e}"),
             }
         }
-        ts[0].progress(clock.now(), &mut inbox).unwrap();
+        ts[0].progress(now(), &mut inbox).unwrap();
         assert!(inbox.is_empty());
-        ts[1].progress(clock.now(), &mut inbox).unwrap();
+        ts[1].progress(now(), &mut inbox).unwrap();
         for (src, m) in inbox.drain(..) {
-            assert_eq!((src, m), (0, message(0, 1, got, 1000)));
+            assert_eq!(src, 0);
+            assert_message(&m, got, 1000);
             got += 1;
         }
     }
@@ -456,11 +326,10 @@ fn full_send_buffer_would_block_then_resumes() {
 }
 
 /// Sends `count` messages each way and pumps until both sides have them all.
-fn deliver_both_ways(ts: &mut [UdpTransport], clock: &Clock, count: u64) {
+fn deliver_both_ways(ts: &mut [UdpTransport], count: u64) {
     for i in 0..count {
         for (a, t) in ts.iter_mut().enumerate() {
-            t.send(1 - a, &message(a, 1 - a, i, 200), clock.now())
-                .unwrap();
+            t.send(1 - a, &message(i, 200), now()).unwrap();
         }
     }
     let mut got = [0u64; 2];
@@ -472,7 +341,7 @@ fn deliver_both_ways(ts: &mut [UdpTransport], clock: &Clock, count: u64) {
             "stalled at {got:?}"
         );
         for (d, t) in ts.iter_mut().enumerate() {
-            t.progress(clock.now(), &mut inbox).unwrap();
+            t.progress(now(), &mut inbox).unwrap();
             got[d] += inbox.drain(..).count() as u64;
         }
     }
@@ -483,23 +352,19 @@ fn close_of_both_after_delivery_returns_ok_with_everything_acknowledged() {
     // As after the runtime's finalize: every message delivered, some acks still owed (and
     // some of them lost).
     let mut ts = cluster(2, &with_faults(lan(), "drop=0.05", 9));
-    let clock = Clock::new();
-    deliver_both_ways(&mut ts, &clock, 2000);
-    let deadline = clock.now() + 5000 * MS;
+    deliver_both_ways(&mut ts, 2000);
+    let deadline = now() + 5000 * MS;
     let results: Vec<_> = std::thread::scope(|s| {
         let handles: Vec<_> = ts
             .iter_mut()
-            .map(|t| {
-                let clock = &clock;
-                s.spawn(move || t.close(&mut || clock.now(), deadline))
-            })
+            .map(|t| s.spawn(move || t.close(&mut now, deadline)))
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for r in results {
         r.unwrap();
     }
-    assert!(clock.now() < deadline);
+    assert!(now() < deadline);
     for t in &ts {
         assert!(t.is_idle());
         assert_eq!(t.stats().messages_received, 2000, "{:?}", t.stats());
@@ -510,22 +375,21 @@ fn close_of_both_after_delivery_returns_ok_with_everything_acknowledged() {
 fn close_flushes_and_lingers_until_acknowledged() {
     // Rank 0 closes with everything still queued while rank 1 keeps running.
     let mut ts = cluster(2, &with_faults(lan(), "drop=0.05", 10));
-    let clock = Clock::new();
     for i in 0..2000 {
-        ts[0].send(1, &message(0, 1, i, 200), clock.now()).unwrap();
+        ts[0].send(1, &message(i, 200), now()).unwrap();
     }
     let (a, b) = ts.split_at_mut(1);
     let (a, b) = (&mut a[0], &mut b[0]);
-    let deadline = clock.now() + 5000 * MS;
+    let deadline = now() + 5000 * MS;
     let mut got = 0u64;
     let r = std::thread::scope(|s| {
-        let clock = &clock;
-        let closing = s.spawn(move || a.close(&mut || clock.now(), deadline));
+        let closing = s.spawn(move || a.close(&mut now, deadline));
         let mut inbox = Inbox::new();
         while !closing.is_finished() {
-            b.progress(clock.now(), &mut inbox).unwrap();
+            b.progress(now(), &mut inbox).unwrap();
             for (src, m) in inbox.drain(..) {
-                assert_eq!((src, m), (0, message(0, 1, got, 200)));
+                assert_eq!(src, 0);
+                assert_message(&m, got, 200);
                 got += 1;
             }
         }
@@ -535,30 +399,29 @@ fn close_flushes_and_lingers_until_acknowledged() {
     assert_eq!(got, 2000);
     assert!(ts[0].is_idle());
     // The survivor owes nothing either, so its own close is quick.
-    let t = clock.now();
-    ts[1].close(&mut || clock.now(), t + 5000 * MS).unwrap();
-    assert!(clock.now() - t < 200 * MS);
+    let t = now();
+    ts[1].close(&mut now, t + 5000 * MS).unwrap();
+    assert!(now() - t < 200 * MS);
 }
 
 #[test]
 fn close_with_unacknowledged_data_fails_at_the_deadline() {
     let mut ts = cluster(2, &UdpConfig::default());
-    let clock = Clock::new();
     drop(ts.pop());
-    ts[0].send(1, b"lost", clock.now()).unwrap();
-    let deadline = clock.now() + 100 * MS;
-    let r = ts[0].close(&mut || clock.now(), deadline);
+    ts[0].send(1, b"lost", now()).unwrap();
+    let deadline = now() + 100 * MS;
+    let r = ts[0].close(&mut now, deadline);
     assert!(
         matches!(r, Err(NetError::PeerFailed { peer: 1, .. })),
         "{r:?}"
     );
-    assert!(clock.now() >= deadline);
+    assert!(now() >= deadline);
 }
 
 #[test]
 fn socket_setup_and_peer_addressing() {
-    let mut t = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
-    assert_eq!(t.local_addr().ip(), localhost());
+    let mut t = UdpTransport::bind(LOCAL, KEY, 1, UdpConfig::default()).unwrap();
+    assert_eq!(t.local_addr().ip(), LOCAL);
     assert_ne!(t.local_addr().port(), 0);
     let fd = t.readable_fd();
     let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).unwrap();
@@ -566,7 +429,7 @@ fn socket_setup_and_peer_addressing() {
     let flags = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFL).unwrap();
     assert_ne!(flags & libc::O_NONBLOCK, 0);
     assert_eq!(t.kind(), NetKind::Udp);
-    assert!(UdpTransport::bind(localhost(), KEY, 0, UdpConfig::default()).is_err());
+    assert!(UdpTransport::bind(LOCAL, KEY, 0, UdpConfig::default()).is_err());
 
     let a = SocketAddr::from((Ipv4Addr::LOCALHOST, 4000));
     let b = SocketAddr::from((Ipv4Addr::new(10, 0, 0, 2), 4000));
@@ -574,24 +437,17 @@ fn socket_setup_and_peer_addressing() {
         .unwrap();
     // A non-loopback peer keeps LAN datagrams.
     assert_eq!(t.datagram_size(), 1472);
+    // Its own address in the table does not make it a peer of itself.
     assert!(matches!(
         t.send(1, b"", 0),
         Err(NetError::NotAPeer { peer: 1 })
-    ));
-    assert!(matches!(
-        t.send(2, b"", 0),
-        Err(NetError::NotAPeer { peer: 2 })
-    ));
-    assert!(matches!(
-        t.send(4, b"", 0),
-        Err(NetError::NotAPeer { peer: 4 })
     ));
     t.send(0, b"x", 0).unwrap();
     assert!(!t.is_idle());
     assert_eq!(t.next_deadline(), Some(0));
     assert!(t.connect(1, &[]).is_err());
 
-    let mut u = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
+    let mut u = UdpTransport::bind(LOCAL, KEY, 1, UdpConfig::default()).unwrap();
     assert!(u.connect(0, &[None, Some(a), Some(a)]).is_err());
 }
 
@@ -622,43 +478,36 @@ fn addresses_convert_both_ways() {
 /// Not a test: one thread bounces a message between two transports (`cargo test --release
 /// -p volley --lib ping_pong_cost -- --ignored --nocapture`), for profiling the transport's own
 /// cost per round trip (both sides' work plus the system calls, no scheduling). Blocks of
-/// volley and of raw connected sockets alternate, so both see the same machine state; the
+/// volley and of the raw UDP floor ([`floor::bounce`]) alternate, so both see the same machine state; the
 /// median of the per-block ratios is printed.
 #[test]
 #[ignore = "a profiling aid, not a check"]
 fn ping_pong_cost() {
-    let mut a = UdpTransport::bind(localhost(), KEY, 1, UdpConfig::default()).unwrap();
-    let mut b = UdpTransport::bind(localhost(), KEY, 2, UdpConfig::default()).unwrap();
+    let mut a = UdpTransport::bind(LOCAL, KEY, 1, UdpConfig::default()).unwrap();
+    let mut b = UdpTransport::bind(LOCAL, KEY, 2, UdpConfig::default()).unwrap();
     let (aa, ba) = (a.local_addr(), b.local_addr());
     a.connect(0, &[None, Some(ba)]).unwrap();
     b.connect(1, &[Some(aa), None]).unwrap();
-    let x = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    let y = std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-    x.connect(y.local_addr().unwrap()).unwrap();
-    y.connect(x.local_addr().unwrap()).unwrap();
-    x.set_nonblocking(true).unwrap();
-    y.set_nonblocking(true).unwrap();
-    let clock = Clock::new();
+    let (mut x, mut y) = floor::pair(floor::SocketFloor::Udp, 16).unwrap();
     let mut inbox = Inbox::new();
     let msg = [7u8; 16];
-    let mut buf = [0u8; 2048];
     let rounds = 20_000;
     let (mut ours, mut raws, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..11 {
         let t0 = Instant::now();
         for _ in 0..rounds {
-            a.send(1, &msg, clock.now()).unwrap();
-            NetTransport::flush(&mut a, clock.now()).unwrap();
+            a.send(1, &msg, now()).unwrap();
+            NetTransport::flush(&mut a, now()).unwrap();
             while inbox.is_empty() {
-                b.progress(clock.now(), &mut inbox).unwrap();
+                b.progress(now(), &mut inbox).unwrap();
             }
             for (from, m) in inbox.drain(..) {
                 b.recycle(from, m);
             }
-            b.send(0, &msg, clock.now()).unwrap();
-            NetTransport::flush(&mut b, clock.now()).unwrap();
+            b.send(0, &msg, now()).unwrap();
+            NetTransport::flush(&mut b, now()).unwrap();
             while inbox.is_empty() {
-                a.progress(clock.now(), &mut inbox).unwrap();
+                a.progress(now(), &mut inbox).unwrap();
             }
             for (from, m) in inbox.drain(..) {
                 a.recycle(from, m);
@@ -667,10 +516,7 @@ fn ping_pong_cost() {
         let per = t0.elapsed().as_nanos() as f64 / rounds as f64;
         let t0 = Instant::now();
         for _ in 0..rounds {
-            x.send(&msg).unwrap();
-            while y.recv(&mut buf).is_err() {}
-            y.send(&msg).unwrap();
-            while x.recv(&mut buf).is_err() {}
+            floor::bounce(&mut x, &mut y).unwrap();
         }
         let raw = t0.elapsed().as_nanos() as f64 / rounds as f64;
         ours.push(per);

@@ -12,24 +12,29 @@
 //!
 //! With [`UdpConfig::faults`] (users: `VOLLEY_FAULTS`), every outgoing datagram goes through a
 //! [`FaultInjector`] first.
+//!
+//! The system calls themselves, and the buffers they fill, are in `syscalls`; the conversions
+//! between Rust's socket addresses and the kernel's in `addr`.
+
+mod addr;
+mod syscalls;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::mem::size_of;
-use std::net::{IpAddr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
 use crate::reliable::{self, wire::HEADER_LEN, Peer, SendError, State};
+use addr::{canonical, to_raw, RawAddr};
+use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
 
-/// Bytes of each receive buffer: the largest UDP payload fits.
-const RECV_BUF: usize = 65536;
 /// Socket buffer size asked for in each direction (the kernel may grant less).
 const SOCKET_BUFFER: usize = 4 << 20;
-/// Most datagrams per `sendmmsg`/`recvmmsg` (the kernel's `UIO_MAXIOV`).
-const MAX_BATCH: usize = 1024;
 /// Largest datagram used between loopback peers by default.
 const LOOPBACK_DATAGRAM: usize = 65000;
 /// Shortest silence after which a closing transport assumes its peers need nothing more.
@@ -98,13 +103,6 @@ struct Outgoing {
     buf: Vec<u8>,
 }
 
-/// A socket address in the form the kernel reads.
-#[derive(Clone, Copy)]
-struct RawAddr {
-    storage: libc::sockaddr_storage,
-    len: libc::socklen_t,
-}
-
 /// One network peer.
 struct Link {
     rank: usize,
@@ -116,136 +114,6 @@ struct Link {
     /// The peer's `poll_timeout` when it was last polled (`u64::MAX` for none); valid while
     /// not `dirty`, because only sends and datagrams change it between polls.
     wake: u64,
-}
-
-/// The message headers of one `sendmmsg` or `recvmmsg` call.
-///
-/// Their pointers are written just before each call, into buffers that live at least as long
-/// as the call, and are never read by Rust code; between calls they may dangle.
-struct MsgVec {
-    hdrs: Vec<libc::mmsghdr>,
-    iovs: Vec<libc::iovec>,
-}
-
-// SAFETY: the raw pointers inside are only dereferenced by the kernel during a system call
-// made through `&mut self` right after they were set to memory the caller owns; no pointer is
-// shared with or read by another thread, so moving the struct between threads is sound.
-unsafe impl Send for MsgVec {}
-
-impl MsgVec {
-    fn new(n: usize) -> Self {
-        // SAFETY: mmsghdr and iovec are plain C structs of integers and raw pointers, for
-        // which all-zero bytes are a valid value (null pointers, zero lengths).
-        let (h, v) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-        Self {
-            hdrs: vec![h; n],
-            iovs: vec![v; n],
-        }
-    }
-}
-
-/// Where `recvmmsg` writes: `batch` buffers of [`RECV_BUF`] bytes and their source addresses.
-struct RecvRing {
-    data: Box<[u8]>,
-    names: Box<[libc::sockaddr_storage]>,
-    msgs: MsgVec,
-}
-
-impl RecvRing {
-    fn new(batch: usize) -> Self {
-        // SAFETY: sockaddr_storage is a plain C struct; all-zero bytes are a valid value.
-        let name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-        Self {
-            data: vec![0; batch * RECV_BUF].into_boxed_slice(),
-            names: vec![name; batch].into_boxed_slice(),
-            msgs: MsgVec::new(batch),
-        }
-    }
-
-    /// One non-blocking `recvmmsg` for up to `n` datagrams; returns how many arrived.
-    fn recv(&mut self, fd: RawFd, n: usize) -> io::Result<usize> {
-        let n = n.min(self.names.len());
-        let data = self.data.as_mut_ptr();
-        for (i, v) in self.msgs.iovs[..n].iter_mut().enumerate() {
-            v.iov_base = data.wrapping_add(i * RECV_BUF).cast();
-            v.iov_len = RECV_BUF;
-        }
-        let iovs = self.msgs.iovs.as_mut_ptr();
-        let names = self.names.as_mut_ptr();
-        for (i, h) in self.msgs.hdrs[..n].iter_mut().enumerate() {
-            h.msg_hdr.msg_name = names.wrapping_add(i).cast();
-            h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            h.msg_hdr.msg_iov = iovs.wrapping_add(i);
-            h.msg_hdr.msg_iovlen = 1;
-            h.msg_hdr.msg_control = std::ptr::null_mut();
-            h.msg_hdr.msg_controllen = 0;
-            h.msg_hdr.msg_flags = 0;
-            h.msg_len = 0;
-        }
-        // SAFETY: the first `n` headers were just set to point at `n` iovecs of `RECV_BUF`
-        // writable bytes each inside `self.data` and at `n` sockaddr_storage slots with their
-        // true size; all are owned by `self`, which is borrowed mutably for the whole call, so
-        // nothing else reads or writes them while the kernel does. The timeout is null (none).
-        let r = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.msgs.hdrs.as_mut_ptr(),
-                n as libc::c_uint,
-                libc::MSG_DONTWAIT,
-                std::ptr::null_mut(),
-            )
-        };
-        if r < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(r as usize)
-        }
-    }
-
-    /// One non-blocking `recv` of one datagram on a connected socket (no source address to
-    /// fill in, one message header fewer to copy): the cheaper call for a socket with one
-    /// peer, whose polls mostly find nothing. Returns 0 or 1.
-    fn recv_one(&mut self, fd: RawFd, from: &RawAddr) -> io::Result<usize> {
-        // SAFETY: the first RECV_BUF bytes of `self.data` are writable and owned by `self`,
-        // borrowed mutably for the call.
-        let r = unsafe {
-            libc::recv(
-                fd,
-                self.data.as_mut_ptr().cast(),
-                RECV_BUF,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-            )
-        };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // With MSG_TRUNC the kernel returns the datagram's real length.
-        let h = &mut self.msgs.hdrs[0];
-        h.msg_len = (r as usize).min(RECV_BUF) as libc::c_uint;
-        h.msg_hdr.msg_flags = if r as usize > RECV_BUF {
-            libc::MSG_TRUNC
-        } else {
-            0
-        };
-        // The connected peer is the only possible source.
-        self.names[0] = from.storage;
-        h.msg_hdr.msg_namelen = from.len;
-        Ok(1)
-    }
-
-    /// Datagram `i` of the last call: its source (if the kernel gave a usable one), its bytes,
-    /// and whether it was truncated.
-    fn datagram(&self, i: usize) -> (Option<SocketAddr>, &[u8], bool) {
-        let h = &self.msgs.hdrs[i];
-        let len = (h.msg_len as usize).min(RECV_BUF);
-        let addr = from_raw(&self.names[i], h.msg_hdr.msg_namelen);
-        let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-        (
-            addr,
-            &self.data[i * RECV_BUF..i * RECV_BUF + len],
-            truncated,
-        )
-    }
 }
 
 /// One rank's UDP endpoint: see the [module docs](self).
@@ -619,55 +487,6 @@ fn enqueue(
     }
 }
 
-/// One non-blocking `sendmmsg` of the given (destination, bytes) pairs, at most as many as
-/// `msgs` has room for (without addresses when the socket is connected: `single`); returns how
-/// many were sent.
-fn send_batch<'a>(
-    single: bool,
-    msgs: &mut MsgVec,
-    fd: RawFd,
-    datagrams: impl Iterator<Item = (&'a RawAddr, &'a [u8])>,
-) -> io::Result<usize> {
-    let iovs = msgs.iovs.as_mut_ptr();
-    let mut n = 0;
-    for ((h, v), (addr, bytes)) in msgs.hdrs.iter_mut().zip(&mut msgs.iovs).zip(datagrams) {
-        // The kernel only reads through these pointers when sending.
-        v.iov_base = bytes.as_ptr().cast_mut().cast();
-        v.iov_len = bytes.len();
-        h.msg_hdr.msg_name = (&addr.storage as *const libc::sockaddr_storage)
-            .cast_mut()
-            .cast();
-        h.msg_hdr.msg_namelen = addr.len;
-        if single {
-            h.msg_hdr.msg_name = std::ptr::null_mut();
-            h.msg_hdr.msg_namelen = 0;
-        }
-        h.msg_hdr.msg_iov = iovs.wrapping_add(n);
-        h.msg_hdr.msg_iovlen = 1;
-        h.msg_hdr.msg_control = std::ptr::null_mut();
-        h.msg_hdr.msg_controllen = 0;
-        h.msg_hdr.msg_flags = 0;
-        h.msg_len = 0;
-        n += 1;
-    }
-    // SAFETY: the first `n` headers were just set to point at `n` iovecs, each describing a
-    // live byte slice borrowed for `'a`, and at live socket addresses with their true lengths;
-    // `sendmmsg` only reads those, and the borrows last until this function returns.
-    let r = unsafe {
-        libc::sendmmsg(
-            fd,
-            msgs.hdrs.as_mut_ptr(),
-            n as libc::c_uint,
-            libc::MSG_DONTWAIT,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(r as usize)
-    }
-}
-
 /// Asks for large socket buffers, beyond `net.core.*mem_max` when privileged; returns the
 /// receive buffer granted. Small buffers only cost throughput, so failures are ignored.
 fn enlarge_buffers(socket: &UdpSocket) -> usize {
@@ -679,99 +498,6 @@ fn enlarge_buffers(socket: &UdpSocket) -> usize {
         let _ = setsockopt(socket, sockopt::RcvBuf, &SOCKET_BUFFER);
     }
     getsockopt(socket, sockopt::RcvBuf).unwrap_or(212_992)
-}
-
-/// One form per address: an IPv4-mapped IPv6 address becomes IPv4, flow labels are ignored.
-fn canonical(a: SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
-            Some(v4) => SocketAddr::V4(SocketAddrV4::new(v4, v6.port())),
-            None => SocketAddr::V6(SocketAddrV6::new(*v6.ip(), v6.port(), 0, v6.scope_id())),
-        },
-        v4 => v4,
-    }
-}
-
-/// `a` as the kernel reads it from a socket of the family of `local` (an IPv4 peer of an
-/// IPv6 socket is addressed as IPv4-mapped).
-fn to_raw(a: SocketAddr, local: SocketAddr) -> RawAddr {
-    let a = match (a, local) {
-        (SocketAddr::V4(v4), SocketAddr::V6(_)) => {
-            SocketAddr::V6(SocketAddrV6::new(v4.ip().to_ipv6_mapped(), v4.port(), 0, 0))
-        }
-        (a, _) => a,
-    };
-    // SAFETY: sockaddr_storage is a plain C struct; all-zero bytes are a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is at least as large as and aligned for every socket
-            // address type, so the write stays inside `storage` and is aligned.
-            unsafe {
-                std::ptr::from_mut(&mut storage)
-                    .cast::<libc::sockaddr_in>()
-                    .write(sin)
-            };
-            size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: 0,
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe {
-                std::ptr::from_mut(&mut storage)
-                    .cast::<libc::sockaddr_in6>()
-                    .write(sin6)
-            };
-            size_of::<libc::sockaddr_in6>()
-        }
-    };
-    RawAddr {
-        storage,
-        len: len as libc::socklen_t,
-    }
-}
-
-/// The address the kernel wrote into `storage` (`len` bytes of it), in canonical form.
-fn from_raw(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
-    let len = len as usize;
-    match storage.ss_family as libc::c_int {
-        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
-            // SAFETY: the family says the kernel wrote a sockaddr_in, `len` says all of it;
-            // sockaddr_storage is large enough and aligned for it.
-            let sin = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in>() };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                sin.sin_addr.s_addr.to_ne_bytes().into(),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
-            // SAFETY: as above, for sockaddr_in6.
-            let sin6 = unsafe { &*std::ptr::from_ref(storage).cast::<libc::sockaddr_in6>() };
-            Some(canonical(SocketAddr::V6(SocketAddrV6::new(
-                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
-                u16::from_be(sin6.sin6_port),
-                0,
-                sin6.sin6_scope_id,
-            ))))
-        }
-        _ => None,
-    }
 }
 
 impl NetTransport for UdpTransport {
@@ -998,6 +724,3 @@ impl NetTransport for UdpTransport {
         s
     }
 }
-
-#[cfg(test)]
-mod tests;

@@ -1,0 +1,484 @@
+//! The TCP transport: one stream per pair of network peers, length-prefixed frames,
+//! non-blocking sockets, vectored writes.
+//!
+//! # Wire format
+//! - Handshake, once per connection, from the higher rank to the lower: 24 bytes, little-endian:
+//!   the magic `"VLYT"`, the protocol version, the job key, the connecting rank.
+//! - Frame: a 4-byte little-endian length, then that many message bytes (at most
+//!   [`MAX_MESSAGE`]).
+//! - Goodbye: the length value `u32::MAX` with no body. [`NetTransport::close`] writes it just
+//!   before shutting down the write side, so a peer can tell an orderly departure from a crash:
+//!   an end of stream after a goodbye is expected, one without it means the peer failed. Nothing
+//!   may follow a goodbye.
+//!
+//! # Setup without deadlock
+//! Every rank first connects to each network peer with a lower rank (a blocking connect
+//! completes from the peer's listen backlog, without the peer calling `accept`), then accepts
+//! from each peer with a higher rank. No rank ever waits on one that is itself waiting, so the
+//! whole job connects in one pass whatever order the ranks arrive in. Connections that fail the
+//! handshake (another job, a port scanner, a duplicate) are closed and counted in
+//! [`NetStats::dropped`] without disturbing the setup.
+//!
+//! # System calls in the steady state
+//! `send` only copies into the peer's queue; `progress` writes each non-empty queue with one
+//! vectored write (`sendmsg` with an iovec list; `MSG_NOSIGNAL` so that a dead peer is an error
+//! and never a `SIGPIPE`, which `writev` cannot promise) and then reads: with one network peer
+//! a single `read` on its socket, with several one `epoll_wait` (timeout 0) and a `read` per
+//! ready connection. A small-message ping-pong therefore costs one write and one successful
+//! read per side and round trip, plus the empty polls.
+//!
+//! # Parts
+//! This module holds the transport and its steady state; `setup` establishes the connections,
+//! `send_queue` and `receive` are a connection's two directions, and `close` is the orderly
+//! departure.
+
+mod close;
+mod receive;
+mod send_queue;
+mod setup;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use nix::sys::socket::{self as sock, Backlog};
+
+use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use crate::reliable::BufferPool;
+use receive::{Read1, Receiver};
+use send_queue::SendQueue;
+
+/// Bytes in a frame's length prefix.
+const PREFIX: usize = 4;
+/// The length value that announces an orderly close; it is far above [`MAX_MESSAGE`], so it can
+/// never be mistaken for a frame.
+const GOODBYE: u32 = u32::MAX;
+/// `slot` value of a rank that has no connection.
+const NO_CONN: usize = usize::MAX;
+
+/// Settings of a [`TcpTransport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpConfig {
+    /// How long [`NetTransport::connect`] waits for all connections to be established.
+    pub connect_timeout: Duration,
+    /// `send` writes to the socket at once when more than this many bytes are queued toward
+    /// the peer; below it, sending waits for the next `progress`.
+    pub flush_threshold: usize,
+    /// Most bytes queued toward one peer before `send` answers [`NetError::WouldBlock`]. A
+    /// message is always accepted into an empty queue, so any message up to [`MAX_MESSAGE`]
+    /// can be sent.
+    pub max_queued: usize,
+    /// `SO_SNDBUF` and `SO_RCVBUF` requested for each connection (best effort: the kernel caps
+    /// them at `wmem_max`/`rmem_max`). Setting them turns off the kernel's buffer autotuning for
+    /// the socket; 0 leaves the kernel's defaults and autotuning alone.
+    pub socket_buffer: usize,
+}
+
+impl Default for TcpConfig {
+    fn default() -> Self {
+        TcpConfig {
+            connect_timeout: Duration::from_secs(30),
+            flush_threshold: 64 << 10,
+            max_queued: 64 << 20,
+            socket_buffer: 4 << 20,
+        }
+    }
+}
+
+/// Where a connection stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Both directions in use.
+    Open,
+    /// The peer sent its goodbye: its end of stream is expected, and nothing else may arrive.
+    Leaving,
+    /// The peer's end of stream has been read after a goodbye (or during our close).
+    Finished,
+    /// Broken for good; already reported.
+    Failed,
+}
+
+/// Turns an OS error into [`NetError::Io`] naming what was being done.
+fn io_err(what: &'static str) -> impl FnOnce(io::Error) -> NetError {
+    move |source| NetError::Io { what, source }
+}
+
+/// The connection with one network peer.
+struct Conn {
+    rank: usize,
+    stream: TcpStream,
+    state: State,
+    /// Whether this connection is in [`TcpTransport::dirty`].
+    dirty: bool,
+    tx: SendQueue,
+    rx: Receiver,
+}
+
+impl Conn {
+    fn new(rank: usize, stream: TcpStream) -> Self {
+        Conn {
+            rank,
+            stream,
+            state: State::Open,
+            dirty: false,
+            tx: SendQueue::default(),
+            rx: Receiver::new(),
+        }
+    }
+}
+
+/// A [`NetTransport`] with one TCP connection per network peer.
+///
+/// Created bound to a listening socket ([`TcpTransport::bind`]); [`NetTransport::connect`]
+/// establishes the connections and closes the listener. It is `Send`, so a rank can be set up
+/// on one thread and driven on another.
+///
+/// A broken connection is reported once, as [`NetError::PeerFailed`] from the `progress` (or
+/// `send`) call that finds it; its queued output is dropped, later sends to that rank return
+/// `PeerFailed`, and the other connections carry on. Messages a failing `progress` call had
+/// already appended stay in the inbox.
+///
+/// Memory per connection: a 128 KiB receive buffer, plus the output queue (at most
+/// [`TcpConfig::max_queued`] bytes, give or take one message).
+pub struct TcpTransport {
+    config: TcpConfig,
+    job_key: u64,
+    local: SocketAddr,
+    /// Open from `bind` until `connect` has all its connections.
+    listener: Option<TcpListener>,
+    /// This rank, once connected.
+    me: Option<usize>,
+    /// Rank to index in `conns`, [`NO_CONN`] for ranks without a connection.
+    slot: Vec<usize>,
+    conns: Vec<Conn>,
+    /// Indices of connections with queued output, each at most once.
+    dirty: Vec<usize>,
+    /// Readiness of all connections, when there is not exactly one.
+    epoll: Option<OwnedFd>,
+    events: Vec<libc::epoll_event>,
+    stats: NetStats,
+    closed: bool,
+    /// Buffers of delivered messages given back by `recycle`, for the next ones.
+    pool: BufferPool,
+}
+
+impl fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpTransport")
+            .field("local", &self.local)
+            .field("rank", &self.me)
+            .field(
+                "peers",
+                &self.conns.iter().map(|c| c.rank).collect::<Vec<_>>(),
+            )
+            .field(
+                "queued",
+                &self.conns.iter().map(|c| c.tx.queued()).sum::<usize>(),
+            )
+            .field("closed", &self.closed)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TcpTransport {
+    /// Opens a listening socket on `addr` with a port the kernel picks. `job_key` must be the
+    /// same on every rank of the job: connections presenting another key are refused.
+    pub fn bind(addr: IpAddr, job_key: u64, config: TcpConfig) -> Result<Self, NetError> {
+        // std creates the socket close-on-exec; its backlog is too small for a large job, and
+        // listen(2) on a listening socket just resizes the queue. The port is not published
+        // yet, so nothing can arrive in between.
+        let listener = TcpListener::bind((addr, 0)).map_err(io_err("tcp bind"))?;
+        // Every peer with a higher rank may connect before this rank starts accepting, so ask
+        // for the largest queue the system allows (-1: net.core.somaxconn, 4096 by default).
+        sock::listen(&listener, Backlog::MAXALLOWABLE)
+            .map_err(|e| io_err("tcp listen")(e.into()))?;
+        let local = listener.local_addr().map_err(io_err("tcp local address"))?;
+        Ok(TcpTransport {
+            config,
+            job_key,
+            local,
+            listener: Some(listener),
+            me: None,
+            slot: Vec::new(),
+            conns: Vec::new(),
+            dirty: Vec::new(),
+            epoll: None,
+            events: Vec::new(),
+            stats: NetStats::default(),
+            closed: false,
+            pool: BufferPool::default(),
+        })
+    }
+
+    /// Marks a connection failed, discards its output and stops watching it.
+    fn fail(&mut self, idx: usize, why: String) -> NetError {
+        let conn = &mut self.conns[idx];
+        conn.state = State::Failed;
+        conn.tx.clear();
+        if conn.dirty {
+            conn.dirty = false;
+            self.dirty.retain(|&i| i != idx);
+        }
+        self.unwatch(idx);
+        NetError::PeerFailed {
+            peer: self.conns[idx].rank,
+            why,
+        }
+    }
+
+    /// Removes a connection from the epoll set (after its end of stream or failure; a
+    /// level-triggered hang-up would otherwise wake every poll).
+    fn unwatch(&mut self, idx: usize) {
+        if let Some(ep) = &self.epoll {
+            // SAFETY: both descriptors are open (owned by self); EPOLL_CTL_DEL ignores the
+            // event argument, which may be null.
+            unsafe {
+                libc::epoll_ctl(
+                    ep.as_raw_fd(),
+                    libc::EPOLL_CTL_DEL,
+                    self.conns[idx].stream.as_raw_fd(),
+                    std::ptr::null_mut(),
+                );
+            }
+        }
+    }
+
+    fn mark_dirty(&mut self, idx: usize) {
+        let conn = &mut self.conns[idx];
+        if !conn.dirty && conn.tx.queued() > 0 {
+            conn.dirty = true;
+            self.dirty.push(idx);
+        }
+    }
+
+    /// Writes every non-empty queue. On a broken connection, stops and reports it.
+    fn flush_all(&mut self) -> Result<(), NetError> {
+        let mut i = 0;
+        while i < self.dirty.len() {
+            let idx = self.dirty[i];
+            let conn = &mut self.conns[idx];
+            if let Err(e) = conn.tx.flush(&conn.stream, &mut self.stats) {
+                let why = write_failure(conn.state, &e);
+                return Err(self.fail(idx, why));
+            }
+            if conn.tx.queued() == 0 {
+                conn.dirty = false;
+                self.dirty.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads what connection `idx` has and delivers its complete frames.
+    fn receive(&mut self, idx: usize, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<(), NetError> {
+        loop {
+            let conn = &mut self.conns[idx];
+            if !matches!(conn.state, State::Open | State::Leaving) {
+                return Ok(());
+            }
+            self.stats.recv_calls += 1;
+            match conn.rx.read_once(&conn.stream) {
+                Ok(Read1::Data { full }) => {
+                    if let Err(why) = conn.rx.parse(
+                        conn.rank,
+                        &mut conn.state,
+                        inbox,
+                        &mut self.stats,
+                        &mut self.pool,
+                    ) {
+                        return Err(self.fail(idx, why));
+                    }
+                    if !full {
+                        return Ok(());
+                    }
+                }
+                Ok(Read1::Eof) => {
+                    if conn.state == State::Leaving && conn.rx.is_empty() {
+                        conn.state = State::Finished;
+                        self.unwatch(idx);
+                        return Ok(());
+                    }
+                    let why = if conn.state == State::Leaving {
+                        "protocol violation: incomplete frame after goodbye".into()
+                    } else {
+                        "connection closed by the peer without a goodbye (process died?)".into()
+                    };
+                    return Err(self.fail(idx, why));
+                }
+                Err(e) => match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(()),
+                    io::ErrorKind::Interrupted => {}
+                    io::ErrorKind::ConnectionReset => {
+                        return Err(self.fail(idx, "connection reset by the peer".into()))
+                    }
+                    _ => return Err(self.fail(idx, format!("read failed: {e}"))),
+                },
+            }
+        }
+    }
+}
+
+/// Why a write failed, in words for [`NetError::PeerFailed`].
+fn write_failure(state: State, e: &io::Error) -> String {
+    match (state, e.kind()) {
+        (State::Leaving | State::Finished, _) => {
+            format!("the peer has left the job; unsent data dropped ({e})")
+        }
+        (_, io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset) => {
+            format!("connection broken ({e})")
+        }
+        _ => format!("write failed: {e}"),
+    }
+}
+
+impl NetTransport for TcpTransport {
+    fn kind(&self) -> NetKind {
+        NetKind::Tcp
+    }
+
+    fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    fn connect(&mut self, me: usize, peers: &[Option<SocketAddr>]) -> Result<(), NetError> {
+        if self.me.is_some() || self.listener.is_none() {
+            return Err(NetError::Io {
+                what: "tcp connect",
+                source: io::Error::other("already connected or closed"),
+            });
+        }
+        if me >= peers.len() {
+            return Err(NetError::Io {
+                what: "tcp connect",
+                source: io::Error::new(io::ErrorKind::InvalidInput, "own rank out of range"),
+            });
+        }
+        self.establish(me, peers)
+    }
+
+    fn send(&mut self, peer: usize, msg: &[u8], _now: u64) -> Result<(), NetError> {
+        if msg.len() > MAX_MESSAGE {
+            return Err(NetError::TooLarge {
+                len: msg.len(),
+                max: MAX_MESSAGE,
+            });
+        }
+        let idx = match self.slot.get(peer) {
+            Some(&i) if i != NO_CONN => i,
+            _ => return Err(NetError::NotAPeer { peer }),
+        };
+        if self.closed {
+            return Err(NetError::PeerFailed {
+                peer,
+                why: "this transport is closed".into(),
+            });
+        }
+        let conn = &mut self.conns[idx];
+        let why = match conn.state {
+            State::Open => None,
+            State::Leaving | State::Finished => Some("the peer has left the job"),
+            State::Failed => Some("the connection failed earlier"),
+        };
+        if let Some(why) = why {
+            return Err(NetError::PeerFailed {
+                peer,
+                why: why.into(),
+            });
+        }
+        let queued = conn.tx.queued();
+        if queued > 0 && queued + PREFIX + msg.len() > self.config.max_queued {
+            self.stats.would_block += 1;
+            return Err(NetError::WouldBlock);
+        }
+        conn.tx.enqueue(msg);
+        self.stats.messages_sent += 1;
+        if conn.tx.queued() > self.config.flush_threshold {
+            if let Err(e) = conn.tx.flush(&conn.stream, &mut self.stats) {
+                let why = write_failure(conn.state, &e);
+                return Err(self.fail(idx, why));
+            }
+        }
+        self.mark_dirty(idx);
+        Ok(())
+    }
+
+    fn recycle(&mut self, _peer: usize, buf: Vec<u8>) {
+        self.pool.give(buf);
+    }
+
+    fn flush(&mut self, _now: u64) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.flush_all()
+    }
+
+    fn progress(
+        &mut self,
+        _now: u64,
+        inbox: &mut Vec<(usize, Vec<u8>)>,
+    ) -> Result<usize, NetError> {
+        let before = inbox.len();
+        if self.closed {
+            return Ok(0);
+        }
+        self.flush_all()?;
+        match self.epoll.as_ref().map(|ep| ep.as_raw_fd()) {
+            None if self.conns.len() == 1 => self.receive(0, inbox)?,
+            None => {}
+            Some(ep) => {
+                // SAFETY: `events` is a valid writable array of its length, which is at least 1.
+                let n = unsafe {
+                    libc::epoll_wait(ep, self.events.as_mut_ptr(), self.events.len() as i32, 0)
+                };
+                if n < 0 {
+                    let e = io::Error::last_os_error();
+                    if e.kind() != io::ErrorKind::Interrupted {
+                        return Err(io_err("epoll_wait")(e));
+                    }
+                }
+                for k in 0..n.max(0) as usize {
+                    let idx = self.events[k].u64 as usize;
+                    self.receive(idx, inbox)?;
+                }
+            }
+        }
+        Ok(inbox.len() - before)
+    }
+
+    fn is_idle(&self) -> bool {
+        self.dirty.iter().all(|&i| self.conns[i].tx.queued() == 0)
+    }
+
+    fn next_deadline(&self) -> Option<u64> {
+        None
+    }
+
+    /// With exactly one network peer, that connection's socket; otherwise (several peers or
+    /// none) an epoll descriptor watching every connection. Before `connect`, the listener.
+    fn readable_fd(&self) -> RawFd {
+        if let Some(ep) = &self.epoll {
+            ep.as_raw_fd()
+        } else if let [c] = &self.conns[..] {
+            c.stream.as_raw_fd()
+        } else if let Some(l) = &self.listener {
+            l.as_raw_fd()
+        } else {
+            -1
+        }
+    }
+
+    fn close(&mut self, now: &mut dyn FnMut() -> u64, deadline: u64) -> Result<(), NetError> {
+        self.leave(now, deadline)
+    }
+
+    fn stats(&self) -> NetStats {
+        self.stats
+    }
+}
