@@ -10,6 +10,8 @@ mod rma;
 mod splitc;
 
 use clap::Subcommand;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 use std::io::Write;
 use std::process::ExitCode;
@@ -126,73 +128,72 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs a benchmark command.
 pub fn main(cmd: BenchCommand) -> ExitCode {
-    let cmd = match cmd {
+    // Two ranks on shared memory, beside a floor measured on the same two CPUs.
+    const SHM_PAIR: Needs = Needs {
+        any_transport: false,
+        two_cpus: true,
+    };
+    match cmd {
+        BenchCommand::Am(a) => run_bench(
+            "am",
+            a,
+            Needs {
+                any_transport: true,
+                two_cpus: true,
+            },
+            bench_am,
+            print_am_table,
+        ),
+        BenchCommand::Rma(a) => run_bench("rma", a, SHM_PAIR, bench_rma, print_rma_table),
+        BenchCommand::Progress(a) => run_bench(
+            "progress",
+            a,
+            SHM_PAIR,
+            bench_progress,
+            print_progress_table,
+        ),
         BenchCommand::Splitc(a) => {
             let strategies = a.strategy.strategies();
-            return typed(
+            run_bench(
                 "splitc",
                 a.common,
-                true,
+                Needs {
+                    any_transport: true,
+                    two_cpus: false,
+                },
                 |reps, scale, transport| splitc::bench(reps, scale, transport, &strategies),
                 splitc::print_table,
-            );
+            )
         }
-        BenchCommand::Coll(a) => {
-            return typed(
-                "coll",
-                a,
-                false,
-                |reps, scale, _| coll::bench(reps, scale),
-                coll::print_table,
-            );
-        }
-        other => other,
-    };
-    type Bench = fn(usize, f64, Transport) -> Result<Value, String>;
-    type Table = fn(&Value, &mut dyn Write);
-    let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
-        BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
-        BenchCommand::Rma(a) => ("rma", a, bench_rma, print_rma_table),
-        BenchCommand::Progress(a) => ("progress", a, bench_progress, print_progress_table),
-        BenchCommand::Splitc(_) | BenchCommand::Coll(_) => unreachable!("handled above"),
-    };
-    if !(args.scale > 0.0 && args.scale <= 100.0) {
-        eprintln!("volley bench: --scale must be in (0, 100]");
-        return ExitCode::from(2);
-    }
-    if name != "am" && args.transport != Transport::Shm {
-        eprintln!("volley bench {name}: only --transport shm is supported");
-        return ExitCode::from(2);
-    }
-    let cpus = crate::affinity::allowed_cpus().len();
-    if cpus < 2 {
-        eprintln!(
-            "volley bench {name}: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
-        );
-        return ExitCode::from(2);
-    }
-    let json = match Json::open(args.json.as_deref()) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("volley bench {name}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match bench(args.reps as usize, args.scale, args.transport) {
-        Ok(doc) => emit(&doc, json, table),
-        Err(e) => {
-            eprintln!("volley bench {name}: {e}");
-            ExitCode::FAILURE
-        }
+        BenchCommand::Coll(a) => run_bench(
+            "coll",
+            a,
+            Needs {
+                any_transport: false,
+                two_cpus: false,
+            },
+            |reps, scale, _| coll::bench(reps, scale),
+            coll::print_table,
+        ),
     }
 }
 
-/// A benchmark whose results are a typed report: checks the common options, runs it, prints
-/// its table and writes its JSON (serialized from the report).
-fn typed<R: serde::Serialize>(
+/// What a benchmark accepts and needs beyond the options every one checks.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    /// Runs over every transport (otherwise over shared memory only).
+    any_transport: bool,
+    /// Needs two CPUs: on one, its ranks and its floor would take turns and every figure
+    /// would be meaningless.
+    two_cpus: bool,
+}
+
+/// Checks the common options, runs the benchmark, prints its table and writes its JSON
+/// (serialized from its report).
+fn run_bench<R: Serialize>(
     name: &str,
     args: BenchArgs,
-    any_transport: bool,
+    needs: Needs,
     bench: impl FnOnce(usize, f64, Transport) -> Result<R, String>,
     table: fn(&R, &mut dyn Write),
 ) -> ExitCode {
@@ -200,9 +201,18 @@ fn typed<R: serde::Serialize>(
         eprintln!("volley bench {name}: --scale must be in (0, 100]");
         return ExitCode::from(2);
     }
-    if !any_transport && args.transport != Transport::Shm {
+    if !needs.any_transport && args.transport != Transport::Shm {
         eprintln!("volley bench {name}: only --transport shm is supported");
         return ExitCode::from(2);
+    }
+    if needs.two_cpus {
+        let cpus = crate::affinity::allowed_cpus().len();
+        if cpus < 2 {
+            eprintln!(
+                "volley bench {name}: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
+            );
+            return ExitCode::from(2);
+        }
     }
     let json = match Json::open(args.json.as_deref()) {
         Ok(j) => j,
@@ -247,25 +257,31 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
     }
 }
 
+/// What rank 0 of a benchmark job writes for the launching command: every repetition's
+/// figures.
+#[derive(Debug, Serialize, Deserialize)]
+struct Reps<T> {
+    reps: Vec<T>,
+}
+
 /// Rank 0 of a benchmark job: writes every repetition's figures for the launching command.
-fn write_reps(out: &std::path::Path, reps: Vec<Value>) -> Result<(), String> {
-    let doc = json!({ "reps": reps });
+fn write_reps<T: Serialize>(out: &std::path::Path, reps: Vec<T>) -> Result<(), String> {
     std::fs::write(
         out,
-        serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
+        serde_json::to_vec_pretty(&Reps { reps }).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("writing {}: {e}", out.display()))
 }
 
 /// Launches `ranks` copies of this executable as benchmark ranks and returns rank 0's output.
-fn run_ranks(
+fn run_ranks<T: DeserializeOwned>(
     which: &str,
     ranks: usize,
     scale: f64,
     reps: usize,
     transport: Transport,
     extra_env: &[(&str, &str)],
-) -> Result<Value, String> {
+) -> Result<T, String> {
     // Over shared memory every rank is on one node; over the network each on a node of its own.
     let per_node = if transport == Transport::Shm {
         ranks
@@ -276,7 +292,7 @@ fn run_ranks(
 }
 
 /// [`run_ranks`] on emulated nodes of `per_node` ranks each.
-fn run_ranks_per_node(
+fn run_ranks_per_node<T: DeserializeOwned>(
     which: &str,
     ranks: usize,
     per_node: usize,
@@ -284,7 +300,7 @@ fn run_ranks_per_node(
     reps: usize,
     transport: Transport,
     extra_env: &[(&str, &str)],
-) -> Result<Value, String> {
+) -> Result<T, String> {
     // This very binary, even if the file was replaced or deleted since it started (a
     // rebuild): current_exe() would name a path that is gone.
     let proc_exe = std::path::PathBuf::from("/proc/self/exe");
@@ -338,8 +354,8 @@ fn run_ranks_per_node(
 
 fn bench_rma(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
     let memcpy = rma::memcpy_gbps(reps, scale);
-    let direct = run_ranks("rma-direct", 2, scale, reps, Transport::Shm, &[])?;
-    let am = run_ranks("rma-am", 2, scale, reps, Transport::Shm, &[])?;
+    let direct: Value = run_ranks("rma-direct", 2, scale, reps, Transport::Shm, &[])?;
+    let am: Value = run_ranks("rma-am", 2, scale, reps, Transport::Shm, &[])?;
     let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
     let mut doc = med(&direct);
     let get =
@@ -448,7 +464,7 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
             let lines = floor::SharedLines::create()?;
             let fd = lines.fd().to_string();
             let env = [(floor::SharedLines::ENV, fd.as_str())];
-            let raw = run_ranks("am", 2, scale, reps, transport, &env)?;
+            let raw: Value = run_ranks("am", 2, scale, reps, transport, &env)?;
             (raw, "cacheline_rtt_ns", None)
         }
         net => {
@@ -460,7 +476,7 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
             let iters = ((50_000.0 * scale) as u64).max(100);
             // 8 bytes: the payload of a one-argument short message.
             let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
-            let raw = run_ranks("am", 2, scale * NETWORK_SCALE, reps, transport, &[])?;
+            let raw: Value = run_ranks("am", 2, scale * NETWORK_SCALE, reps, transport, &[])?;
             (raw, key, Some(ns))
         }
     };
@@ -532,7 +548,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
     let inline_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "inline")];
     let thread_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")];
     let rtt_job = |env: &[(&str, &str)]| -> Result<f64, String> {
-        let raw = run_ranks("progress-rtt", 2, scale, 1, Transport::Shm, env)?;
+        let raw: Value = run_ranks("progress-rtt", 2, scale, 1, Transport::Shm, env)?;
         let reps = raw["reps"].as_array().map_or(&[][..], |v| v);
         median_of_reps(reps)
             .get("rtt_ns")
@@ -569,7 +585,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         })
         .collect();
     let floor_block = floor()?;
-    let block = run_ranks(
+    let block: Value = run_ranks(
         "progress-wakeup",
         2,
         scale,
@@ -579,7 +595,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
     )?;
     // A sleeping rank woken through the network while it also waits on shared memory: four
     // ranks on two nodes over UDP, rank 0 asking rank 3 (whose node-mate is rank 2).
-    let across = run_ranks_per_node(
+    let across: Value = run_ranks_per_node(
         "progress-wakeup",
         4,
         2,
@@ -588,7 +604,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         Transport::Udp,
         &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
     )?;
-    let spin = run_ranks(
+    let spin: Value = run_ranks(
         "progress-granularity",
         2,
         scale,
@@ -596,7 +612,7 @@ fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String
         Transport::Shm,
         inline_env,
     )?;
-    let thread = run_ranks(
+    let thread: Value = run_ranks(
         "progress-granularity",
         2,
         scale,
@@ -744,15 +760,9 @@ fn print_progress_table(doc: &Value, w: &mut dyn Write) {
     );
 }
 
-/// Prints the table (to stderr when the JSON goes to stdout) and writes the JSON to `json`
-/// (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of losing it.
-fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode {
-    let mut text = Vec::new();
-    table(doc, &mut text);
-    emit_text(&text, doc, json)
-}
-
-/// [`emit`] with the table already written into `text`.
+/// Writes the table `text` (to stderr when the JSON goes to stdout) and the JSON `doc` to
+/// `json` (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of
+/// losing it.
 fn emit_text(text: &[u8], doc: &Value, json: Json) -> ExitCode {
     let pretty = serde_json::to_string_pretty(doc).expect("json") + "\n";
     let to_stdout = |bytes: &[u8]| {
