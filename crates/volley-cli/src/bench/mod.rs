@@ -144,7 +144,13 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             bench_am,
             print_am_table,
         ),
-        BenchCommand::Rma(a) => run_bench("rma", a, SHM_PAIR, bench_rma, print_rma_table),
+        BenchCommand::Rma(a) => run_bench(
+            "rma",
+            a,
+            SHM_PAIR,
+            |reps, scale, _| rma::bench(reps, scale),
+            rma::print_table,
+        ),
         BenchCommand::Progress(a) => run_bench(
             "progress",
             a,
@@ -264,6 +270,54 @@ struct Reps<T> {
     reps: Vec<T>,
 }
 
+impl<T: Medians> Reps<T> {
+    /// The medians over the repetitions (an error if rank 0 wrote none).
+    fn medians(&self) -> Result<T, String> {
+        if self.reps.is_empty() {
+            return Err("rank 0 reported no repetitions".into());
+        }
+        Ok(T::medians(&self.reps))
+    }
+}
+
+/// One repetition's figures, which merge into their medians over repetitions.
+trait Medians: Sized {
+    /// Every figure's median over `reps`; curves point by point ([`median_curve`]).
+    fn medians(reps: &[Self]) -> Self;
+}
+
+/// Median of the figures there are: a NaN is a figure a repetition could not measure (JSON
+/// null), left out. NaN when there is none.
+fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.into_iter().filter(|x| !x.is_nan()).collect();
+    median(&mut v)
+}
+
+/// A point of a curve: where it lies (a size, say) and the figure measured there.
+trait CurvePoint: Clone {
+    /// The figure.
+    fn figure(&self) -> f64;
+    /// Replaces the figure.
+    fn set_figure(&mut self, v: f64);
+}
+
+/// A curve's medians: the first repetition's points, each with the median of its figure over
+/// the repetitions that have that point.
+fn median_curve<T, P: CurvePoint>(reps: &[T], curve: impl Fn(&T) -> &[P]) -> Vec<P> {
+    let Some(first) = reps.first() else {
+        return Vec::new();
+    };
+    let mut points = curve(first).to_vec();
+    for (i, p) in points.iter_mut().enumerate() {
+        p.set_figure(median_present(
+            reps.iter()
+                .filter_map(|r| curve(r).get(i))
+                .map(CurvePoint::figure),
+        ));
+    }
+    points
+}
+
 /// Rank 0 of a benchmark job: writes every repetition's figures for the launching command.
 fn write_reps<T: Serialize>(out: &std::path::Path, reps: Vec<T>) -> Result<(), String> {
     std::fs::write(
@@ -350,74 +404,6 @@ fn run_ranks_per_node<T: DeserializeOwned>(
     }
     let text = text.map_err(|e| format!("reading rank 0's results: {e}"))?;
     serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
-}
-
-fn bench_rma(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
-    let memcpy = rma::memcpy_gbps(reps, scale);
-    let direct: Value = run_ranks("rma-direct", 2, scale, reps, Transport::Shm, &[])?;
-    let am: Value = run_ranks("rma-am", 2, scale, reps, Transport::Shm, &[])?;
-    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let mut doc = med(&direct);
-    let get =
-        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    doc.insert("memcpy_gbps".into(), json!(memcpy));
-    doc.insert(
-        "ratios".into(),
-        json!({
-            "put_gbps_1MiB_over_memcpy": get(&doc, "put_gbps_1MiB") / memcpy,
-            "get_gbps_1MiB_over_memcpy": get(&doc, "get_gbps_1MiB") / memcpy,
-        }),
-    );
-    doc.insert("am".into(), Value::Object(med(&am)));
-    doc.insert("reps".into(), json!(reps));
-    doc.insert("scale".into(), json!(scale));
-    Ok(Value::Object(doc))
-}
-
-fn print_rma_table(doc: &Value, w: &mut dyn Write) {
-    let memcpy = doc["memcpy_gbps"].as_f64().unwrap_or(f64::NAN);
-    let am = &doc["am"];
-    let _ = writeln!(
-        w,
-        "volley bench rma: 2 ranks on one host, pinned; median of {} repetitions",
-        doc["reps"]
-    );
-    let _ = writeln!(
-        w,
-        "  memcpy_gbps (floor, 1 MiB in one process)  {memcpy:>8.2} GB/s"
-    );
-    for key in ["put_gbps_1MiB", "get_gbps_1MiB"] {
-        let d = doc[key].as_f64().unwrap_or(f64::NAN);
-        let a = am[key].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(
-            w,
-            "  {key:<14} direct {d:>8.2} GB/s ({:.2} x memcpy, target >= 0.90)   am {a:>8.2} GB/s",
-            d / memcpy
-        );
-    }
-    for key in ["fadd_ns", "cas_ns"] {
-        let d = doc[key].as_f64().unwrap_or(f64::NAN);
-        let a = am[key].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
-    }
-    for (key, unit) in [
-        ("put_latency_ns", "ns"),
-        ("get_latency_ns", "ns"),
-        ("put_gbps", "GB/s"),
-        ("get_gbps", "GB/s"),
-    ] {
-        let field = if unit == "ns" { "ns" } else { "gbps" };
-        for (i, e) in doc[key].as_array().into_iter().flatten().enumerate() {
-            let size = e["size"].as_u64().unwrap_or(0);
-            let d = e[field].as_f64().unwrap_or(f64::NAN);
-            let a = am[key][i][field].as_f64().unwrap_or(f64::NAN);
-            let name = format!("{} {}", key.trim_end_matches("_ns"), human(size));
-            let _ = writeln!(
-                w,
-                "  {name:<24} direct {d:>10.2} {unit:<4}   am {a:>10.2} {unit}"
-            );
-        }
-    }
 }
 
 /// Median across repetitions of every scalar, and of every `{size, rtt_ns}` list element-wise.
