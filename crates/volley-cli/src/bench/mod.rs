@@ -155,8 +155,8 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             "progress",
             a,
             SHM_PAIR,
-            bench_progress,
-            print_progress_table,
+            |reps, scale, _| progress::bench(reps, scale),
+            progress::print_table,
         ),
         BenchCommand::Splitc(a) => {
             let strategies = a.strategy.strategies();
@@ -291,6 +291,11 @@ trait Medians: Sized {
 fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = xs.into_iter().filter(|x| !x.is_nan()).collect();
     median(&mut v)
+}
+
+/// [`median_present`] of a figure that repetitions may lack: None when none has it.
+fn median_opt(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    Some(median_present(xs.into_iter().flatten())).filter(|m| !m.is_nan())
 }
 
 /// A point of a curve: where it lies (a size, say) and the figure measured there.
@@ -523,227 +528,6 @@ fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, Stri
     );
     doc.insert("runs".into(), json!(runs));
     Ok(Value::Object(doc))
-}
-
-fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
-    // This VM's two vCPUs land on different host cores from one minute to the next (the
-    // cache-line floor moves between about 50 and 400 ns), so the two modes' round trips are
-    // compared in rounds: one short job per mode, back to back (their order alternating), each
-    // round beside a floor measured right before it; the figures are medians over the rounds.
-    let floor = || floor::cacheline_rtt_ns(((200_000.0 * scale) as u64).max(1000), 3);
-    let inline_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "inline")];
-    let thread_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")];
-    let rtt_job = |env: &[(&str, &str)]| -> Result<f64, String> {
-        let raw: Value = run_ranks("progress-rtt", 2, scale, 1, Transport::Shm, env)?;
-        let reps = raw["reps"].as_array().map_or(&[][..], |v| v);
-        median_of_reps(reps)
-            .get("rtt_ns")
-            .and_then(Value::as_f64)
-            .ok_or_else(|| "a round-trip job reported no rtt_ns".to_string())
-    };
-    let rounds = 2 * reps.max(1) + 1;
-    let (mut floors, mut inline_rtts, mut thread_rtts) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        floors.push(floor()?);
-        let (i, t) = if round % 2 == 0 {
-            let i = rtt_job(inline_env)?;
-            (i, rtt_job(thread_env)?)
-        } else {
-            let t = rtt_job(thread_env)?;
-            (rtt_job(inline_env)?, t)
-        };
-        inline_rtts.push(i);
-        thread_rtts.push(t);
-    }
-    // Round by round: a / b.
-    let per_round =
-        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
-    let mut ratios = per_round(&thread_rtts, &inline_rtts);
-    let mut inline_over_floor = per_round(&inline_rtts, &floors);
-    let mut thread_over_floor = per_round(&thread_rtts, &floors);
-    let rounds_doc: Vec<Value> = (0..rounds)
-        .map(|k| {
-            json!({
-                "cacheline_rtt_ns": floors[k],
-                "rtt_inline_ns": inline_rtts[k],
-                "rtt_thread_ns": thread_rtts[k],
-            })
-        })
-        .collect();
-    let floor_block = floor()?;
-    let block: Value = run_ranks(
-        "progress-wakeup",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
-    )?;
-    // A sleeping rank woken through the network while it also waits on shared memory: four
-    // ranks on two nodes over UDP, rank 0 asking rank 3 (whose node-mate is rank 2).
-    let across: Value = run_ranks_per_node(
-        "progress-wakeup",
-        4,
-        2,
-        scale * NETWORK_SCALE,
-        reps,
-        Transport::Udp,
-        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
-    )?;
-    let spin: Value = run_ranks(
-        "progress-granularity",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        inline_env,
-    )?;
-    let thread: Value = run_ranks(
-        "progress-granularity",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        thread_env,
-    )?;
-    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let (spin, block, thread, across) = (med(&spin), med(&block), med(&thread), med(&across));
-    let curve = |mode: &'static str, doc: &Map<String, Value>| -> Vec<Value> {
-        doc.get("granularity")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|e| {
-                let size = e["size"].as_u64().unwrap_or(0);
-                json!({
-                    "mode": mode,
-                    "compute_ns": if size == 0 { Value::Null } else { json!(size) },
-                    "ns_per_iteration": e["ns_per_iteration"],
-                })
-            })
-            .collect()
-    };
-    let thread_curve = curve("thread", &thread);
-    let times: Vec<f64> = thread_curve
-        .iter()
-        .filter_map(|e| e["ns_per_iteration"].as_f64())
-        .collect();
-    let spread = times.iter().cloned().fold(f64::NAN, f64::max)
-        / times.iter().cloned().fold(f64::NAN, f64::min);
-    let mut granularity = curve("inline", &spin);
-    granularity.extend(thread_curve);
-    let rtt_block = block.get("rtt_ns").and_then(Value::as_f64);
-    Ok(json!({
-        "rtt_inline_ns": median(&mut inline_rtts),
-        "rtt_block_ns": rtt_block,
-        "rtt_thread_ns": median(&mut thread_rtts),
-        "wakeup_ns": block.get("wakeup_ns"),
-        "udp_mixed_node": {
-            "rtt_block_ns": across.get("rtt_ns"),
-            "wakeup_ns": across.get("wakeup_ns"),
-        },
-        "granularity": granularity,
-        "cacheline_rtt_ns": {
-            "median_of_rounds": median(&mut floors),
-            "before_block": floor_block,
-        },
-        "rounds": rounds_doc,
-        "ratios": {
-            "rtt_inline_over_floor": median(&mut inline_over_floor),
-            "rtt_block_over_floor": rtt_block.map(|r| r / floor_block),
-            "rtt_thread_over_floor": median(&mut thread_over_floor),
-            "rtt_thread_over_inline": median(&mut ratios),
-            "thread_granularity_max_over_min": spread,
-        },
-        "work_ns_per_rank_and_iteration": 2_000_000,
-        "reps": reps,
-        "scale": scale,
-    }))
-}
-
-fn print_progress_table(doc: &Value, w: &mut dyn Write) {
-    let f = |k: &str| doc[k].as_f64().unwrap_or(f64::NAN);
-    let rounds = doc["rounds"].as_array().map_or(0, Vec::len);
-    let _ = writeln!(
-        w,
-        "volley bench progress: 2 ranks on one host, pinned; round trips: medians over {rounds} \
-         rounds of one inline and one thread job (floor measured before each round); the rest: \
-         median of {} repetitions",
-        doc["reps"]
-    );
-    let inline = f("rtt_inline_ns");
-    let r = |k: &str| doc["ratios"][k].as_f64().unwrap_or(f64::NAN);
-    let fl = |k: &str| doc["cacheline_rtt_ns"][k].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  (median of the rounds' floors)",
-        "cacheline_rtt_ns",
-        fl("median_of_rounds")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its round's floor",
-        "rtt_inline_ns (spin)",
-        inline,
-        r("rtt_inline_over_floor"),
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its round's floor; {:.3} x inline (median of the rounds' ratios)",
-        "rtt_thread_ns",
-        f("rtt_thread_ns"),
-        r("rtt_thread_over_floor"),
-        r("rtt_thread_over_inline")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its floor ({:.1} ns)",
-        "rtt_block_ns",
-        f("rtt_block_ns"),
-        r("rtt_block_over_floor"),
-        fl("before_block")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.1} x inline (responder asleep in the kernel)",
-        "wakeup_ns",
-        f("wakeup_ns"),
-        f("wakeup_ns") / inline
-    );
-    let across = |k: &str| doc["udp_mixed_node"][k].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.1} x the same ranks' round trip in block mode ({:.1} ns): \
-         UDP between two nodes of 2 ranks, the responder asleep with a node-mate",
-        "wakeup_ns across nodes",
-        across("wakeup_ns"),
-        across("wakeup_ns") / across("rtt_block_ns"),
-        across("rtt_block_ns"),
-    );
-    let _ = writeln!(
-        w,
-        "  polling granularity (2 ms of compute per rank and iteration; 2.0 ms = parallel, 4.0 ms = serialized):"
-    );
-    for e in doc["granularity"].as_array().into_iter().flatten() {
-        let g = match e["compute_ns"].as_u64() {
-            Some(g) => format!("{} us between polls", g / 1000),
-            None => "never polls".into(),
-        };
-        let ns = e["ns_per_iteration"].as_f64().unwrap_or(f64::NAN);
-        let mode = e["mode"].as_str().unwrap_or("?");
-        let _ = writeln!(
-            w,
-            "    {mode:<7} {g:<26} {:>8.3} ms per iteration",
-            ns / 1e6
-        );
-    }
-    let _ = writeln!(
-        w,
-        "  thread mode, slowest over fastest granularity: {:.2}",
-        doc["ratios"]["thread_granularity_max_over_min"]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-    );
 }
 
 /// Writes the table `text` (to stderr when the JSON goes to stdout) and the JSON `doc` to
