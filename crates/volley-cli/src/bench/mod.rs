@@ -12,7 +12,7 @@ mod splitc;
 use clap::Subcommand;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -141,8 +141,8 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 any_transport: true,
                 two_cpus: true,
             },
-            bench_am,
-            print_am_table,
+            am::bench,
+            am::print_table,
         ),
         BenchCommand::Rma(a) => run_bench(
             "rma",
@@ -411,125 +411,6 @@ fn run_ranks_per_node<T: DeserializeOwned>(
     serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
 }
 
-/// Median across repetitions of every scalar, and of every `{size, rtt_ns}` list element-wise.
-fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
-    let mut out = Map::new();
-    let Some(first) = reps.first().and_then(Value::as_object) else {
-        return out;
-    };
-    for (key, v) in first {
-        if v.is_number() {
-            let mut xs: Vec<f64> = reps.iter().filter_map(|r| r[key].as_f64()).collect();
-            out.insert(key.clone(), json!(median(&mut xs)));
-        } else if let Some(list) = v.as_array() {
-            let merged: Vec<Value> = (0..list.len())
-                .map(|i| {
-                    let mut e = Map::new();
-                    e.insert("size".into(), list[i]["size"].clone());
-                    for (field, _) in list[i].as_object().into_iter().flatten() {
-                        if field == "size" {
-                            continue;
-                        }
-                        let mut xs: Vec<f64> = reps
-                            .iter()
-                            .filter_map(|r| r[key][i][field].as_f64())
-                            .collect();
-                        e.insert(field.clone(), json!(median(&mut xs)));
-                    }
-                    Value::Object(e)
-                })
-                .collect();
-            out.insert(key.clone(), json!(merged));
-        }
-    }
-    out
-}
-
-fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, String> {
-    // Shared memory: the two ranks measure the cache-line floor between themselves, in blocks
-    // interleaved with the short round trip and the flood, on lines in a memory file they
-    // inherit. Network: the socket floor first (it forks, which must happen before any thread
-    // exists).
-    let (raw, floor_key, socket_floor) = match transport {
-        Transport::Shm => {
-            let lines = floor::SharedLines::create()?;
-            let fd = lines.fd().to_string();
-            let env = [(floor::SharedLines::ENV, fd.as_str())];
-            let raw: Value = run_ranks("am", 2, scale, reps, transport, &env)?;
-            (raw, "cacheline_rtt_ns", None)
-        }
-        net => {
-            let (key, kind) = if net == Transport::Udp {
-                ("udp_raw_rtt_ns", floor::SocketFloor::Udp)
-            } else {
-                ("tcp_raw_rtt_ns", floor::SocketFloor::Tcp)
-            };
-            let iters = ((50_000.0 * scale) as u64).max(100);
-            // 8 bytes: the payload of a one-argument short message.
-            let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
-            let raw: Value = run_ranks("am", 2, scale * NETWORK_SCALE, reps, transport, &[])?;
-            (raw, key, Some(ns))
-        }
-    };
-    let runs = raw["reps"].as_array().cloned().unwrap_or_default();
-    let mut doc = median_of_reps(&runs);
-    let get =
-        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    if let Some(ns) = socket_floor {
-        doc.insert(floor_key.into(), json!(ns));
-    }
-    let floor = get(&doc, floor_key);
-    let rtt = get(&doc, "am_short_rtt_ns");
-    // Shared memory: the medians of the block-by-block ratios (each block beside its floor).
-    let flood = get(&doc, "am_flood_ns_per_msg");
-    let mut over_floor = |key: &str, ns: f64| {
-        doc.remove(key)
-            .and_then(|v| v.as_f64())
-            .unwrap_or(ns / floor)
-    };
-    let short_over_floor = over_floor("am_short_rtt_over_floor", rtt);
-    let flood_over_floor = over_floor("am_flood_over_floor", flood);
-    // Shared memory only: the bare ring reference, beside the floor and beside volley.
-    let bare_over_floor = doc
-        .remove("bare_am_rtt_over_floor")
-        .and_then(|v| v.as_f64());
-    let short_over_bare = doc
-        .remove("am_short_rtt_over_bare")
-        .and_then(|v| v.as_f64());
-    let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
-    doc.insert("floor_key".into(), json!(floor_key));
-    doc.insert("transport".into(), json!(transport.name()));
-    // The long ping carries its payload both ways.
-    let long_1mib = doc
-        .get("am_long_rtt_ns")
-        .and_then(Value::as_array)
-        .and_then(|l| l.iter().find(|e| e["size"] == json!(1 << 20)))
-        .and_then(|e| e["rtt_ns"].as_f64())
-        .unwrap_or(f64::NAN);
-    doc.insert(
-        "long_gbps_1MiB".into(),
-        json!(2.0 * (1u64 << 20) as f64 / long_1mib),
-    );
-    doc.insert("L_ns".into(), json!(rtt / 2.0 - os - or));
-    doc.insert(
-        "ratios".into(),
-        json!({
-            "am_short_rtt_over_floor": short_over_floor,
-            "am_flood_over_floor": flood_over_floor,
-            "bare_am_rtt_over_floor": bare_over_floor,
-            "am_short_rtt_over_bare": short_over_bare,
-        }),
-    );
-    doc.insert("reps".into(), json!(reps));
-    doc.insert("scale".into(), json!(scale));
-    doc.insert(
-        "cpus".into(),
-        json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
-    );
-    doc.insert("runs".into(), json!(runs));
-    Ok(Value::Object(doc))
-}
-
 /// Writes the table `text` (to stderr when the JSON goes to stdout) and the JSON `doc` to
 /// `json` (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of
 /// losing it.
@@ -600,106 +481,6 @@ impl Json {
             }
         }
     }
-}
-
-fn print_am_table(doc: &Value, w: &mut dyn Write) {
-    let floor_key = doc["floor_key"].as_str().unwrap_or("cacheline_rtt_ns");
-    let floor = doc[floor_key].as_f64().unwrap_or(f64::NAN);
-    let transport = doc["transport"].as_str().unwrap_or("shm");
-    let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
-        let _ = if v.is_nan() {
-            writeln!(
-                w,
-                "  {name:<28} {:>10} ns  {:>6} x floor  {note}",
-                "n/a", "n/a"
-            )
-        } else {
-            writeln!(
-                w,
-                "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
-                v / floor
-            )
-        };
-    };
-    let (how, rtt_target, flood_target) = match transport {
-        "shm" => (
-            "one node, shared memory",
-            "target <= 1.30 x floor",
-            "target <= 0.15 x floor",
-        ),
-        "udp" => (
-            "two emulated nodes, UDP on loopback",
-            "target <= 1.20 x floor",
-            "",
-        ),
-        _ => (
-            "two emulated nodes, TCP on loopback",
-            "target <= 1.20 x floor",
-            "",
-        ),
-    };
-    let _ = writeln!(
-        w,
-        "volley bench am: 2 ranks on one host, {how}, pinned; median of {} repetitions",
-        doc["reps"]
-    );
-    let floor_note = if transport == "shm" {
-        "between the two ranks, in blocks before the short round trip and flood"
-    } else {
-        "raw sockets, measured before the job"
-    };
-    row(w, &format!("{floor_key} (floor)"), floor, floor_note);
-    if let Some(bare) = doc["bare_am_rtt_ns"].as_f64() {
-        row(
-            w,
-            "bare_am_rtt_ns (reference)",
-            bare,
-            "two bare rings, boxed handlers, no runtime: in the same blocks",
-        );
-    }
-    for (key, note) in [
-        ("am_short_rtt_ns", rtt_target),
-        ("am_flood_ns_per_msg", flood_target),
-        (
-            "am_flood_2way_ns_per_msg",
-            "both directions at once, per message",
-        ),
-        ("o_send_ns", "LogP send overhead"),
-        ("o_recv_ns", "LogP receive overhead"),
-        ("L_ns", "RTT/2 - o_send - o_recv (may be negative)"),
-    ] {
-        row(w, key, doc[key].as_f64().unwrap_or(f64::NAN), note);
-    }
-    for (key, label) in [("am_medium_rtt_ns", "medium"), ("am_long_rtt_ns", "long")] {
-        for e in doc[key].as_array().into_iter().flatten() {
-            let size = e["size"].as_u64().unwrap_or(0);
-            let name = format!("{label} rtt {}", human(size));
-            row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
-        }
-    }
-    let ratio = |key: &str| doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  over the floor: am_short_rtt {:.2}, am_flood {:.3} (shared memory: medians of the \
-         blocks' ratios, each block beside the floor measured just before it)",
-        ratio("am_short_rtt_over_floor"),
-        ratio("am_flood_over_floor"),
-    );
-    if doc["ratios"]["bare_am_rtt_over_floor"].is_number() {
-        let _ = writeln!(
-            w,
-            "  bare ring reference: {:.2} x floor; am_short_rtt {:.2} x the bare ring (medians \
-             of the same blocks' ratios)",
-            ratio("bare_am_rtt_over_floor"),
-            ratio("am_short_rtt_over_bare"),
-        );
-    }
-    let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<28} {gbps:>10.2} GB/s (1 MiB long, both ways)",
-        "long_gbps_1MiB"
-    );
 }
 
 fn human(bytes: u64) -> String {
