@@ -726,3 +726,41 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
         "long_gbps_1MiB", r.long_gbps_1mib
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(short: f64, o_recv: Option<f64>) -> AmRep {
+        AmRep {
+            am_short_rtt_ns: short,
+            am_medium_rtt_ns: vec![SizeRtt {
+                size: 8,
+                rtt_ns: short * 2.0,
+            }],
+            o_recv_ns: o_recv,
+            ..AmRep::default()
+        }
+    }
+
+    #[test]
+    fn medians_take_o_recv_from_the_repetitions_that_kept_a_sample() {
+        let m = AmRep::medians(&[rep(1.0, None), rep(3.0, Some(9.0)), rep(2.0, None)]);
+        assert_eq!(m.am_short_rtt_ns, 2.0);
+        assert_eq!(m.am_medium_rtt_ns[0].rtt_ns, 4.0);
+        assert_eq!(m.o_recv_ns, Some(9.0));
+        assert!(m.blocks.is_none());
+        let none = AmRep::medians(&[rep(1.0, None), rep(3.0, None)]);
+        assert_eq!(none.o_recv_ns, None);
+    }
+
+    #[test]
+    fn a_repetition_without_o_recv_writes_null_and_reads_back() {
+        let text = serde_json::to_string(&rep(1.0, None)).unwrap();
+        assert!(text.contains(r#""o_recv_ns":null"#), "{text}");
+        assert!(!text.contains("cacheline_rtt_ns"), "{text}");
+        let back: AmRep = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.o_recv_ns, None);
+        assert!(back.blocks.is_none());
+    }
+}

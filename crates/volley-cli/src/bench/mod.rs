@@ -490,3 +490,65 @@ fn human(bytes: u64) -> String {
         b => format!("{b} B"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `text` into `T` and writes it back: the same JSON (keys, nesting, value types
+    /// and values) must come out, or the struct has drifted from the documents on record.
+    fn round_trip<T: Serialize + DeserializeOwned>(what: &str, text: &str) {
+        let doc: Value = serde_json::from_str(text).expect(what);
+        let typed: T = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let back = serde_json::to_value(&typed).expect(what);
+        assert_eq!(back, doc, "{what}: written back differently");
+    }
+
+    #[test]
+    fn checked_in_am_results_match_the_am_report() {
+        round_trip::<am::AmReport>(
+            "benchmarks/am.json",
+            include_str!("../../../../benchmarks/am.json"),
+        );
+    }
+
+    // Quick runs (`--reps 2 --scale 0.01`): the figures mean nothing, the shapes are the point.
+    #[test]
+    fn recorded_documents_match_their_reports() {
+        round_trip::<am::AmReport>("am over UDP", include_str!("testdata/am-udp.json"));
+        round_trip::<am::AmReport>("am over TCP", include_str!("testdata/am-tcp.json"));
+        round_trip::<rma::RmaReport>("rma", include_str!("testdata/rma.json"));
+        round_trip::<progress::ProgressReport>("progress", include_str!("testdata/progress.json"));
+    }
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct P(u64, f64);
+
+    impl CurvePoint for P {
+        fn figure(&self) -> f64 {
+            self.1
+        }
+        fn set_figure(&mut self, v: f64) {
+            self.1 = v;
+        }
+    }
+
+    #[test]
+    fn medians_leave_out_what_a_repetition_could_not_measure() {
+        assert_eq!(median_present([3.0, f64::NAN, 1.0, 2.0]), 2.0);
+        assert!(median_present([f64::NAN]).is_nan());
+        assert_eq!(median_opt([None, Some(4.0), Some(6.0)]), Some(5.0));
+        assert_eq!(median_opt([None, Some(f64::NAN)]), None);
+        // Point by point, where each lies taken from the first repetition; a repetition
+        // without the point counts for nothing there.
+        let reps = [
+            vec![P(8, 1.0), P(64, 10.0)],
+            vec![P(8, 3.0)],
+            vec![P(8, 2.0), P(64, f64::NAN)],
+        ];
+        assert_eq!(
+            median_curve(&reps, |r| r.as_slice()),
+            [P(8, 2.0), P(64, 10.0)]
+        );
+    }
+}
