@@ -10,10 +10,15 @@
 //!   polling;
 //! - o_recv: the receiver stops polling until a burst has arrived, then times the polls that
 //!   handle it.
+//!
+//! The driver ([`bench`]) merges the repetitions into an [`AmReport`] beside the floor.
 
 use super::floor::{self, SharedLines};
-use serde_json::json;
+use super::{median, median_curve, median_opt, median_present, CurvePoint, Medians, Reps};
+use super::{Transport, NETWORK_SCALE};
+use serde::{Deserialize, Serialize};
 use std::cell::Cell;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +29,174 @@ const LONG_SIZES: [usize; 4] = [8, 4096, 65536, 1 << 20];
 const BURST: usize = 32;
 /// Blocks of the short round trip and the one-way flood, each right after a floor ping-pong.
 const BLOCKS: usize = 5;
+
+/// A round trip at one payload size.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SizeRtt {
+    /// Payload bytes.
+    pub size: usize,
+    /// Round trip, ns.
+    pub rtt_ns: f64,
+}
+
+impl CurvePoint for SizeRtt {
+    fn figure(&self) -> f64 {
+        self.rtt_ns
+    }
+    fn set_figure(&mut self, v: f64) {
+        self.rtt_ns = v;
+    }
+}
+
+/// One repetition's figures, rank 0's (ns unless named otherwise).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AmRep {
+    /// Short request round trip: median over the blocks.
+    pub am_short_rtt_ns: f64,
+    /// One-way flood, per message: median over the blocks.
+    pub am_flood_ns_per_msg: f64,
+    /// The floor and the bare ring reference measured in the blocks (shared memory only).
+    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<BlockFigures>,
+    /// Medium request round trips by payload size.
+    pub am_medium_rtt_ns: Vec<SizeRtt>,
+    /// Long request round trips by payload size (the payload travels both ways).
+    pub am_long_rtt_ns: Vec<SizeRtt>,
+    /// Flood in both directions at once, per message.
+    pub am_flood_2way_ns_per_msg: f64,
+    /// LogP receive overhead; None (null) when rank 1 kept no sample (it keeps only polls
+    /// that found a whole burst waiting).
+    pub o_recv_ns: Option<f64>,
+    /// LogP send overhead.
+    pub o_send_ns: f64,
+}
+
+/// What the shared-memory blocks measure beside the short round trip and the flood: medians
+/// over the blocks, the ratios taken block by block (each beside its own floor).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BlockFigures {
+    /// The floor: a cache-line ping-pong between the two ranks.
+    pub cacheline_rtt_ns: f64,
+    /// Short round trip over the block's floor.
+    pub am_short_rtt_over_floor: f64,
+    /// Flood per message over the block's floor.
+    pub am_flood_over_floor: f64,
+    /// Round trip on two bare rings with boxed handlers and no runtime (the reference).
+    pub bare_am_rtt_ns: f64,
+    /// The reference over the block's floor.
+    pub bare_am_rtt_over_floor: f64,
+    /// Short round trip over the block's reference.
+    pub am_short_rtt_over_bare: f64,
+}
+
+impl Medians for BlockFigures {
+    fn medians(reps: &[Self]) -> Self {
+        let med = |f: fn(&Self) -> f64| median_present(reps.iter().map(f));
+        Self {
+            cacheline_rtt_ns: med(|r| r.cacheline_rtt_ns),
+            am_short_rtt_over_floor: med(|r| r.am_short_rtt_over_floor),
+            am_flood_over_floor: med(|r| r.am_flood_over_floor),
+            bare_am_rtt_ns: med(|r| r.bare_am_rtt_ns),
+            bare_am_rtt_over_floor: med(|r| r.bare_am_rtt_over_floor),
+            am_short_rtt_over_bare: med(|r| r.am_short_rtt_over_bare),
+        }
+    }
+}
+
+impl Medians for AmRep {
+    fn medians(reps: &[Self]) -> Self {
+        let med = |f: fn(&Self) -> f64| median_present(reps.iter().map(f));
+        let blocks: Vec<BlockFigures> = reps.iter().filter_map(|r| r.blocks.clone()).collect();
+        Self {
+            am_short_rtt_ns: med(|r| r.am_short_rtt_ns),
+            am_flood_ns_per_msg: med(|r| r.am_flood_ns_per_msg),
+            blocks: (!blocks.is_empty()).then(|| BlockFigures::medians(&blocks)),
+            am_medium_rtt_ns: median_curve(reps, |r| &r.am_medium_rtt_ns),
+            am_long_rtt_ns: median_curve(reps, |r| &r.am_long_rtt_ns),
+            am_flood_2way_ns_per_msg: med(|r| r.am_flood_2way_ns_per_msg),
+            o_recv_ns: median_opt(reps.iter().map(|r| r.o_recv_ns)),
+            o_send_ns: med(|r| r.o_send_ns),
+        }
+    }
+}
+
+/// The ratios to the floor and to the bare ring reference.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AmRatios {
+    /// Short round trip over the floor.
+    pub am_short_rtt_over_floor: f64,
+    /// Flood per message over the floor.
+    pub am_flood_over_floor: f64,
+    /// The bare ring reference over the floor (shared memory only; null otherwise).
+    pub bare_am_rtt_over_floor: Option<f64>,
+    /// Short round trip over the bare ring reference (shared memory only; null otherwise).
+    pub am_short_rtt_over_bare: Option<f64>,
+}
+
+/// The whole benchmark's results: the medians over the repetitions (ns unless named
+/// otherwise), the floor, and every repetition's own figures.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AmReport {
+    /// Short request round trip.
+    pub am_short_rtt_ns: f64,
+    /// One-way flood, per message (the gap g).
+    pub am_flood_ns_per_msg: f64,
+    /// Flood in both directions at once, per message.
+    pub am_flood_2way_ns_per_msg: f64,
+    /// Medium request round trips by payload size.
+    pub am_medium_rtt_ns: Vec<SizeRtt>,
+    /// Long request round trips by payload size.
+    pub am_long_rtt_ns: Vec<SizeRtt>,
+    /// Long round trip bandwidth at 1 MiB, GB/s (the payload travels both ways).
+    #[serde(rename = "long_gbps_1MiB")]
+    pub long_gbps_1mib: f64,
+    /// LogP receive overhead (absent when no repetition kept a sample).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub o_recv_ns: Option<f64>,
+    /// LogP send overhead.
+    pub o_send_ns: f64,
+    /// LogP latency: RTT/2 - o_send - o_recv (may be negative; null without o_recv).
+    #[serde(rename = "L_ns")]
+    pub l_ns: Option<f64>,
+    /// The shared-memory floor: a cache-line ping-pong between the two ranks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cacheline_rtt_ns: Option<f64>,
+    /// The UDP floor: raw sockets, measured before the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udp_raw_rtt_ns: Option<f64>,
+    /// The TCP floor: raw sockets, measured before the job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_raw_rtt_ns: Option<f64>,
+    /// Which of the three floors this run has.
+    pub floor_key: String,
+    /// The bare ring reference (shared memory only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bare_am_rtt_ns: Option<f64>,
+    /// The ratios.
+    pub ratios: AmRatios,
+    /// shm, udp or tcp.
+    pub transport: String,
+    /// Repetitions.
+    pub reps: usize,
+    /// Iteration scale.
+    pub scale: f64,
+    /// CPUs this machine offers.
+    pub cpus: usize,
+    /// Every repetition's figures.
+    pub runs: Vec<AmRep>,
+}
+
+impl AmReport {
+    /// The floor named by `floor_key` (NaN if it is missing).
+    pub fn floor_ns(&self) -> f64 {
+        match self.floor_key.as_str() {
+            "udp_raw_rtt_ns" => self.udp_raw_rtt_ns,
+            "tcp_raw_rtt_ns" => self.tcp_raw_rtt_ns,
+            _ => self.cacheline_rtt_ns,
+        }
+        .unwrap_or(f64::NAN)
+    }
+}
 
 struct Bench {
     rt: Runtime,
@@ -157,9 +330,10 @@ impl Bench {
         t0.elapsed().as_nanos() as f64
     }
 
-    fn one_rep(&self, phase: &mut u64) -> serde_json::Value {
+    /// One repetition; the figures are rank 0's (rank 1's are left at their defaults).
+    fn one_rep(&self, phase: &mut u64) -> AmRep {
         let me = self.rt.rank();
-        let mut r = serde_json::Map::new();
+        let mut r = AmRep::default();
         // Phase 0: the short round trip and the one-way flood in blocks, each right after a
         // cache-line ping-pong between these two processes on their own CPUs (shared memory
         // only): this machine's floor moves from one minute to the next, so each figure is
@@ -208,19 +382,17 @@ impl Bench {
             }
         }
         if me == 0 {
-            let mut medians = vec![("am_short_rtt_ns", shorts), ("am_flood_ns_per_msg", floods)];
+            r.am_short_rtt_ns = median(&mut shorts);
+            r.am_flood_ns_per_msg = median(&mut floods);
             if !floors.is_empty() {
-                medians.extend([
-                    ("cacheline_rtt_ns", floors),
-                    ("am_short_rtt_over_floor", short_ratios),
-                    ("am_flood_over_floor", flood_ratios),
-                    ("bare_am_rtt_ns", bares),
-                    ("bare_am_rtt_over_floor", bare_ratios),
-                    ("am_short_rtt_over_bare", short_over_bare),
-                ]);
-            }
-            for (key, mut xs) in medians {
-                r.insert(key.into(), json!(super::median(&mut xs)));
+                r.blocks = Some(BlockFigures {
+                    cacheline_rtt_ns: median(&mut floors),
+                    am_short_rtt_over_floor: median(&mut short_ratios),
+                    am_flood_over_floor: median(&mut flood_ratios),
+                    bare_am_rtt_ns: median(&mut bares),
+                    bare_am_rtt_over_floor: median(&mut bare_ratios),
+                    am_short_rtt_over_bare: median(&mut short_over_bare),
+                });
             }
         }
         // Phase 1: the other round trips, driven by rank 0.
@@ -241,9 +413,9 @@ impl Bench {
                         .request_medium(1, self.ping_medium, &[], &buf)
                         .expect("ping_medium")
                 });
-                medium.push(json!({"size": size, "rtt_ns": ns}));
+                medium.push(SizeRtt { size, rtt_ns: ns });
             }
-            r.insert("am_medium_rtt_ns".into(), json!(medium));
+            r.am_medium_rtt_ns = medium;
             let mut long = Vec::new();
             for &size in &LONG_SIZES {
                 let buf = vec![9u8; size];
@@ -257,9 +429,9 @@ impl Bench {
                         .request_long(1, self.ping_long, &[], &buf, 0)
                         .expect("ping_long")
                 });
-                long.push(json!({"size": size, "rtt_ns": ns}));
+                long.push(SizeRtt { size, rtt_ns: ns });
             }
-            r.insert("am_long_rtt_ns".into(), json!(long));
+            r.am_long_rtt_ns = long;
             self.end_phase();
         } else {
             self.serve(*phase);
@@ -270,10 +442,7 @@ impl Bench {
         let ns = self.flood(1 - me, n);
         self.rt.barrier();
         if me == 0 {
-            r.insert(
-                "am_flood_2way_ns_per_msg".into(),
-                json!(ns / (2 * n) as f64),
-            );
+            r.am_flood_2way_ns_per_msg = ns / (2 * n) as f64;
         }
         // Phase 3: send overhead, receiver not polling during the burst.
         let bursts = self.iters(300);
@@ -329,7 +498,7 @@ impl Bench {
         }
         // Rank 1 hands its o_recv median to rank 0.
         if me == 1 {
-            let med = super::median(&mut o_recv);
+            let med = median(&mut o_recv);
             self.rt
                 .request_short(0, self.report, &[med.to_bits()])
                 .expect("report");
@@ -337,11 +506,11 @@ impl Bench {
             self.rt
                 .wait_until(|| self.reported.load(Ordering::Relaxed) != u64::MAX);
             let bits = self.reported.swap(u64::MAX, Ordering::Relaxed);
-            r.insert("o_recv_ns".into(), json!(f64::from_bits(bits)));
-            r.insert("o_send_ns".into(), json!(super::median(&mut o_send)));
+            r.o_recv_ns = Some(f64::from_bits(bits)).filter(|x| !x.is_nan());
+            r.o_send_ns = median(&mut o_send);
         }
         self.rt.barrier();
-        serde_json::Value::Object(r)
+        r
     }
 }
 
@@ -363,4 +532,235 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
         super::write_reps(out, reps_out)?;
     }
     Ok(())
+}
+
+/// Runs the job over `transport` beside its floor and merges the repetitions.
+pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, String> {
+    // Shared memory: the two ranks measure the cache-line floor between themselves, in blocks
+    // interleaved with the short round trip and the flood, on lines in a memory file they
+    // inherit. Network: the socket floor first (it forks, which must happen before any thread
+    // exists).
+    let (runs, socket_floor) = match transport {
+        Transport::Shm => {
+            let lines = floor::SharedLines::create()?;
+            let fd = lines.fd().to_string();
+            let env = [(floor::SharedLines::ENV, fd.as_str())];
+            let runs = super::run_ranks::<Reps<AmRep>>("am", 2, scale, reps, transport, &env)?;
+            (runs, None)
+        }
+        net => {
+            let kind = if net == Transport::Udp {
+                floor::SocketFloor::Udp
+            } else {
+                floor::SocketFloor::Tcp
+            };
+            let iters = ((50_000.0 * scale) as u64).max(100);
+            // 8 bytes: the payload of a one-argument short message.
+            let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
+            let runs = super::run_ranks::<Reps<AmRep>>(
+                "am",
+                2,
+                scale * NETWORK_SCALE,
+                reps,
+                transport,
+                &[],
+            )?;
+            (runs, Some(ns))
+        }
+    };
+    let m = runs.medians()?;
+    let blocks = m.blocks.as_ref();
+    let (floor_key, floor) = match transport {
+        Transport::Shm => (
+            "cacheline_rtt_ns",
+            blocks.map_or(f64::NAN, |b| b.cacheline_rtt_ns),
+        ),
+        Transport::Udp => ("udp_raw_rtt_ns", socket_floor.unwrap_or(f64::NAN)),
+        Transport::Tcp => ("tcp_raw_rtt_ns", socket_floor.unwrap_or(f64::NAN)),
+    };
+    let known = |x: f64| Some(x).filter(|x| !x.is_nan());
+    let rtt = m.am_short_rtt_ns;
+    // Shared memory: the medians of the block-by-block ratios (each block beside its floor).
+    // Over a network: the medians over the floor measured before the job.
+    let over_floor = |block_ratio: fn(&BlockFigures) -> f64, ns: f64| {
+        blocks
+            .and_then(|b| known(block_ratio(b)))
+            .unwrap_or(ns / floor)
+    };
+    // The long ping carries its payload both ways.
+    let long_1mib = m
+        .am_long_rtt_ns
+        .iter()
+        .find(|e| e.size == 1 << 20)
+        .map_or(f64::NAN, |e| e.rtt_ns);
+    Ok(AmReport {
+        am_short_rtt_ns: rtt,
+        am_flood_ns_per_msg: m.am_flood_ns_per_msg,
+        am_flood_2way_ns_per_msg: m.am_flood_2way_ns_per_msg,
+        long_gbps_1mib: 2.0 * (1u64 << 20) as f64 / long_1mib,
+        o_recv_ns: m.o_recv_ns,
+        o_send_ns: m.o_send_ns,
+        l_ns: m.o_recv_ns.map(|or| rtt / 2.0 - m.o_send_ns - or),
+        cacheline_rtt_ns: blocks.map(|b| b.cacheline_rtt_ns),
+        udp_raw_rtt_ns: socket_floor.filter(|_| transport == Transport::Udp),
+        tcp_raw_rtt_ns: socket_floor.filter(|_| transport == Transport::Tcp),
+        floor_key: floor_key.into(),
+        bare_am_rtt_ns: blocks.map(|b| b.bare_am_rtt_ns),
+        ratios: AmRatios {
+            am_short_rtt_over_floor: over_floor(|b| b.am_short_rtt_over_floor, rtt),
+            am_flood_over_floor: over_floor(|b| b.am_flood_over_floor, m.am_flood_ns_per_msg),
+            bare_am_rtt_over_floor: blocks.and_then(|b| known(b.bare_am_rtt_over_floor)),
+            am_short_rtt_over_bare: blocks.and_then(|b| known(b.am_short_rtt_over_bare)),
+        },
+        am_medium_rtt_ns: m.am_medium_rtt_ns,
+        am_long_rtt_ns: m.am_long_rtt_ns,
+        transport: transport.name().into(),
+        reps,
+        scale,
+        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        runs: runs.reps,
+    })
+}
+
+/// The table: every figure beside the floor, with its target where it has one.
+pub fn print_table(r: &AmReport, w: &mut dyn Write) {
+    let floor = r.floor_ns();
+    let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
+        let _ = if v.is_nan() {
+            writeln!(
+                w,
+                "  {name:<28} {:>10} ns  {:>6} x floor  {note}",
+                "n/a", "n/a"
+            )
+        } else {
+            writeln!(
+                w,
+                "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
+                v / floor
+            )
+        };
+    };
+    let (how, rtt_target, flood_target) = match r.transport.as_str() {
+        "shm" => (
+            "one node, shared memory",
+            "target <= 1.30 x floor",
+            "target <= 0.15 x floor",
+        ),
+        "udp" => (
+            "two emulated nodes, UDP on loopback",
+            "target <= 1.20 x floor",
+            "",
+        ),
+        _ => (
+            "two emulated nodes, TCP on loopback",
+            "target <= 1.20 x floor",
+            "",
+        ),
+    };
+    let _ = writeln!(
+        w,
+        "volley bench am: 2 ranks on one host, {how}, pinned; median of {} repetitions",
+        r.reps
+    );
+    let floor_note = if r.transport == "shm" {
+        "between the two ranks, in blocks before the short round trip and flood"
+    } else {
+        "raw sockets, measured before the job"
+    };
+    row(w, &format!("{} (floor)", r.floor_key), floor, floor_note);
+    if let Some(bare) = r.bare_am_rtt_ns.filter(|x| !x.is_nan()) {
+        row(
+            w,
+            "bare_am_rtt_ns (reference)",
+            bare,
+            "two bare rings, boxed handlers, no runtime: in the same blocks",
+        );
+    }
+    for (key, v, note) in [
+        ("am_short_rtt_ns", r.am_short_rtt_ns, rtt_target),
+        ("am_flood_ns_per_msg", r.am_flood_ns_per_msg, flood_target),
+        (
+            "am_flood_2way_ns_per_msg",
+            r.am_flood_2way_ns_per_msg,
+            "both directions at once, per message",
+        ),
+        ("o_send_ns", r.o_send_ns, "LogP send overhead"),
+        (
+            "o_recv_ns",
+            r.o_recv_ns.unwrap_or(f64::NAN),
+            "LogP receive overhead",
+        ),
+        (
+            "L_ns",
+            r.l_ns.unwrap_or(f64::NAN),
+            "RTT/2 - o_send - o_recv (may be negative)",
+        ),
+    ] {
+        row(w, key, v, note);
+    }
+    for (curve, label) in [(&r.am_medium_rtt_ns, "medium"), (&r.am_long_rtt_ns, "long")] {
+        for e in curve {
+            let name = format!("{label} rtt {}", super::human(e.size as u64));
+            row(w, &name, e.rtt_ns, "");
+        }
+    }
+    let ratios = &r.ratios;
+    let _ = writeln!(
+        w,
+        "  over the floor: am_short_rtt {:.2}, am_flood {:.3} (shared memory: medians of the \
+         blocks' ratios, each block beside the floor measured just before it)",
+        ratios.am_short_rtt_over_floor, ratios.am_flood_over_floor,
+    );
+    if let Some(bare_over_floor) = ratios.bare_am_rtt_over_floor {
+        let _ = writeln!(
+            w,
+            "  bare ring reference: {:.2} x floor; am_short_rtt {:.2} x the bare ring (medians \
+             of the same blocks' ratios)",
+            bare_over_floor,
+            ratios.am_short_rtt_over_bare.unwrap_or(f64::NAN),
+        );
+    }
+    let _ = writeln!(
+        w,
+        "  {:<28} {:>10.2} GB/s (1 MiB long, both ways)",
+        "long_gbps_1MiB", r.long_gbps_1mib
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rep(short: f64, o_recv: Option<f64>) -> AmRep {
+        AmRep {
+            am_short_rtt_ns: short,
+            am_medium_rtt_ns: vec![SizeRtt {
+                size: 8,
+                rtt_ns: short * 2.0,
+            }],
+            o_recv_ns: o_recv,
+            ..AmRep::default()
+        }
+    }
+
+    #[test]
+    fn medians_take_o_recv_from_the_repetitions_that_kept_a_sample() {
+        let m = AmRep::medians(&[rep(1.0, None), rep(3.0, Some(9.0)), rep(2.0, None)]);
+        assert_eq!(m.am_short_rtt_ns, 2.0);
+        assert_eq!(m.am_medium_rtt_ns[0].rtt_ns, 4.0);
+        assert_eq!(m.o_recv_ns, Some(9.0));
+        assert!(m.blocks.is_none());
+        let none = AmRep::medians(&[rep(1.0, None), rep(3.0, None)]);
+        assert_eq!(none.o_recv_ns, None);
+    }
+
+    #[test]
+    fn a_repetition_without_o_recv_writes_null_and_reads_back() {
+        let text = serde_json::to_string(&rep(1.0, None)).unwrap();
+        assert!(text.contains(r#""o_recv_ns":null"#), "{text}");
+        assert!(!text.contains("cacheline_rtt_ns"), "{text}");
+        let back: AmRep = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.o_recv_ns, None);
+        assert!(back.blocks.is_none());
+    }
 }

@@ -140,8 +140,8 @@ pub fn bench(reps: usize, scale: f64) -> Result<CollReport, String> {
     let mut runs = Vec::new();
     let mut mpi_note = None;
     for ranks in RANKS {
-        let doc = super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
-        let mut run: CollRun = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+        let mut run: CollRun =
+            super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
         match super::mpi_peer::measure(ranks, scale, reps) {
             Ok(Some(m)) => run.mpi = Some(m),
             Ok(None) => {

@@ -10,7 +10,9 @@ mod rma;
 mod splitc;
 
 use clap::Subcommand;
-use serde_json::{json, Map, Value};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -126,73 +128,78 @@ pub fn median(v: &mut [f64]) -> f64 {
 
 /// Runs a benchmark command.
 pub fn main(cmd: BenchCommand) -> ExitCode {
-    let cmd = match cmd {
+    // Two ranks on shared memory, beside a floor measured on the same two CPUs.
+    const SHM_PAIR: Needs = Needs {
+        any_transport: false,
+        two_cpus: true,
+    };
+    match cmd {
+        BenchCommand::Am(a) => run_bench(
+            "am",
+            a,
+            Needs {
+                any_transport: true,
+                two_cpus: true,
+            },
+            am::bench,
+            am::print_table,
+        ),
+        BenchCommand::Rma(a) => run_bench(
+            "rma",
+            a,
+            SHM_PAIR,
+            |reps, scale, _| rma::bench(reps, scale),
+            rma::print_table,
+        ),
+        BenchCommand::Progress(a) => run_bench(
+            "progress",
+            a,
+            SHM_PAIR,
+            |reps, scale, _| progress::bench(reps, scale),
+            progress::print_table,
+        ),
         BenchCommand::Splitc(a) => {
             let strategies = a.strategy.strategies();
-            return typed(
+            run_bench(
                 "splitc",
                 a.common,
-                true,
+                Needs {
+                    any_transport: true,
+                    two_cpus: false,
+                },
                 |reps, scale, transport| splitc::bench(reps, scale, transport, &strategies),
                 splitc::print_table,
-            );
+            )
         }
-        BenchCommand::Coll(a) => {
-            return typed(
-                "coll",
-                a,
-                false,
-                |reps, scale, _| coll::bench(reps, scale),
-                coll::print_table,
-            );
-        }
-        other => other,
-    };
-    type Bench = fn(usize, f64, Transport) -> Result<Value, String>;
-    type Table = fn(&Value, &mut dyn Write);
-    let (name, args, bench, table): (&str, BenchArgs, Bench, Table) = match cmd {
-        BenchCommand::Am(a) => ("am", a, bench_am, print_am_table),
-        BenchCommand::Rma(a) => ("rma", a, bench_rma, print_rma_table),
-        BenchCommand::Progress(a) => ("progress", a, bench_progress, print_progress_table),
-        BenchCommand::Splitc(_) | BenchCommand::Coll(_) => unreachable!("handled above"),
-    };
-    if !(args.scale > 0.0 && args.scale <= 100.0) {
-        eprintln!("volley bench: --scale must be in (0, 100]");
-        return ExitCode::from(2);
-    }
-    if name != "am" && args.transport != Transport::Shm {
-        eprintln!("volley bench {name}: only --transport shm is supported");
-        return ExitCode::from(2);
-    }
-    let cpus = crate::affinity::allowed_cpus().len();
-    if cpus < 2 {
-        eprintln!(
-            "volley bench {name}: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
-        );
-        return ExitCode::from(2);
-    }
-    let json = match Json::open(args.json.as_deref()) {
-        Ok(j) => j,
-        Err(e) => {
-            eprintln!("volley bench {name}: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match bench(args.reps as usize, args.scale, args.transport) {
-        Ok(doc) => emit(&doc, json, table),
-        Err(e) => {
-            eprintln!("volley bench {name}: {e}");
-            ExitCode::FAILURE
-        }
+        BenchCommand::Coll(a) => run_bench(
+            "coll",
+            a,
+            Needs {
+                any_transport: false,
+                two_cpus: false,
+            },
+            |reps, scale, _| coll::bench(reps, scale),
+            coll::print_table,
+        ),
     }
 }
 
-/// A benchmark whose results are a typed report: checks the common options, runs it, prints
-/// its table and writes its JSON (serialized from the report).
-fn typed<R: serde::Serialize>(
+/// What a benchmark accepts and needs beyond the options every one checks.
+#[derive(Debug, Clone, Copy)]
+struct Needs {
+    /// Runs over every transport (otherwise over shared memory only).
+    any_transport: bool,
+    /// Needs two CPUs: on one, its ranks and its floor would take turns and every figure
+    /// would be meaningless.
+    two_cpus: bool,
+}
+
+/// Checks the common options, runs the benchmark, prints its table and writes its JSON
+/// (serialized from its report).
+fn run_bench<R: Serialize>(
     name: &str,
     args: BenchArgs,
-    any_transport: bool,
+    needs: Needs,
     bench: impl FnOnce(usize, f64, Transport) -> Result<R, String>,
     table: fn(&R, &mut dyn Write),
 ) -> ExitCode {
@@ -200,9 +207,18 @@ fn typed<R: serde::Serialize>(
         eprintln!("volley bench {name}: --scale must be in (0, 100]");
         return ExitCode::from(2);
     }
-    if !any_transport && args.transport != Transport::Shm {
+    if !needs.any_transport && args.transport != Transport::Shm {
         eprintln!("volley bench {name}: only --transport shm is supported");
         return ExitCode::from(2);
+    }
+    if needs.two_cpus {
+        let cpus = crate::affinity::allowed_cpus().len();
+        if cpus < 2 {
+            eprintln!(
+                "volley bench {name}: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
+            );
+            return ExitCode::from(2);
+        }
     }
     let json = match Json::open(args.json.as_deref()) {
         Ok(j) => j,
@@ -247,25 +263,84 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
     }
 }
 
+/// What rank 0 of a benchmark job writes for the launching command: every repetition's
+/// figures.
+#[derive(Debug, Serialize, Deserialize)]
+struct Reps<T> {
+    reps: Vec<T>,
+}
+
+impl<T: Medians> Reps<T> {
+    /// The medians over the repetitions (an error if rank 0 wrote none).
+    fn medians(&self) -> Result<T, String> {
+        if self.reps.is_empty() {
+            return Err("rank 0 reported no repetitions".into());
+        }
+        Ok(T::medians(&self.reps))
+    }
+}
+
+/// One repetition's figures, which merge into their medians over repetitions.
+trait Medians: Sized {
+    /// Every figure's median over `reps`; curves point by point ([`median_curve`]).
+    fn medians(reps: &[Self]) -> Self;
+}
+
+/// Median of the figures there are: a NaN is a figure a repetition could not measure (JSON
+/// null), left out. NaN when there is none.
+fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = xs.into_iter().filter(|x| !x.is_nan()).collect();
+    median(&mut v)
+}
+
+/// [`median_present`] of a figure that repetitions may lack: None when none has it.
+fn median_opt(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+    Some(median_present(xs.into_iter().flatten())).filter(|m| !m.is_nan())
+}
+
+/// A point of a curve: where it lies (a size, say) and the figure measured there.
+trait CurvePoint: Clone {
+    /// The figure.
+    fn figure(&self) -> f64;
+    /// Replaces the figure.
+    fn set_figure(&mut self, v: f64);
+}
+
+/// A curve's medians: the first repetition's points, each with the median of its figure over
+/// the repetitions that have that point.
+fn median_curve<T, P: CurvePoint>(reps: &[T], curve: impl Fn(&T) -> &[P]) -> Vec<P> {
+    let Some(first) = reps.first() else {
+        return Vec::new();
+    };
+    let mut points = curve(first).to_vec();
+    for (i, p) in points.iter_mut().enumerate() {
+        p.set_figure(median_present(
+            reps.iter()
+                .filter_map(|r| curve(r).get(i))
+                .map(CurvePoint::figure),
+        ));
+    }
+    points
+}
+
 /// Rank 0 of a benchmark job: writes every repetition's figures for the launching command.
-fn write_reps(out: &std::path::Path, reps: Vec<Value>) -> Result<(), String> {
-    let doc = json!({ "reps": reps });
+fn write_reps<T: Serialize>(out: &std::path::Path, reps: Vec<T>) -> Result<(), String> {
     std::fs::write(
         out,
-        serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
+        serde_json::to_vec_pretty(&Reps { reps }).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("writing {}: {e}", out.display()))
 }
 
 /// Launches `ranks` copies of this executable as benchmark ranks and returns rank 0's output.
-fn run_ranks(
+fn run_ranks<T: DeserializeOwned>(
     which: &str,
     ranks: usize,
     scale: f64,
     reps: usize,
     transport: Transport,
     extra_env: &[(&str, &str)],
-) -> Result<Value, String> {
+) -> Result<T, String> {
     // Over shared memory every rank is on one node; over the network each on a node of its own.
     let per_node = if transport == Transport::Shm {
         ranks
@@ -276,7 +351,7 @@ fn run_ranks(
 }
 
 /// [`run_ranks`] on emulated nodes of `per_node` ranks each.
-fn run_ranks_per_node(
+fn run_ranks_per_node<T: DeserializeOwned>(
     which: &str,
     ranks: usize,
     per_node: usize,
@@ -284,7 +359,7 @@ fn run_ranks_per_node(
     reps: usize,
     transport: Transport,
     extra_env: &[(&str, &str)],
-) -> Result<Value, String> {
+) -> Result<T, String> {
     // This very binary, even if the file was replaced or deleted since it started (a
     // rebuild): current_exe() would name a path that is gone.
     let proc_exe = std::path::PathBuf::from("/proc/self/exe");
@@ -336,423 +411,9 @@ fn run_ranks_per_node(
     serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
 }
 
-fn bench_rma(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
-    let memcpy = rma::memcpy_gbps(reps, scale);
-    let direct = run_ranks("rma-direct", 2, scale, reps, Transport::Shm, &[])?;
-    let am = run_ranks("rma-am", 2, scale, reps, Transport::Shm, &[])?;
-    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let mut doc = med(&direct);
-    let get =
-        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    doc.insert("memcpy_gbps".into(), json!(memcpy));
-    doc.insert(
-        "ratios".into(),
-        json!({
-            "put_gbps_1MiB_over_memcpy": get(&doc, "put_gbps_1MiB") / memcpy,
-            "get_gbps_1MiB_over_memcpy": get(&doc, "get_gbps_1MiB") / memcpy,
-        }),
-    );
-    doc.insert("am".into(), Value::Object(med(&am)));
-    doc.insert("reps".into(), json!(reps));
-    doc.insert("scale".into(), json!(scale));
-    Ok(Value::Object(doc))
-}
-
-fn print_rma_table(doc: &Value, w: &mut dyn Write) {
-    let memcpy = doc["memcpy_gbps"].as_f64().unwrap_or(f64::NAN);
-    let am = &doc["am"];
-    let _ = writeln!(
-        w,
-        "volley bench rma: 2 ranks on one host, pinned; median of {} repetitions",
-        doc["reps"]
-    );
-    let _ = writeln!(
-        w,
-        "  memcpy_gbps (floor, 1 MiB in one process)  {memcpy:>8.2} GB/s"
-    );
-    for key in ["put_gbps_1MiB", "get_gbps_1MiB"] {
-        let d = doc[key].as_f64().unwrap_or(f64::NAN);
-        let a = am[key].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(
-            w,
-            "  {key:<14} direct {d:>8.2} GB/s ({:.2} x memcpy, target >= 0.90)   am {a:>8.2} GB/s",
-            d / memcpy
-        );
-    }
-    for key in ["fadd_ns", "cas_ns"] {
-        let d = doc[key].as_f64().unwrap_or(f64::NAN);
-        let a = am[key].as_f64().unwrap_or(f64::NAN);
-        let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
-    }
-    for (key, unit) in [
-        ("put_latency_ns", "ns"),
-        ("get_latency_ns", "ns"),
-        ("put_gbps", "GB/s"),
-        ("get_gbps", "GB/s"),
-    ] {
-        let field = if unit == "ns" { "ns" } else { "gbps" };
-        for (i, e) in doc[key].as_array().into_iter().flatten().enumerate() {
-            let size = e["size"].as_u64().unwrap_or(0);
-            let d = e[field].as_f64().unwrap_or(f64::NAN);
-            let a = am[key][i][field].as_f64().unwrap_or(f64::NAN);
-            let name = format!("{} {}", key.trim_end_matches("_ns"), human(size));
-            let _ = writeln!(
-                w,
-                "  {name:<24} direct {d:>10.2} {unit:<4}   am {a:>10.2} {unit}"
-            );
-        }
-    }
-}
-
-/// Median across repetitions of every scalar, and of every `{size, rtt_ns}` list element-wise.
-fn median_of_reps(reps: &[Value]) -> Map<String, Value> {
-    let mut out = Map::new();
-    let Some(first) = reps.first().and_then(Value::as_object) else {
-        return out;
-    };
-    for (key, v) in first {
-        if v.is_number() {
-            let mut xs: Vec<f64> = reps.iter().filter_map(|r| r[key].as_f64()).collect();
-            out.insert(key.clone(), json!(median(&mut xs)));
-        } else if let Some(list) = v.as_array() {
-            let merged: Vec<Value> = (0..list.len())
-                .map(|i| {
-                    let mut e = Map::new();
-                    e.insert("size".into(), list[i]["size"].clone());
-                    for (field, _) in list[i].as_object().into_iter().flatten() {
-                        if field == "size" {
-                            continue;
-                        }
-                        let mut xs: Vec<f64> = reps
-                            .iter()
-                            .filter_map(|r| r[key][i][field].as_f64())
-                            .collect();
-                        e.insert(field.clone(), json!(median(&mut xs)));
-                    }
-                    Value::Object(e)
-                })
-                .collect();
-            out.insert(key.clone(), json!(merged));
-        }
-    }
-    out
-}
-
-fn bench_am(reps: usize, scale: f64, transport: Transport) -> Result<Value, String> {
-    // Shared memory: the two ranks measure the cache-line floor between themselves, in blocks
-    // interleaved with the short round trip and the flood, on lines in a memory file they
-    // inherit. Network: the socket floor first (it forks, which must happen before any thread
-    // exists).
-    let (raw, floor_key, socket_floor) = match transport {
-        Transport::Shm => {
-            let lines = floor::SharedLines::create()?;
-            let fd = lines.fd().to_string();
-            let env = [(floor::SharedLines::ENV, fd.as_str())];
-            let raw = run_ranks("am", 2, scale, reps, transport, &env)?;
-            (raw, "cacheline_rtt_ns", None)
-        }
-        net => {
-            let (key, kind) = if net == Transport::Udp {
-                ("udp_raw_rtt_ns", floor::SocketFloor::Udp)
-            } else {
-                ("tcp_raw_rtt_ns", floor::SocketFloor::Tcp)
-            };
-            let iters = ((50_000.0 * scale) as u64).max(100);
-            // 8 bytes: the payload of a one-argument short message.
-            let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
-            let raw = run_ranks("am", 2, scale * NETWORK_SCALE, reps, transport, &[])?;
-            (raw, key, Some(ns))
-        }
-    };
-    let runs = raw["reps"].as_array().cloned().unwrap_or_default();
-    let mut doc = median_of_reps(&runs);
-    let get =
-        |d: &Map<String, Value>, k: &str| d.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
-    if let Some(ns) = socket_floor {
-        doc.insert(floor_key.into(), json!(ns));
-    }
-    let floor = get(&doc, floor_key);
-    let rtt = get(&doc, "am_short_rtt_ns");
-    // Shared memory: the medians of the block-by-block ratios (each block beside its floor).
-    let flood = get(&doc, "am_flood_ns_per_msg");
-    let mut over_floor = |key: &str, ns: f64| {
-        doc.remove(key)
-            .and_then(|v| v.as_f64())
-            .unwrap_or(ns / floor)
-    };
-    let short_over_floor = over_floor("am_short_rtt_over_floor", rtt);
-    let flood_over_floor = over_floor("am_flood_over_floor", flood);
-    // Shared memory only: the bare ring reference, beside the floor and beside volley.
-    let bare_over_floor = doc
-        .remove("bare_am_rtt_over_floor")
-        .and_then(|v| v.as_f64());
-    let short_over_bare = doc
-        .remove("am_short_rtt_over_bare")
-        .and_then(|v| v.as_f64());
-    let (os, or) = (get(&doc, "o_send_ns"), get(&doc, "o_recv_ns"));
-    doc.insert("floor_key".into(), json!(floor_key));
-    doc.insert("transport".into(), json!(transport.name()));
-    // The long ping carries its payload both ways.
-    let long_1mib = doc
-        .get("am_long_rtt_ns")
-        .and_then(Value::as_array)
-        .and_then(|l| l.iter().find(|e| e["size"] == json!(1 << 20)))
-        .and_then(|e| e["rtt_ns"].as_f64())
-        .unwrap_or(f64::NAN);
-    doc.insert(
-        "long_gbps_1MiB".into(),
-        json!(2.0 * (1u64 << 20) as f64 / long_1mib),
-    );
-    doc.insert("L_ns".into(), json!(rtt / 2.0 - os - or));
-    doc.insert(
-        "ratios".into(),
-        json!({
-            "am_short_rtt_over_floor": short_over_floor,
-            "am_flood_over_floor": flood_over_floor,
-            "bare_am_rtt_over_floor": bare_over_floor,
-            "am_short_rtt_over_bare": short_over_bare,
-        }),
-    );
-    doc.insert("reps".into(), json!(reps));
-    doc.insert("scale".into(), json!(scale));
-    doc.insert(
-        "cpus".into(),
-        json!(std::thread::available_parallelism().map_or(1, |n| n.get())),
-    );
-    doc.insert("runs".into(), json!(runs));
-    Ok(Value::Object(doc))
-}
-
-fn bench_progress(reps: usize, scale: f64, _: Transport) -> Result<Value, String> {
-    // This VM's two vCPUs land on different host cores from one minute to the next (the
-    // cache-line floor moves between about 50 and 400 ns), so the two modes' round trips are
-    // compared in rounds: one short job per mode, back to back (their order alternating), each
-    // round beside a floor measured right before it; the figures are medians over the rounds.
-    let floor = || floor::cacheline_rtt_ns(((200_000.0 * scale) as u64).max(1000), 3);
-    let inline_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "inline")];
-    let thread_env: &[(&str, &str)] = &[("VOLLEY_WAIT", "spin"), ("VOLLEY_PROGRESS", "thread")];
-    let rtt_job = |env: &[(&str, &str)]| -> Result<f64, String> {
-        let raw = run_ranks("progress-rtt", 2, scale, 1, Transport::Shm, env)?;
-        let reps = raw["reps"].as_array().map_or(&[][..], |v| v);
-        median_of_reps(reps)
-            .get("rtt_ns")
-            .and_then(Value::as_f64)
-            .ok_or_else(|| "a round-trip job reported no rtt_ns".to_string())
-    };
-    let rounds = 2 * reps.max(1) + 1;
-    let (mut floors, mut inline_rtts, mut thread_rtts) = (Vec::new(), Vec::new(), Vec::new());
-    for round in 0..rounds {
-        floors.push(floor()?);
-        let (i, t) = if round % 2 == 0 {
-            let i = rtt_job(inline_env)?;
-            (i, rtt_job(thread_env)?)
-        } else {
-            let t = rtt_job(thread_env)?;
-            (rtt_job(inline_env)?, t)
-        };
-        inline_rtts.push(i);
-        thread_rtts.push(t);
-    }
-    // Round by round: a / b.
-    let per_round =
-        |a: &[f64], b: &[f64]| -> Vec<f64> { a.iter().zip(b).map(|(x, y)| x / y).collect() };
-    let mut ratios = per_round(&thread_rtts, &inline_rtts);
-    let mut inline_over_floor = per_round(&inline_rtts, &floors);
-    let mut thread_over_floor = per_round(&thread_rtts, &floors);
-    let rounds_doc: Vec<Value> = (0..rounds)
-        .map(|k| {
-            json!({
-                "cacheline_rtt_ns": floors[k],
-                "rtt_inline_ns": inline_rtts[k],
-                "rtt_thread_ns": thread_rtts[k],
-            })
-        })
-        .collect();
-    let floor_block = floor()?;
-    let block = run_ranks(
-        "progress-wakeup",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
-    )?;
-    // A sleeping rank woken through the network while it also waits on shared memory: four
-    // ranks on two nodes over UDP, rank 0 asking rank 3 (whose node-mate is rank 2).
-    let across = run_ranks_per_node(
-        "progress-wakeup",
-        4,
-        2,
-        scale * NETWORK_SCALE,
-        reps,
-        Transport::Udp,
-        &[("VOLLEY_WAIT", "block"), ("VOLLEY_PROGRESS", "inline")],
-    )?;
-    let spin = run_ranks(
-        "progress-granularity",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        inline_env,
-    )?;
-    let thread = run_ranks(
-        "progress-granularity",
-        2,
-        scale,
-        reps,
-        Transport::Shm,
-        thread_env,
-    )?;
-    let med = |raw: &Value| median_of_reps(raw["reps"].as_array().map_or(&[][..], |v| v));
-    let (spin, block, thread, across) = (med(&spin), med(&block), med(&thread), med(&across));
-    let curve = |mode: &'static str, doc: &Map<String, Value>| -> Vec<Value> {
-        doc.get("granularity")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .map(|e| {
-                let size = e["size"].as_u64().unwrap_or(0);
-                json!({
-                    "mode": mode,
-                    "compute_ns": if size == 0 { Value::Null } else { json!(size) },
-                    "ns_per_iteration": e["ns_per_iteration"],
-                })
-            })
-            .collect()
-    };
-    let thread_curve = curve("thread", &thread);
-    let times: Vec<f64> = thread_curve
-        .iter()
-        .filter_map(|e| e["ns_per_iteration"].as_f64())
-        .collect();
-    let spread = times.iter().cloned().fold(f64::NAN, f64::max)
-        / times.iter().cloned().fold(f64::NAN, f64::min);
-    let mut granularity = curve("inline", &spin);
-    granularity.extend(thread_curve);
-    let rtt_block = block.get("rtt_ns").and_then(Value::as_f64);
-    Ok(json!({
-        "rtt_inline_ns": median(&mut inline_rtts),
-        "rtt_block_ns": rtt_block,
-        "rtt_thread_ns": median(&mut thread_rtts),
-        "wakeup_ns": block.get("wakeup_ns"),
-        "udp_mixed_node": {
-            "rtt_block_ns": across.get("rtt_ns"),
-            "wakeup_ns": across.get("wakeup_ns"),
-        },
-        "granularity": granularity,
-        "cacheline_rtt_ns": {
-            "median_of_rounds": median(&mut floors),
-            "before_block": floor_block,
-        },
-        "rounds": rounds_doc,
-        "ratios": {
-            "rtt_inline_over_floor": median(&mut inline_over_floor),
-            "rtt_block_over_floor": rtt_block.map(|r| r / floor_block),
-            "rtt_thread_over_floor": median(&mut thread_over_floor),
-            "rtt_thread_over_inline": median(&mut ratios),
-            "thread_granularity_max_over_min": spread,
-        },
-        "work_ns_per_rank_and_iteration": 2_000_000,
-        "reps": reps,
-        "scale": scale,
-    }))
-}
-
-fn print_progress_table(doc: &Value, w: &mut dyn Write) {
-    let f = |k: &str| doc[k].as_f64().unwrap_or(f64::NAN);
-    let rounds = doc["rounds"].as_array().map_or(0, Vec::len);
-    let _ = writeln!(
-        w,
-        "volley bench progress: 2 ranks on one host, pinned; round trips: medians over {rounds} \
-         rounds of one inline and one thread job (floor measured before each round); the rest: \
-         median of {} repetitions",
-        doc["reps"]
-    );
-    let inline = f("rtt_inline_ns");
-    let r = |k: &str| doc["ratios"][k].as_f64().unwrap_or(f64::NAN);
-    let fl = |k: &str| doc["cacheline_rtt_ns"][k].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  (median of the rounds' floors)",
-        "cacheline_rtt_ns",
-        fl("median_of_rounds")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its round's floor",
-        "rtt_inline_ns (spin)",
-        inline,
-        r("rtt_inline_over_floor"),
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its round's floor; {:.3} x inline (median of the rounds' ratios)",
-        "rtt_thread_ns",
-        f("rtt_thread_ns"),
-        r("rtt_thread_over_floor"),
-        r("rtt_thread_over_inline")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.2} x its floor ({:.1} ns)",
-        "rtt_block_ns",
-        f("rtt_block_ns"),
-        r("rtt_block_over_floor"),
-        fl("before_block")
-    );
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.1} x inline (responder asleep in the kernel)",
-        "wakeup_ns",
-        f("wakeup_ns"),
-        f("wakeup_ns") / inline
-    );
-    let across = |k: &str| doc["udp_mixed_node"][k].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<34} {:>12.1} ns  {:.1} x the same ranks' round trip in block mode ({:.1} ns): \
-         UDP between two nodes of 2 ranks, the responder asleep with a node-mate",
-        "wakeup_ns across nodes",
-        across("wakeup_ns"),
-        across("wakeup_ns") / across("rtt_block_ns"),
-        across("rtt_block_ns"),
-    );
-    let _ = writeln!(
-        w,
-        "  polling granularity (2 ms of compute per rank and iteration; 2.0 ms = parallel, 4.0 ms = serialized):"
-    );
-    for e in doc["granularity"].as_array().into_iter().flatten() {
-        let g = match e["compute_ns"].as_u64() {
-            Some(g) => format!("{} us between polls", g / 1000),
-            None => "never polls".into(),
-        };
-        let ns = e["ns_per_iteration"].as_f64().unwrap_or(f64::NAN);
-        let mode = e["mode"].as_str().unwrap_or("?");
-        let _ = writeln!(
-            w,
-            "    {mode:<7} {g:<26} {:>8.3} ms per iteration",
-            ns / 1e6
-        );
-    }
-    let _ = writeln!(
-        w,
-        "  thread mode, slowest over fastest granularity: {:.2}",
-        doc["ratios"]["thread_granularity_max_over_min"]
-            .as_f64()
-            .unwrap_or(f64::NAN)
-    );
-}
-
-/// Prints the table (to stderr when the JSON goes to stdout) and writes the JSON to `json`
-/// (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of losing it.
-fn emit(doc: &Value, json: Json, table: fn(&Value, &mut dyn Write)) -> ExitCode {
-    let mut text = Vec::new();
-    table(doc, &mut text);
-    emit_text(&text, doc, json)
-}
-
-/// [`emit`] with the table already written into `text`.
+/// Writes the table `text` (to stderr when the JSON goes to stdout) and the JSON `doc` to
+/// `json` (`-`: stdout), reporting a failed write (a full disk, a closed pipe) instead of
+/// losing it.
 fn emit_text(text: &[u8], doc: &Value, json: Json) -> ExitCode {
     let pretty = serde_json::to_string_pretty(doc).expect("json") + "\n";
     let to_stdout = |bytes: &[u8]| {
@@ -822,110 +483,72 @@ impl Json {
     }
 }
 
-fn print_am_table(doc: &Value, w: &mut dyn Write) {
-    let floor_key = doc["floor_key"].as_str().unwrap_or("cacheline_rtt_ns");
-    let floor = doc[floor_key].as_f64().unwrap_or(f64::NAN);
-    let transport = doc["transport"].as_str().unwrap_or("shm");
-    let row = |w: &mut dyn Write, name: &str, v: f64, note: &str| {
-        let _ = if v.is_nan() {
-            writeln!(
-                w,
-                "  {name:<28} {:>10} ns  {:>6} x floor  {note}",
-                "n/a", "n/a"
-            )
-        } else {
-            writeln!(
-                w,
-                "  {name:<28} {v:>10.1} ns  {:>6.2} x floor  {note}",
-                v / floor
-            )
-        };
-    };
-    let (how, rtt_target, flood_target) = match transport {
-        "shm" => (
-            "one node, shared memory",
-            "target <= 1.30 x floor",
-            "target <= 0.15 x floor",
-        ),
-        "udp" => (
-            "two emulated nodes, UDP on loopback",
-            "target <= 1.20 x floor",
-            "",
-        ),
-        _ => (
-            "two emulated nodes, TCP on loopback",
-            "target <= 1.20 x floor",
-            "",
-        ),
-    };
-    let _ = writeln!(
-        w,
-        "volley bench am: 2 ranks on one host, {how}, pinned; median of {} repetitions",
-        doc["reps"]
-    );
-    let floor_note = if transport == "shm" {
-        "between the two ranks, in blocks before the short round trip and flood"
-    } else {
-        "raw sockets, measured before the job"
-    };
-    row(w, &format!("{floor_key} (floor)"), floor, floor_note);
-    if let Some(bare) = doc["bare_am_rtt_ns"].as_f64() {
-        row(
-            w,
-            "bare_am_rtt_ns (reference)",
-            bare,
-            "two bare rings, boxed handlers, no runtime: in the same blocks",
-        );
-    }
-    for (key, note) in [
-        ("am_short_rtt_ns", rtt_target),
-        ("am_flood_ns_per_msg", flood_target),
-        (
-            "am_flood_2way_ns_per_msg",
-            "both directions at once, per message",
-        ),
-        ("o_send_ns", "LogP send overhead"),
-        ("o_recv_ns", "LogP receive overhead"),
-        ("L_ns", "RTT/2 - o_send - o_recv (may be negative)"),
-    ] {
-        row(w, key, doc[key].as_f64().unwrap_or(f64::NAN), note);
-    }
-    for (key, label) in [("am_medium_rtt_ns", "medium"), ("am_long_rtt_ns", "long")] {
-        for e in doc[key].as_array().into_iter().flatten() {
-            let size = e["size"].as_u64().unwrap_or(0);
-            let name = format!("{label} rtt {}", human(size));
-            row(w, &name, e["rtt_ns"].as_f64().unwrap_or(f64::NAN), "");
-        }
-    }
-    let ratio = |key: &str| doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  over the floor: am_short_rtt {:.2}, am_flood {:.3} (shared memory: medians of the \
-         blocks' ratios, each block beside the floor measured just before it)",
-        ratio("am_short_rtt_over_floor"),
-        ratio("am_flood_over_floor"),
-    );
-    if doc["ratios"]["bare_am_rtt_over_floor"].is_number() {
-        let _ = writeln!(
-            w,
-            "  bare ring reference: {:.2} x floor; am_short_rtt {:.2} x the bare ring (medians \
-             of the same blocks' ratios)",
-            ratio("bare_am_rtt_over_floor"),
-            ratio("am_short_rtt_over_bare"),
-        );
-    }
-    let gbps = doc["long_gbps_1MiB"].as_f64().unwrap_or(f64::NAN);
-    let _ = writeln!(
-        w,
-        "  {:<28} {gbps:>10.2} GB/s (1 MiB long, both ways)",
-        "long_gbps_1MiB"
-    );
-}
-
 fn human(bytes: u64) -> String {
     match bytes {
         b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{} MiB", b >> 20),
         b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{} KiB", b >> 10),
         b => format!("{b} B"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `text` into `T` and writes it back: the same JSON (keys, nesting, value types
+    /// and values) must come out, or the struct has drifted from the documents on record.
+    fn round_trip<T: Serialize + DeserializeOwned>(what: &str, text: &str) {
+        let doc: Value = serde_json::from_str(text).expect(what);
+        let typed: T = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let back = serde_json::to_value(&typed).expect(what);
+        assert_eq!(back, doc, "{what}: written back differently");
+    }
+
+    #[test]
+    fn checked_in_am_results_match_the_am_report() {
+        round_trip::<am::AmReport>(
+            "benchmarks/am.json",
+            include_str!("../../../../benchmarks/am.json"),
+        );
+    }
+
+    // Quick runs (`--reps 2 --scale 0.01`): the figures mean nothing, the shapes are the point.
+    #[test]
+    fn recorded_documents_match_their_reports() {
+        round_trip::<am::AmReport>("am over UDP", include_str!("testdata/am-udp.json"));
+        round_trip::<am::AmReport>("am over TCP", include_str!("testdata/am-tcp.json"));
+        round_trip::<rma::RmaReport>("rma", include_str!("testdata/rma.json"));
+        round_trip::<progress::ProgressReport>("progress", include_str!("testdata/progress.json"));
+    }
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct P(u64, f64);
+
+    impl CurvePoint for P {
+        fn figure(&self) -> f64 {
+            self.1
+        }
+        fn set_figure(&mut self, v: f64) {
+            self.1 = v;
+        }
+    }
+
+    #[test]
+    fn medians_leave_out_what_a_repetition_could_not_measure() {
+        assert_eq!(median_present([3.0, f64::NAN, 1.0, 2.0]), 2.0);
+        assert!(median_present([f64::NAN]).is_nan());
+        assert_eq!(median_opt([None, Some(4.0), Some(6.0)]), Some(5.0));
+        assert_eq!(median_opt([None, Some(f64::NAN)]), None);
+        // Point by point, where each lies taken from the first repetition; a repetition
+        // without the point counts for nothing there.
+        let reps = [
+            vec![P(8, 1.0), P(64, 10.0)],
+            vec![P(8, 3.0)],
+            vec![P(8, 2.0), P(64, f64::NAN)],
+        ];
+        assert_eq!(
+            median_curve(&reps, |r| r.as_slice()),
+            [P(8, 2.0), P(64, 10.0)]
+        );
     }
 }

@@ -1,7 +1,10 @@
-//! The two ranks of `volley bench rma`, on one path per job. Rank 0 drives and records; rank 1
-//! owns the target segment and polls (which the AM path needs and the direct path ignores).
+//! `volley bench rma`: one-sided put, get and atomics on the direct and AM paths, one job per
+//! path. Rank 0 drives and records; rank 1 owns the target segment and polls (which the AM
+//! path needs and the direct path ignores).
 
-use serde_json::json;
+use super::{median_curve, median_present, CurvePoint, Medians, Reps, Transport};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -12,6 +15,111 @@ const LATENCY_SIZES: [usize; 4] = [8, 64, 512, 4096];
 const BANDWIDTH_SIZES: [usize; 5] = [4096, 65536, 1 << 20, 4 << 20, 16 << 20];
 /// Where the atomic word lives, clear of the data area.
 const WORD: usize = 16 << 20;
+
+/// A latency at one transfer size.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SizeNs {
+    /// Bytes per operation.
+    pub size: usize,
+    /// ns per operation.
+    pub ns: f64,
+}
+
+impl CurvePoint for SizeNs {
+    fn figure(&self) -> f64 {
+        self.ns
+    }
+    fn set_figure(&mut self, v: f64) {
+        self.ns = v;
+    }
+}
+
+/// A bandwidth at one transfer size.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SizeGbps {
+    /// Bytes per operation.
+    pub size: usize,
+    /// GB/s.
+    pub gbps: f64,
+}
+
+impl CurvePoint for SizeGbps {
+    fn figure(&self) -> f64 {
+        self.gbps
+    }
+    fn set_figure(&mut self, v: f64) {
+        self.gbps = v;
+    }
+}
+
+/// One path's figures: one repetition's, or their medians.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RmaFigures {
+    /// Blocking put latency by size.
+    pub put_latency_ns: Vec<SizeNs>,
+    /// Blocking get latency by size.
+    pub get_latency_ns: Vec<SizeNs>,
+    /// Put bandwidth by size.
+    pub put_gbps: Vec<SizeGbps>,
+    /// Get bandwidth by size.
+    pub get_gbps: Vec<SizeGbps>,
+    /// Put bandwidth at 1 MiB (the point compared with memcpy).
+    #[serde(rename = "put_gbps_1MiB")]
+    pub put_gbps_1mib: f64,
+    /// Get bandwidth at 1 MiB.
+    #[serde(rename = "get_gbps_1MiB")]
+    pub get_gbps_1mib: f64,
+    /// Remote fetch-and-add, ns per operation.
+    pub fadd_ns: f64,
+    /// Remote compare-and-swap, ns per operation (the load that feeds it subtracted).
+    pub cas_ns: f64,
+}
+
+impl Medians for RmaFigures {
+    fn medians(reps: &[Self]) -> Self {
+        let med = |f: fn(&Self) -> f64| median_present(reps.iter().map(f));
+        Self {
+            put_latency_ns: median_curve(reps, |r| &r.put_latency_ns),
+            get_latency_ns: median_curve(reps, |r| &r.get_latency_ns),
+            put_gbps: median_curve(reps, |r| &r.put_gbps),
+            get_gbps: median_curve(reps, |r| &r.get_gbps),
+            put_gbps_1mib: med(|r| r.put_gbps_1mib),
+            get_gbps_1mib: med(|r| r.get_gbps_1mib),
+            fadd_ns: med(|r| r.fadd_ns),
+            cas_ns: med(|r| r.cas_ns),
+        }
+    }
+}
+
+/// The 1 MiB bandwidths over the floor.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RmaRatios {
+    /// Direct put at 1 MiB over memcpy.
+    #[serde(rename = "put_gbps_1MiB_over_memcpy")]
+    pub put_gbps_1mib_over_memcpy: f64,
+    /// Direct get at 1 MiB over memcpy.
+    #[serde(rename = "get_gbps_1MiB_over_memcpy")]
+    pub get_gbps_1mib_over_memcpy: f64,
+}
+
+/// The whole benchmark's results: the direct path's medians at the top level, the AM path's
+/// under `am`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RmaReport {
+    /// The direct path (mapped memory).
+    #[serde(flatten)]
+    pub direct: RmaFigures,
+    /// The floor: one process copying 1 MiB, GB/s.
+    pub memcpy_gbps: f64,
+    /// The direct path over the floor.
+    pub ratios: RmaRatios,
+    /// The Active Message path.
+    pub am: RmaFigures,
+    /// Repetitions.
+    pub reps: usize,
+    /// Iteration scale.
+    pub scale: f64,
+}
 
 /// Runs one rank; rank 0 writes medians over `reps` repetitions to `out`.
 pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Result<(), String> {
@@ -45,7 +153,6 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
             rt.wait_until(|| ends.load(Ordering::Relaxed) > rep as u64);
             continue;
         }
-        let mut r = serde_json::Map::new();
         let time = |n: u64, f: &mut dyn FnMut()| {
             for _ in 0..(n / 10).max(1) {
                 f();
@@ -64,11 +171,9 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
             let n = iters(20_000);
             let p = time(n, &mut || rma.put(target, 8, &src).expect("put"));
             let g = time(n, &mut || rma.get(target, 8, &mut dst).expect("get"));
-            put_lat.push(json!({"size": size, "ns": p}));
-            get_lat.push(json!({"size": size, "ns": g}));
+            put_lat.push(SizeNs { size, ns: p });
+            get_lat.push(SizeNs { size, ns: g });
         }
-        r.insert("put_latency_ns".into(), json!(put_lat));
-        r.insert("get_latency_ns".into(), json!(get_lat));
         let mut put_bw = Vec::new();
         let mut get_bw = Vec::new();
         for &size in &BANDWIDTH_SIZES {
@@ -77,15 +182,15 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
             let n = iters((256 << 20) as u64 / size as u64).min(iters(2000));
             let p = time(n, &mut || rma.put(target, 0, &src).expect("put"));
             let g = time(n, &mut || rma.get(target, 0, &mut dst).expect("get"));
-            put_bw.push(json!({"size": size, "gbps": size as f64 / p}));
-            get_bw.push(json!({"size": size, "gbps": size as f64 / g}));
-            if size == 1 << 20 {
-                r.insert("put_gbps_1MiB".into(), json!(size as f64 / p));
-                r.insert("get_gbps_1MiB".into(), json!(size as f64 / g));
-            }
+            put_bw.push(SizeGbps {
+                size,
+                gbps: size as f64 / p,
+            });
+            get_bw.push(SizeGbps {
+                size,
+                gbps: size as f64 / g,
+            });
         }
-        r.insert("put_gbps".into(), json!(put_bw));
-        r.insert("get_gbps".into(), json!(get_bw));
         let n = iters(200_000);
         let f = time(n, &mut || {
             rma.fetch_add(target, WORD, 1).expect("fetch_add");
@@ -96,14 +201,27 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
                 .expect("load");
             rma.compare_swap(target, WORD, old, old + 1).expect("cas");
         });
-        r.insert("fadd_ns".into(), json!(f));
         // One CAS (the load before it is timed separately below and subtracted).
         let l = time(n, &mut || {
             rma.atomic(target, WORD, volley::rma::AtomicOp::Load, 0, 0)
                 .expect("load");
         });
-        r.insert("cas_ns".into(), json!((c - l).max(0.0)));
-        runs.push(serde_json::Value::Object(r));
+        let at_1mib = |curve: &[SizeGbps]| {
+            curve
+                .iter()
+                .find(|p| p.size == 1 << 20)
+                .map_or(f64::NAN, |p| p.gbps)
+        };
+        runs.push(RmaFigures {
+            put_gbps_1mib: at_1mib(&put_bw),
+            get_gbps_1mib: at_1mib(&get_bw),
+            put_latency_ns: put_lat,
+            get_latency_ns: get_lat,
+            put_gbps: put_bw,
+            get_gbps: get_bw,
+            fadd_ns: f,
+            cas_ns: (c - l).max(0.0),
+        });
         rt.request_short(1, end, &[]).map_err(|e| e.to_string())?;
     }
     rt.barrier();
@@ -129,4 +247,86 @@ pub fn memcpy_gbps(reps: usize, scale: f64) -> f64 {
         samples.push((n << 20) as f64 / t0.elapsed().as_nanos() as f64);
     }
     super::median(&mut samples)
+}
+
+/// Runs both paths' jobs beside the memcpy floor.
+pub fn bench(reps: usize, scale: f64) -> Result<RmaReport, String> {
+    let memcpy = memcpy_gbps(reps, scale);
+    let job = |which: &str| {
+        super::run_ranks::<Reps<RmaFigures>>(which, 2, scale, reps, Transport::Shm, &[])?.medians()
+    };
+    let direct = job("rma-direct")?;
+    let am = job("rma-am")?;
+    Ok(RmaReport {
+        ratios: RmaRatios {
+            put_gbps_1mib_over_memcpy: direct.put_gbps_1mib / memcpy,
+            get_gbps_1mib_over_memcpy: direct.get_gbps_1mib / memcpy,
+        },
+        direct,
+        memcpy_gbps: memcpy,
+        am,
+        reps,
+        scale,
+    })
+}
+
+/// The table: each figure on the direct path beside the AM path's.
+pub fn print_table(r: &RmaReport, w: &mut dyn Write) {
+    let (d, am, memcpy) = (&r.direct, &r.am, r.memcpy_gbps);
+    let _ = writeln!(
+        w,
+        "volley bench rma: 2 ranks on one host, pinned; median of {} repetitions",
+        r.reps
+    );
+    let _ = writeln!(
+        w,
+        "  memcpy_gbps (floor, 1 MiB in one process)  {memcpy:>8.2} GB/s"
+    );
+    for (key, d, a) in [
+        ("put_gbps_1MiB", d.put_gbps_1mib, am.put_gbps_1mib),
+        ("get_gbps_1MiB", d.get_gbps_1mib, am.get_gbps_1mib),
+    ] {
+        let _ = writeln!(
+            w,
+            "  {key:<14} direct {d:>8.2} GB/s ({:.2} x memcpy, target >= 0.90)   am {a:>8.2} GB/s",
+            d / memcpy
+        );
+    }
+    for (key, d, a) in [
+        ("fadd_ns", d.fadd_ns, am.fadd_ns),
+        ("cas_ns", d.cas_ns, am.cas_ns),
+    ] {
+        let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
+    }
+    // Each point beside the AM path's point of the same index.
+    fn rows<P: CurvePoint>(d: &[P], a: &[P], size: fn(&P) -> usize) -> Vec<(usize, f64, f64)> {
+        d.iter()
+            .enumerate()
+            .map(|(i, p)| (size(p), p.figure(), a.get(i).map_or(f64::NAN, P::figure)))
+            .collect()
+    }
+    let latency = |d, a| rows(d, a, |p: &SizeNs| p.size);
+    let bandwidth = |d, a| rows(d, a, |p: &SizeGbps| p.size);
+    for (name, unit, points) in [
+        (
+            "put_latency",
+            "ns",
+            latency(&d.put_latency_ns, &am.put_latency_ns),
+        ),
+        (
+            "get_latency",
+            "ns",
+            latency(&d.get_latency_ns, &am.get_latency_ns),
+        ),
+        ("put_gbps", "GB/s", bandwidth(&d.put_gbps, &am.put_gbps)),
+        ("get_gbps", "GB/s", bandwidth(&d.get_gbps, &am.get_gbps)),
+    ] {
+        for (size, d, a) in points {
+            let name = format!("{name} {}", super::human(size as u64));
+            let _ = writeln!(
+                w,
+                "  {name:<24} direct {d:>10.2} {unit:<4}   am {a:>10.2} {unit}"
+            );
+        }
+    }
 }

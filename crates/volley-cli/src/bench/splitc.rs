@@ -469,7 +469,7 @@ pub fn bench(
     let memcpy_gbps = super::rma::memcpy_gbps(reps, scale);
     let mut out = std::collections::BTreeMap::new();
     for s in strategies {
-        let doc = super::run_ranks(
+        let reps: Vec<StrategyFigures> = super::run_ranks(
             "splitc",
             3,
             scale,
@@ -477,7 +477,6 @@ pub fn bench(
             transport,
             &[("VOLLEY_STRATEGY", s.name())],
         )?;
-        let reps: Vec<StrategyFigures> = serde_json::from_value(doc).map_err(|e| e.to_string())?;
         if reps.is_empty() {
             return Err("no repetitions".into());
         }
