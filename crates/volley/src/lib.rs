@@ -6,9 +6,11 @@
 //!
 //! Layers, bottom up (each uses only those below it):
 //! - [`bootstrap`]: rank, size, job key, the rendezvous with `volley run`.
-//! - [`transport`]: moving frames between two ranks ([`transport::shm`] rings today).
 //! - [`reliable`]: ordering, acks, retransmission and duplicate suppression for datagram
-//!   transports, as a deterministic state machine with no I/O inside.
+//!   transports, as a deterministic state machine with no I/O inside (the UDP transport
+//!   drives it).
+//! - [`transport`]: moving frames between two ranks: [`transport::shm`] rings between the
+//!   ranks of a node, [`transport::net`] (UDP, TCP) between nodes.
 //! - [`am`]: handler table, request/reply channels and credits, short/medium/long messages,
 //!   statistics. [`Runtime`] is the entry point.
 //! - [`rma`]: one-sided put, get and atomics on protected segments, directly on mapped memory

@@ -428,6 +428,8 @@ impl<'rt> Rma<'rt> {
     }
 
     /// Checks an access against `target`'s table in mapped memory; counts a refusal there.
+    /// Every operation of the direct path passes here first, so it is also where a finalized
+    /// runtime refuses them.
     fn check_direct(
         &self,
         target: SegmentRef,
@@ -435,6 +437,11 @@ impl<'rt> Rma<'rt> {
         len: u64,
         need: Perms,
     ) -> Result<*mut u8> {
+        // The target may have exited after the finalize: its memory is no one's to touch, and
+        // the direct path must refuse what the AM path refuses.
+        if self.rt.is_finalized() {
+            return Err(Error::Finalized);
+        }
         let mem = self
             .rt
             .direct_memory(target.rank)

@@ -271,3 +271,47 @@ fn symmetric_allocation_after_finalize_is_an_error() {
     // Freeing needs no other rank any more: no barrier, no hang.
     assert!(rma.free_symmetric(seg));
 }
+
+#[test]
+fn every_operation_after_finalize_is_refused_on_both_paths() {
+    for path in [RmaPath::Direct, RmaPath::ActiveMessages] {
+        let (rt, setup) = setup(path);
+        let rma = setup.attach(&rt);
+        let seg = rma.alloc_symmetric(4096, Perms::ALL).unwrap().on(0);
+        rma.put(seg, 0, &[7u8; 64]).unwrap();
+        rt.finalize();
+        let finalized = |r: Result<(), Error>, op: &str| {
+            assert!(
+                matches!(r, Err(Error::Finalized)),
+                "{path:?}: {op} after finalize returned {r:?}"
+            );
+        };
+        finalized(rma.put(seg, 0, &[1u8; 64]), "put");
+        finalized(rma.put_nbi(seg, 0, &[1u8; 64]), "put_nbi");
+        let mut back = [0u8; 64];
+        finalized(rma.get(seg, 0, &mut back), "get");
+        assert_eq!(
+            back, [0u8; 64],
+            "{path:?}: get after finalize filled the buffer"
+        );
+        finalized(rma.fetch_add(seg, 64, 5).map(drop), "fetch_add");
+        finalized(rma.compare_swap(seg, 64, 0, 9).map(drop), "compare_swap");
+        finalized(
+            rma.put_with_flag(seg, 0, &[1u8; 8], 128, 1),
+            "put_with_flag",
+        );
+        // The memory is as it was before the finalize.
+        let mut own = [0u8; 136];
+        rma.read_local(seg, 0, &mut own).unwrap();
+        assert_eq!(
+            own[..64],
+            [7u8; 64],
+            "{path:?}: a put after finalize landed"
+        );
+        assert_eq!(
+            own[64..136],
+            [0u8; 72],
+            "{path:?}: an atomic or flag after finalize landed"
+        );
+    }
+}
