@@ -3,6 +3,7 @@
 use super::config::Config;
 use super::engine::{Engine, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
+use super::long_guard::LongGuard;
 use super::progress::{ProgressThread, ThreadSync};
 use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
@@ -44,6 +45,8 @@ pub struct RuntimeBuilder {
     /// Run with this rank's memory once built, before any handler can run (layers above
     /// attach their handlers' state here).
     after_build: Vec<Box<dyn FnOnce(DirectMemory)>>,
+    /// What refuses a long message on a segment (see [`LongGuard`]).
+    long_guard: Option<Box<dyn LongGuard>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -114,6 +117,11 @@ impl RuntimeBuilder {
     /// starts (so before any handler runs).
     pub(crate) fn after_build(&mut self, f: impl FnOnce(DirectMemory) + 'static) {
         self.after_build.push(Box::new(f));
+    }
+
+    /// Installs the guard that refuses long messages on segments (the one-sided layer's).
+    pub(crate) fn guard_long_messages(&mut self, guard: Box<dyn LongGuard>) {
+        self.long_guard = Some(guard);
     }
 
     /// Makes `build` fail with `e` (the first such error wins): for settings of a layer above
@@ -314,6 +322,7 @@ impl RuntimeBuilder {
             membarrier,
             thread,
             watchdog,
+            long_guard: self.long_guard.take(),
         };
         let engine = Engine::new(
             job.rank,

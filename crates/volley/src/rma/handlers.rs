@@ -4,8 +4,8 @@
 use super::atomic::{self, AtomicOp};
 use super::memops::{self, MemHandlers};
 use super::segment::{Perms, Refusal};
+use super::segment_table::Table;
 use crate::am::{DirectMemory, ReplyHandler, RequestHandler, RuntimeBuilder};
-use crate::transport::shm::segment_table::Table;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 

@@ -648,7 +648,7 @@ impl<'rt> Rma<'rt> {
     fn refuse_direct(&self, rank: usize, reason: Refusal) -> Error {
         if let Some(mem) = self.rt.direct_memory(rank) {
             // SAFETY: the table bytes of a mapped region live as long as the runtime.
-            unsafe { crate::transport::shm::segment_table::Table::at(mem.table) }.count_refusal();
+            unsafe { super::segment_table::Table::at(mem.table) }.count_refusal();
         }
         Error::Refused { rank, reason }
     }

@@ -48,18 +48,19 @@ mod handlers;
 pub mod memops;
 mod own;
 pub mod segment;
+pub(crate) mod segment_table;
 
 pub use atomic::AtomicOp;
 pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
-use crate::am::Entered;
+use crate::am::{Entered, LongGuard};
 use crate::am::{Runtime, RuntimeBuilder};
 use crate::error::{Error, Result};
-use crate::transport::shm::segment_table::Table;
 use handlers::{Handlers, Shared, SymmetricOffer};
 use segment::AreaAllocator;
+use segment_table::Table;
 use std::cell::{Cell, RefCell};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -217,11 +218,24 @@ impl Rma<'_> {
         // Attached as the runtime is built, before a progress thread can run the handlers.
         let s = shared.clone();
         b.after_build(move |mem| s.attach(mem));
+        b.guard_long_messages(Box::new(SegmentGuard));
         RmaSetup {
             shared,
             handlers,
             path,
         }
+    }
+}
+
+/// Refuses a long message whose range touches a live segment of the target (see
+/// [`Table::admit_long`]), counting the refusal in the target's table.
+struct SegmentGuard;
+
+impl LongGuard for SegmentGuard {
+    fn admit(&self, upper: *mut u8, offset: usize, len: usize) -> std::result::Result<(), Refusal> {
+        // SAFETY: `upper` is a mapped region's upper bytes, which hold its segment table and
+        // live as long as the runtime that asks.
+        unsafe { Table::at(upper) }.admit_long(offset, len)
     }
 }
 

@@ -1,9 +1,10 @@
 //! Segments: ranges of a rank's shared segment area that remote operations may touch, each
 //! with a key and permissions, described in a table that every local rank can read
-//! (in the transport's region: `transport::shm::segment_table`). This module has the handles and
-//! the allocator.
+//! (`segment_table`, kept in the region the shared-memory transport maps). This module has
+//! the handles and the allocator.
 
-pub use crate::transport::shm::segment_table::{Perms, Refusal, MAX_SEGMENTS};
+pub use super::segment_table::{Perms, MAX_SEGMENTS};
+pub use crate::error::Refusal;
 
 /// Segments start on cache-line boundaries.
 const ALIGN: usize = 64;

@@ -126,8 +126,7 @@ impl Engine {
         {
             return Err(());
         }
-        seg.segment_table()
-            .admit_long(offset, payload.len())
+        self.admit_long(seg, offset, payload.len())
             .map_err(|_| ())?;
         // SAFETY: bounds checked against our own segment, which stays mapped.
         unsafe {

@@ -29,9 +29,11 @@ pub(crate) use setup::EngineSetup;
 
 use super::critical::CriticalState;
 use super::handler::{ReplyFn, RequestFn};
+use super::long_guard::LongGuard;
 use super::progress::ThreadSync;
 use super::stats::StatCells;
 use super::watchdog::Watchdog;
+use crate::error::Refusal;
 use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
@@ -55,6 +57,8 @@ pub(crate) struct Engine {
     /// The rings to and from the ranks of this node.
     shm: Links,
     pool_bufs: usize,
+    /// What refuses a long message on a segment, if a layer above installed it.
+    long_guard: Option<Box<dyn LongGuard>>,
     /// The network route, when some peers are on other nodes.
     net: Option<NetRoute>,
     pool_next: [Cell<usize>; 2],
@@ -246,6 +250,15 @@ impl Engine {
             if self.poll(true) == 0 && !self.pending() {
                 break;
             }
+        }
+    }
+
+    /// Asks the guard, if there is one, whether a long message may write `len` bytes at
+    /// `offset` into `region`'s segment area.
+    fn admit_long(&self, region: &Region, offset: usize, len: usize) -> Result<(), Refusal> {
+        match &self.long_guard {
+            Some(guard) => guard.admit(region.upper_ptr(), offset, len),
+            None => Ok(()),
         }
     }
 

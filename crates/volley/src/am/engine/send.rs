@@ -282,7 +282,7 @@ impl Engine {
         };
         let target = self.shm.region(dest);
         // The sender writes the payload, so the sender checks it does not land on a segment.
-        if let Err(reason) = target.segment_table().admit_long(offset, payload.len()) {
+        if let Err(reason) = self.admit_long(target, offset, payload.len()) {
             let rank = self.local_ranks[dest];
             return Err(Error::Refused { rank, reason });
         }

@@ -3,6 +3,7 @@
 
 use super::super::critical::CriticalState;
 use super::super::handler::{ReplyFn, RequestFn};
+use super::super::long_guard::LongGuard;
 use super::super::poll_policy::{NetPollState, PollPolicy};
 use super::super::progress::ThreadSync;
 use super::super::stats::StatCells;
@@ -40,6 +41,8 @@ pub(crate) struct EngineSetup {
     pub(crate) thread: bool,
     /// Report handlers that run longer than this.
     pub(crate) watchdog: Option<std::time::Duration>,
+    /// What refuses a long message on a segment (installed by the one-sided layer).
+    pub(crate) long_guard: Option<Box<dyn LongGuard>>,
 }
 
 impl Engine {
@@ -65,6 +68,7 @@ impl Engine {
             membarrier,
             thread,
             watchdog,
+            long_guard,
         } = setup;
         assert_eq!(bells.len(), local_ranks.len());
         assert_eq!(wakes.len(), local_ranks.len());
@@ -123,6 +127,7 @@ impl Engine {
             me_local,
             net,
             pool_bufs: layout.pool_bufs,
+            long_guard,
             pool_next: Default::default(),
             requests,
             replies,

@@ -29,8 +29,6 @@ pub(crate) mod path_marks;
 mod region;
 pub(crate) mod ring;
 #[cfg(not(loom))]
-pub(crate) mod segment_table;
-#[cfg(not(loom))]
 pub(crate) mod wake_fd;
 
 #[cfg(not(loom))]

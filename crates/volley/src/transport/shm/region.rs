@@ -315,13 +315,6 @@ impl Region {
         unsafe { self.base.as_ptr().add(UPPER_OFFSET) }
     }
 
-    /// The segment table, kept in the upper bytes (see [`Region::upper_ptr`]).
-    #[inline]
-    pub fn segment_table(&self) -> &super::segment_table::Table {
-        // SAFETY: the upper bytes are this region's, mapped as long as `self` lives.
-        unsafe { super::segment_table::Table::at(self.upper_ptr()) }
-    }
-
     /// Address of the segment's first byte.
     #[inline(always)]
     pub fn segment_ptr(&self) -> *mut u8 {
