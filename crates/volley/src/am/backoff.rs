@@ -13,11 +13,18 @@ const POLITE_SPIN_POLLS: u32 = 8;
 const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 
 /// Wait state of one waiting loop.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
     empty: u32,
     limit: u32,
     yields: u32,
+}
+
+impl Default for Backoff {
+    /// The state of a rank that is not polite (see [`Backoff::new`]).
+    fn default() -> Self {
+        Self::new(false)
+    }
 }
 
 impl Backoff {

@@ -1,8 +1,8 @@
 //! Runtime settings: builder values, else `VOLLEY_*` environment variables, else defaults.
 
-use super::poll_policy::PollPolicy;
 use crate::error::{Error, Result};
 use crate::transport::net::faults::FaultConfig;
+use crate::transport::net::poll_policy::PollPolicy;
 use crate::transport::net::NetKind;
 use std::net::IpAddr;
 

@@ -39,12 +39,8 @@ mod backoff;
 mod config;
 mod critical;
 mod engine;
-mod frame_kind;
 mod handler;
 mod lease;
-mod long_guard;
-mod net_frame;
-mod poll_policy;
 mod progress;
 mod runtime;
 mod stats;
@@ -57,7 +53,6 @@ pub use config::{parse_size, DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT
 pub use handler::{
     Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
 };
-pub(crate) use long_guard::LongGuard;
 pub(crate) use runtime::DirectMemory;
 
 pub(crate) use runtime::Entered;

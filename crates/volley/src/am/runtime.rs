@@ -3,11 +3,11 @@
 use super::config::Config;
 use super::engine::{Engine, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
-use super::long_guard::LongGuard;
 use super::progress::{ProgressThread, ThreadSync};
 use super::stats::Stats;
 use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
 use crate::error::{Error, Result};
+use crate::transport::contract::LongGuard;
 use crate::transport::shm::doorbell::{self, Ordering as BellOrder};
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
@@ -46,7 +46,7 @@ pub struct RuntimeBuilder {
     /// attach their handlers' state here).
     after_build: Vec<Box<dyn FnOnce(DirectMemory)>>,
     /// What refuses a long message on a segment (see [`LongGuard`]).
-    long_guard: Option<Box<dyn LongGuard>>,
+    long_guard: Option<Arc<dyn LongGuard>>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -120,7 +120,7 @@ impl RuntimeBuilder {
     }
 
     /// Installs the guard that refuses long messages on segments (the one-sided layer's).
-    pub(crate) fn guard_long_messages(&mut self, guard: Box<dyn LongGuard>) {
+    pub(crate) fn guard_long_messages(&mut self, guard: Arc<dyn LongGuard>) {
         self.long_guard = Some(guard);
     }
 

@@ -55,9 +55,10 @@ pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 
-use crate::am::{Entered, LongGuard};
+use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
 use crate::error::{Error, Result};
+use crate::transport::contract::LongGuard;
 use handlers::{Handlers, Shared, SymmetricOffer};
 use segment::AreaAllocator;
 use segment_table::Table;
@@ -218,7 +219,7 @@ impl Rma<'_> {
         // Attached as the runtime is built, before a progress thread can run the handlers.
         let s = shared.clone();
         b.after_build(move |mem| s.attach(mem));
-        b.guard_long_messages(Box::new(SegmentGuard));
+        b.guard_long_messages(Arc::new(SegmentGuard));
         RmaSetup {
             shared,
             handlers,

@@ -6,6 +6,8 @@
 //! about handlers or request/reply semantics beyond the header fields it carries.
 
 #[cfg(not(loom))]
+pub(crate) mod contract;
+#[cfg(not(loom))]
 pub mod net;
 pub mod shm;
 

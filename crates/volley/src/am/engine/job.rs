@@ -7,6 +7,7 @@ use super::super::watchdog::Watchdog;
 use super::Engine;
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::Result;
+use crate::transport::net::NetError;
 use crate::transport::Channel;
 
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
@@ -86,7 +87,7 @@ impl Engine {
             x if x == SystemOp::FinalizeAck as u16 => {
                 self.finalize_acks.set(self.finalize_acks.get() + 1);
                 if let Some(net) = &self.net {
-                    net.departed[src].set(true);
+                    net.departed(src);
                 }
                 Ok(())
             }
@@ -116,17 +117,44 @@ impl Engine {
             stats.progress = sync.stats();
         }
         if let Some(net) = &self.net {
-            let t = net.transport.borrow();
+            let (ours, transport, transport_stats) = net.stats();
             stats.network = NetworkStats {
-                transport: t.kind().name(),
-                sent: net.sent.get(),
-                handled: net.handled.get(),
-                polls: net.polls.get(),
-                empty_polls: net.empty_polls.get(),
-                interval: net.policy.borrow().interval() as u64,
-                transport_stats: t.stats(),
+                transport,
+                sent: ours.sent,
+                handled: ours.handled,
+                polls: ours.polls,
+                empty_polls: ours.empty_polls,
+                interval: ours.interval,
+                transport_stats,
             };
         }
         stats
     }
+
+    /// Leaves the network after the two-phase finalize: lingers until our last messages are
+    /// acknowledged and the peers no longer need our acks (bounded).
+    pub(crate) fn close_net(&self) {
+        let Some(net) = &self.net else {
+            return;
+        };
+        if let Err(e) = net.close() {
+            let line = format!("volley: rank {}: closing the network: {e}\n", self.me);
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        }
+    }
+}
+
+/// A network failure rank `me` cannot recover from: report it and end the rank, as for a
+/// corrupt ring (the launcher then ends the job and names this rank).
+#[cold]
+#[inline(never)]
+pub(super) fn net_failed(me: usize, has_launcher: bool, e: NetError) -> ! {
+    let line = format!("volley: rank {me}: network transport failed: {e}; ending this rank\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    // A peer that died is usually seen here before its launcher has reaped it: give the
+    // launcher a moment to stop this rank and name the rank that really failed.
+    if has_launcher {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+    }
+    std::process::exit(70);
 }

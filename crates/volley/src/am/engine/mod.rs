@@ -17,32 +17,29 @@
 
 mod dispatch;
 mod job;
-mod net_route;
 mod receive;
 mod send;
 mod setup;
 mod wait;
 
 pub(crate) use job::{SystemOp, MAX_BARRIER_ROUNDS};
-use net_route::NetRoute;
 pub(crate) use setup::EngineSetup;
 
+use super::backoff::Backoff;
 use super::critical::CriticalState;
 use super::handler::{ReplyFn, RequestFn};
-use super::long_guard::LongGuard;
 use super::progress::ThreadSync;
 use super::stats::StatCells;
 use super::watchdog::Watchdog;
-use crate::error::Refusal;
+use crate::transport::contract::Transport;
+use crate::transport::net::link::NetLink;
 use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
 use std::os::fd::OwnedFd;
 
-/// `local_of` entry of a rank not on this node; as the route of a reply (`ReplyToken`), the
-/// network.
-pub(crate) const REMOTE: u32 = u32::MAX;
+pub(crate) use crate::transport::contract::REMOTE;
 
 /// Per-rank engine state.
 pub(crate) struct Engine {
@@ -50,18 +47,16 @@ pub(crate) struct Engine {
     pub(crate) size: usize,
     /// Global rank -> local index, or [`REMOTE`].
     local_of: Vec<u32>,
-    /// Local index -> global rank.
-    local_ranks: Vec<usize>,
     /// This rank's local index.
     me_local: usize,
     /// The rings to and from the ranks of this node.
     shm: Links,
-    pool_bufs: usize,
-    /// What refuses a long message on a segment, if a layer above installed it.
-    long_guard: Option<Box<dyn LongGuard>>,
     /// The network route, when some peers are on other nodes.
-    net: Option<NetRoute>,
-    pool_next: [Cell<usize>; 2],
+    net: Option<NetLink>,
+    /// The wait state of a blocked send, by channel (at most one per channel at a time: a
+    /// send blocked on requests runs request handlers, whose replies may block in turn, but
+    /// reply handlers cannot send).
+    blocked_waits: [Cell<Backoff>; 2],
     /// Handler tables by index (the names stay with the builder and the watchdog).
     requests: Vec<Box<RequestFn>>,
     replies: Vec<Box<ReplyFn>>,
@@ -169,15 +164,6 @@ impl Engine {
         self.shm.get_region(l as usize)
     }
 
-    /// `rank`'s local index, or `None` when it is reached through the network.
-    #[inline(always)]
-    fn local(&self, rank: usize) -> Option<usize> {
-        match self.local_of[rank] {
-            REMOTE => None,
-            l => Some(l as usize),
-        }
-    }
-
     #[inline]
     pub(crate) fn in_handler(&self) -> bool {
         self.depth.get() > 0
@@ -224,11 +210,7 @@ impl Engine {
     /// Whether anything waits to be handled: a frame at the head of a ring, or a message the
     /// network already took in.
     fn pending(&self) -> bool {
-        self.shm.has_frames()
-            || self
-                .net
-                .as_ref()
-                .is_some_and(|n| n.inbox.iter().any(|q| !q.borrow().is_empty()))
+        self.shm.pending() || self.net.as_ref().is_some_and(NetLink::pending)
     }
 
     /// A send to this rank's own full ring inside a critical section: only this rank could
@@ -250,15 +232,6 @@ impl Engine {
             if self.poll(true) == 0 && !self.pending() {
                 break;
             }
-        }
-    }
-
-    /// Asks the guard, if there is one, whether a long message may write `len` bytes at
-    /// `offset` into `region`'s segment area.
-    fn admit_long(&self, region: &Region, offset: usize, len: usize) -> Result<(), Refusal> {
-        match &self.long_guard {
-            Some(guard) => guard.admit(region.upper_ptr(), offset, len),
-            None => Ok(()),
         }
     }
 

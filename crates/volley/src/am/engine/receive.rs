@@ -2,6 +2,7 @@
 
 use super::super::stats::bump;
 use super::Engine;
+use crate::transport::contract::Transport;
 use crate::transport::Channel;
 
 /// Waits in a row that may end right after the reply rings, leaving the request rings for
@@ -77,12 +78,32 @@ impl Engine {
             handled += self.poll_net(requests, false);
             // What the handlers just sent (replies, above all) leaves now, together, instead
             // of waiting for the next network poll: the peer is waiting for it.
-            if handled > 0 && net.unflushed.get() {
+            if handled > 0 && net.unflushed() {
                 self.flush_net();
             }
         }
         if handled == 0 {
             bump(&self.stats.empty_polls);
+        }
+        handled
+    }
+
+    /// Polls the network route (when `force` or its policy says so) and runs the handlers of
+    /// what it delivered: replies always, requests if `requests`. Returns handlers run.
+    #[inline(never)]
+    pub(super) fn poll_net(&self, requests: bool, force: bool) -> usize {
+        let Some(net) = &self.net else {
+            return 0;
+        };
+        if force || net.due() {
+            net.take_in();
+        }
+        if self.handlers_held() {
+            return 0;
+        }
+        let mut handled = net.poll(Channel::Reply, self, || false).unwrap_or(0);
+        if requests {
+            handled += net.poll(Channel::Request, self, || false).unwrap_or(0);
         }
         handled
     }

@@ -1,91 +1,15 @@
-//! The send side: checks a message, routes it (this node's rings or the network) and injects
-//! its frame into the destination's ring, polling while the ring is full.
+//! The send side: checks a message and hands it to the transport of its route (this node's
+//! rings, or the network), polling while the transport cannot take it.
 
 use super::super::backoff::Backoff;
-use super::super::frame_kind::FrameKind;
 use super::super::handler::MessageClass;
 use super::super::stats::bump;
 use super::{Engine, SystemOp};
 use crate::error::{Error, Result};
-use crate::transport::shm::link::{FrameBody, Outgoing, TxPeer};
-use crate::transport::shm::ring::{MAX_FRAME_SLOTS, SLOT_BYTES};
+use crate::transport::contract::{Class, Outbound, SendRefused, Transport, REMOTE};
 use crate::transport::shm::MEDIUM_MAX;
 use crate::transport::Channel;
 use crate::MAX_ARGS;
-
-/// How the payload of a frame travels.
-pub(super) enum Payload<'p> {
-    None,
-    Inline(&'p [u8]),
-    Pooled { len: usize, idx: usize },
-    Long { len: usize, offset: usize },
-}
-
-/// A frame's words after its header: the payload's length (and offset), the arguments, an
-/// inline payload.
-struct Body<'a> {
-    extra: [u64; 2],
-    nextra: usize,
-    args: &'a [u64],
-    inline: &'a [u8],
-}
-
-impl FrameBody for Body<'_> {
-    #[inline(always)]
-    fn write(self, frame: *mut u64) {
-        let Body {
-            extra,
-            nextra,
-            args,
-            inline,
-        } = self;
-        // SAFETY: the frame's nslots slots are reserved for us and contiguous (frames never
-        // wrap); the header, words and payload take at most nslots * 64 bytes (the header
-        // was sized from this body), so every write stays inside the reservation.
-        unsafe {
-            if nextra > 0 {
-                frame.add(1).write(extra[0]);
-                if nextra > 1 {
-                    frame.add(2).write(extra[1]);
-                }
-            }
-            let at = frame.add(1 + nextra);
-            copy_args(args, at);
-            if !inline.is_empty() {
-                std::ptr::copy_nonoverlapping(
-                    inline.as_ptr(),
-                    frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
-                    inline.len(),
-                );
-            }
-        }
-    }
-}
-
-/// Writes `args` to `at`. A short's few arguments (the common case: at most a slot's worth)
-/// are copied by an unrolled loop that stops after the last, a few instructions each; the
-/// general loop's set-up alone cost more than that.
-///
-/// # Safety
-/// `at` must be valid for writing `args.len()` words.
-#[inline(always)]
-pub(super) unsafe fn copy_args(args: &[u64], at: *mut u64) {
-    const FEW: usize = 7;
-    if args.len() <= FEW {
-        for i in 0..FEW {
-            if i == args.len() {
-                break;
-            }
-            // SAFETY: i < args.len(), for which the caller vouches.
-            unsafe { at.add(i).write(args[i]) };
-        }
-    } else {
-        for (i, w) in args.iter().enumerate() {
-            // SAFETY: as above.
-            unsafe { at.add(i).write(*w) };
-        }
-    }
-}
 
 impl Engine {
     pub(super) fn check_dest(&self, dest: usize) -> Result<()> {
@@ -145,7 +69,7 @@ impl Engine {
     }
 
     /// Sends a short reply to `dest`, reached through local index `route` (or the network:
-    /// [`REMOTE`](super::REMOTE)): the requester, whose rank needs no check.
+    /// [`REMOTE`]): the requester, whose rank needs no check.
     #[inline]
     pub(crate) fn reply_short(
         &self,
@@ -158,7 +82,7 @@ impl Engine {
     }
 
     /// Sends a short message to the valid rank `dest`, reached through local index `route` or
-    /// the network ([`REMOTE`](super::REMOTE)).
+    /// the network ([`REMOTE`]).
     #[inline(always)]
     pub(super) fn send_short_by(
         &self,
@@ -170,26 +94,28 @@ impl Engine {
     ) -> Result<()> {
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
-        // A local index has its rings; [`REMOTE`](super::REMOTE) (u32::MAX) has none: one compare tells the
+        // Made in each branch, so that the shared-memory path keeps its fields in registers
+        // (the network path passes it to a call).
+        let msg = || Outbound {
+            ch,
+            class: Class::Short,
+            handler,
+            args,
+            payload: &[],
+            offset: 0,
+        };
+        // A local index has its rings; REMOTE (u32::MAX) has none: one compare tells the
         // route and bounds the index.
-        match self.shm.peer(route as usize) {
-            Some(peer) => self.inject_to(
-                route as usize,
-                peer,
-                ch,
-                FrameKind::Short,
-                handler,
-                args,
-                Payload::None,
-            ),
-            None => self.net_send(dest, ch, FrameKind::Short, handler, args, &[], 0),
-        }
+        let sent = match self.shm.peer(route as usize) {
+            Some(peer) => self.shm.send(peer, msg(), self.blocked(route as usize, ch)),
+            None => self.send_net(dest, msg()),
+        };
+        debug_assert!(sent.is_ok(), "a short message is never refused");
         self.stats.sent(ch, MessageClass::Short);
         Ok(())
     }
 
-    /// Sends a medium message: inline in the ring when it fits in a few slots, otherwise through
-    /// one of this rank's medium buffers.
+    /// Sends a medium message (the transport decides how its payload travels).
     pub(crate) fn send_medium(
         &self,
         dest: usize,
@@ -207,43 +133,21 @@ impl Engine {
                 max: MEDIUM_MAX,
             });
         }
-        let Some(dest) = self.local(dest) else {
-            self.net_send(dest, ch, FrameKind::MediumInline, handler, args, payload, 0);
-            self.stats.sent(ch, MessageClass::Medium);
-            return Ok(());
+        let msg = Outbound {
+            ch,
+            class: Class::Medium,
+            handler,
+            args,
+            payload,
+            offset: 0,
         };
-        let inline_bytes = (2 + args.len()) * 8 + payload.len();
-        if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
-            self.inject(
-                dest,
-                ch,
-                FrameKind::MediumInline,
-                handler,
-                args,
-                Payload::Inline(payload),
-            );
-        } else {
-            let idx = self.claim_medium_buffer(ch);
-            // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
-            // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    payload.as_ptr(),
-                    self.own().pool_buf(ch, idx),
-                    payload.len(),
-                );
-            }
-            let p = Payload::Pooled {
-                len: payload.len(),
-                idx,
-            };
-            self.inject(dest, ch, FrameKind::MediumPooled, handler, args, p);
-        }
+        self.send_routed(dest, msg)?;
         self.stats.sent(ch, MessageClass::Medium);
         Ok(())
     }
 
-    /// Sends a long message: copies `payload` into `dest`'s segment at `offset`, then a frame.
+    /// Sends a long message: its payload lands in `dest`'s segment at `offset` before its
+    /// handler runs.
     pub(crate) fn send_long(
         &self,
         dest: usize,
@@ -268,68 +172,94 @@ impl Engine {
                 segment_len,
             });
         }
-        let Some(dest) = self.local(dest) else {
-            if payload.len() + 256 > crate::transport::net::MAX_MESSAGE {
-                return Err(Error::LongTooLarge {
-                    len: payload.len(),
-                    max: crate::transport::net::MAX_MESSAGE - 256,
-                });
-            }
-            let off = offset as u64;
-            self.net_send(dest, ch, FrameKind::Long, handler, args, payload, off);
-            self.stats.sent(ch, MessageClass::Long);
-            return Ok(());
-        };
-        let target = self.shm.region(dest);
-        // The sender writes the payload, so the sender checks it does not land on a segment.
-        if let Err(reason) = self.admit_long(target, offset, payload.len()) {
-            let rank = self.local_ranks[dest];
-            return Err(Error::Refused { rank, reason });
-        }
-        // SAFETY: bounds checked above; the target's segment is mapped for the life of the
-        // engine. Concurrent writes to overlapping ranges are the program's race to avoid, as
-        // with any remote write; they cannot touch memory outside the segment.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                payload.as_ptr(),
-                target.segment_ptr().add(offset),
-                payload.len(),
-            );
-        }
-        let p = Payload::Long {
-            len: payload.len(),
+        let msg = Outbound {
+            ch,
+            class: Class::Long,
+            handler,
+            args,
+            payload,
             offset,
         };
-        self.inject(dest, ch, FrameKind::Long, handler, args, p);
+        self.send_routed(dest, msg)?;
         self.stats.sent(ch, MessageClass::Long);
         Ok(())
     }
 
     /// Sends a runtime-internal one-way message on the request channel.
     pub(crate) fn send_system(&self, dest: usize, op: SystemOp, args: &[u64]) {
-        let (ch, kind, h) = (Channel::Request, FrameKind::System, op as u16);
-        match self.local(dest) {
-            Some(l) => self.inject(l, ch, kind, h, args, Payload::None),
-            None => self.net_send(dest, ch, kind, h, args, &[], 0),
-        }
+        let msg = Outbound {
+            ch: Channel::Request,
+            class: Class::System,
+            handler: op as u16,
+            args,
+            payload: &[],
+            offset: 0,
+        };
+        let sent = self.send_routed(dest, msg);
+        debug_assert!(sent.is_ok(), "a system message is never refused");
         bump(&self.stats.system_sent);
     }
 
-    pub(super) fn claim_medium_buffer(&self, ch: Channel) -> usize {
-        let mut backoff = Backoff::new(self.polite);
-        let mut blocked = false;
-        loop {
-            let start = self.pool_next[ch as usize].get();
-            if let Some(idx) = self.own().pool_flags().claim(ch, start, self.pool_bufs) {
-                self.pool_next[ch as usize].set(idx + 1);
-                return idx;
+    /// Sends `msg` to the valid rank `dest` through its route; a refusal becomes the error
+    /// that names it.
+    fn send_routed(&self, dest: usize, msg: Outbound<'_>) -> Result<()> {
+        let route = self.local_of[dest];
+        let sent = match self.shm.peer(route as usize) {
+            Some(peer) => self
+                .shm
+                .send(peer, msg, self.blocked(route as usize, msg.ch)),
+            None => self.send_net(dest, msg),
+        };
+        sent.map_err(|refused| match refused {
+            SendRefused::TooLarge { len, max } if msg.class == Class::Long => {
+                Error::LongTooLarge { len, max }
             }
-            if !blocked {
-                blocked = true;
-                bump(&self.stats.blocked_sends);
-            }
-            self.wait_step(ch, &mut backoff);
+            SendRefused::TooLarge { len, max } => Error::PayloadTooLarge { len, max },
+            SendRefused::Guarded(reason) => Error::Refused { rank: dest, reason },
+        })
+    }
+
+    /// Sends `msg` to `dest`, a rank on another node, through the network route.
+    #[inline(never)]
+    fn send_net(&self, dest: usize, msg: Outbound<'_>) -> std::result::Result<(), SendRefused> {
+        let net = self
+            .net
+            .as_ref()
+            .expect("a rank off this node implies a network route");
+        let requests = msg.ch == Channel::Request;
+        net.send(dest, msg, |attempt| {
+            // The transport took in what arrived; run it, then wait as any blocked send does.
+            self.poll_net(requests, false);
+            self.wait_blocked(REMOTE as usize, msg.ch, attempt);
+        })
+    }
+
+    /// What a transport calls while it cannot take a message for `route` on `ch`.
+    #[inline(always)]
+    fn blocked(&self, route: usize, ch: Channel) -> impl FnMut(u32) + '_ {
+        move |attempt| self.wait_blocked(route, ch, attempt)
+    }
+
+    /// One step of a blocked send to `route` on channel `ch`, the `attempt`th: polls
+    /// (requests too only for a blocked request, so that replies always drain) and backs off.
+    /// Handlers that run meanwhile never send on the blocked channel to the same rank (a
+    /// request handler can only reply, on the other channel; a reply handler cannot send).
+    #[cold]
+    #[inline(never)]
+    fn wait_blocked(&self, route: usize, ch: Channel, attempt: u32) {
+        if route == self.me_local && self.handlers_held() {
+            self.self_deadlock();
         }
+        let state = &self.blocked_waits[ch as usize];
+        let mut backoff = match attempt {
+            0 => {
+                bump(&self.stats.blocked_sends);
+                Backoff::new(self.polite)
+            }
+            _ => state.get(),
+        };
+        self.wait_step(ch, &mut backoff);
+        state.set(backoff);
     }
 
     /// One step of a blocked send: a blocked request polls everything, a blocked reply polls
@@ -339,89 +269,6 @@ impl Engine {
             self.idle(backoff);
         } else {
             backoff.reset();
-        }
-    }
-
-    /// Reserves ring space (polling while there is none), writes the frame and publishes it.
-    #[inline(always)]
-    pub(super) fn inject(
-        &self,
-        dest: usize,
-        ch: Channel,
-        kind: FrameKind,
-        handler: u16,
-        args: &[u64],
-        payload: Payload<'_>,
-    ) {
-        self.inject_to(dest, self.shm.tx(dest), ch, kind, handler, args, payload);
-    }
-
-    /// [`Engine::inject`] with `dest`'s entry already found.
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    pub(super) fn inject_to(
-        &self,
-        dest: usize,
-        peer: &TxPeer,
-        ch: Channel,
-        kind: FrameKind,
-        handler: u16,
-        args: &[u64],
-        payload: Payload<'_>,
-    ) {
-        let (extra, inline): ([u64; 2], &[u8]) = match payload {
-            Payload::None => ([0, 0], &[]),
-            Payload::Inline(p) => ([p.len() as u64, 0], p),
-            Payload::Pooled { len, idx } => ([len as u64 | (idx as u64) << 32, 0], &[]),
-            Payload::Long { len, offset } => ([len as u64, offset as u64], &[]),
-        };
-        let nextra = kind.extra_words();
-        let words = 1 + nextra + args.len();
-        // Without a payload inline (known when this is inlined), whole words: a shift.
-        let nslots = match inline.is_empty() {
-            true => words.div_ceil(SLOT_BYTES / 8),
-            false => (words * 8 + inline.len()).div_ceil(SLOT_BYTES),
-        } as u64;
-        debug_assert!(nslots <= MAX_FRAME_SLOTS);
-        let out = Outgoing {
-            kind: kind as u8,
-            handler,
-            nargs: args.len(),
-            nslots,
-        };
-        let body = Body {
-            extra,
-            nextra,
-            args,
-            inline,
-        };
-        let blocked = move || self.reserve_blocked(dest, ch, nslots);
-        self.shm.send(dest, peer, ch, out, body, blocked);
-    }
-
-    /// The ring to `dest` has no room at the cached credit: a skip or fresh credit, or else
-    /// polls (requests too only for a blocked request, so that replies always drain) until
-    /// the receiver returns enough for `nslots`. Out of line, so a send's common case is two
-    /// compares.
-    #[cold]
-    #[inline(never)]
-    fn reserve_blocked(&self, dest: usize, ch: Channel, nslots: u64) -> u64 {
-        if let Some(pos) = self.shm.reserve_more(dest, ch, nslots) {
-            return pos;
-        }
-        bump(&self.stats.blocked_sends);
-        let mut backoff = Backoff::new(self.polite);
-        loop {
-            if dest == self.me_local && self.handlers_held() {
-                self.self_deadlock();
-            }
-            self.wait_step(ch, &mut backoff);
-            // Handlers that ran meanwhile never send on this ring (a request handler can only
-            // reply, on the other channel; a reply handler cannot send), but the state is
-            // re-read each time, so that nothing depends on it.
-            if let Some(pos) = self.shm.reserve_more(dest, ch, nslots) {
-                return pos;
-            }
         }
     }
 }

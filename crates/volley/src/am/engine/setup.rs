@@ -3,21 +3,22 @@
 
 use super::super::critical::CriticalState;
 use super::super::handler::{ReplyFn, RequestFn};
-use super::super::long_guard::LongGuard;
-use super::super::poll_policy::{NetPollState, PollPolicy};
 use super::super::progress::ThreadSync;
 use super::super::stats::StatCells;
 use super::super::watchdog::Watchdog;
-use super::net_route::NetRoute;
+use super::job::net_failed;
 use super::{Engine, REMOTE};
+use crate::transport::contract::LongGuard;
+use crate::transport::net::link::{NetLink, Placement};
+use crate::transport::net::poll_policy::PollPolicy;
 use crate::transport::net::NetTransport;
 use crate::transport::shm::doorbell::Ordering as BellOrder;
 use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::os::fd::OwnedFd;
-use std::time::Instant;
+use std::sync::Arc;
 
 /// What the runtime hands the engine: how peers are reached and how to wait.
 pub(crate) struct EngineSetup {
@@ -42,7 +43,7 @@ pub(crate) struct EngineSetup {
     /// Report handlers that run longer than this.
     pub(crate) watchdog: Option<std::time::Duration>,
     /// What refuses a long message on a segment (installed by the one-sided layer).
-    pub(crate) long_guard: Option<Box<dyn LongGuard>>,
+    pub(crate) long_guard: Option<Arc<dyn LongGuard>>,
 }
 
 impl Engine {
@@ -80,10 +81,24 @@ impl Engine {
         }
         let me_local = local_of[me] as usize;
         assert!(me_local < regions.len() && regions.len() == local_ranks.len());
-        let layout = *regions[me_local].layout();
         let nlocal = regions.len();
         let net_only = nlocal == 1 && net.is_some();
-        let shm = Links::new(me_local, key, regions, &local_ranks, bells, wakes);
+        let own = &regions[me_local];
+        let placement = Placement {
+            segment: own.segment_ptr(),
+            len: own.segment_len(),
+            upper: own.upper_ptr(),
+            guard: long_guard.clone(),
+        };
+        let shm = Links::new(
+            me_local,
+            key,
+            regions,
+            &local_ranks,
+            bells,
+            wakes,
+            long_guard,
+        );
         // A rank alone on its node has nothing cheaper than the network to poll.
         let policy = if nlocal == 1 {
             PollPolicy::Always
@@ -103,32 +118,19 @@ impl Engine {
             requests = w.watch_requests(requests);
             replies = w.watch_replies(replies);
         }
-        let net = net.map(|t| NetRoute {
-            transport: RefCell::new(t),
-            inbox: Default::default(),
-            scratch: Cell::new(Vec::new()),
-            encode_buf: Cell::new(Vec::new()),
-            policy: RefCell::new(NetPollState::new(policy)),
-            epoch: Instant::now(),
-            last_flush: Cell::new(0),
-            unflushed: Cell::new(false),
-            polls: Cell::new(0),
-            empty_polls: Cell::new(0),
-            sent: Cell::new(0),
-            handled: Cell::new(0),
-            departed: (0..size).map(|_| Cell::new(false)).collect(),
+        let has_launcher = launcher.is_some();
+        let net = net.map(|t| {
+            let fail = Box::new(move |e| net_failed(me, has_launcher, e));
+            NetLink::new(t, size, policy, placement, fail)
         });
         Self {
             shm,
             me,
             size,
             local_of,
-            local_ranks,
             me_local,
             net,
-            pool_bufs: layout.pool_bufs,
-            long_guard,
-            pool_next: Default::default(),
+            blocked_waits: Default::default(),
             requests,
             replies,
             stats: StatCells::default(),

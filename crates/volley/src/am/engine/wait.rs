@@ -103,15 +103,12 @@ impl Engine {
             return Some(SleepPlan::Bell { seen, timeout });
         };
         // Whatever ends the sleep, the next poll reads the socket.
-        net.policy.borrow_mut().make_due();
-        let transport = net.transport.borrow();
-        if let Some(d) = transport.next_deadline() {
-            timeout = timeout.min(std::time::Duration::from_nanos(d.saturating_sub(net.now())));
+        net.make_due();
+        let (fd, until) = net.sleep_on();
+        if let Some(ns) = until {
+            timeout = timeout.min(std::time::Duration::from_nanos(ns));
         }
-        Some(SleepPlan::Socket {
-            fd: transport.readable_fd(),
-            timeout,
-        })
+        Some(SleepPlan::Socket { fd, timeout })
     }
 
     /// Sleeps as planned by [`Engine::prepare_sleep`]; needs no engine state (the engine lease
@@ -149,6 +146,14 @@ impl Engine {
             Served::Handled
         } else {
             Served::Nothing
+        }
+    }
+
+    /// Pushes out what the network transport has queued.
+    #[inline]
+    pub(crate) fn flush_net(&self) {
+        if let Some(net) = &self.net {
+            net.flush();
         }
     }
 }

@@ -27,6 +27,9 @@
 mod contract_tests;
 pub mod faults;
 pub mod floor;
+pub(crate) mod frame;
+pub(crate) mod link;
+pub(crate) mod poll_policy;
 pub mod tcp;
 pub mod udp;
 

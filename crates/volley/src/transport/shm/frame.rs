@@ -4,7 +4,7 @@
 //! bits  0..16  seq      0x8000 | ring position mod 2^15: what the receiver polls for
 //! bits 16..32  handler  handler index (or system operation)
 //! bits 32..37  nargs    number of u64 arguments, 0..=16
-//! bits 37..40  kind     KIND_WORDS, KIND_SKIP or the layer above's (nonzero)
+//! bits 37..40  kind     one of the KIND_ constants (nonzero)
 //! bits 40..48  nslots   slots the frame occupies, 1..=255
 //! bits 48..56  flags    bit 48: PADDED (the frame claims the slots after it up to the
 //!                        next quarter of the ring); the others reserved, 0
@@ -25,12 +25,19 @@
 
 use super::ring::MAX_HINTED_ARGS;
 
-/// Frame kind of a frame whose body is only its argument words: a receiver may serve it
-/// straight from its slot, and a padded one in one slot may carry a credit hint.
+/// Frame kind of a frame whose body is only its argument words (a short message): a receiver
+/// may serve it straight from its slot, and a padded one in one slot may carry a credit hint.
 pub(crate) const KIND_WORDS: u8 = 1;
-/// Frame kind of padding to the end of the ring: the next frame starts at slot 0. Every other
-/// nonzero kind is the layer above's to define.
+/// Frame kind of a medium message whose payload follows its arguments in the frame.
+pub(crate) const KIND_MEDIUM_INLINE: u8 = 2;
+/// Frame kind of a medium message whose payload is in one of the sender's medium buffers.
+pub(crate) const KIND_MEDIUM_POOLED: u8 = 3;
+/// Frame kind of a long message, whose payload the sender placed in the target's segment.
+pub(crate) const KIND_LONG: u8 = 4;
+/// Frame kind of padding to the end of the ring: the next frame starts at slot 0.
 pub(crate) const KIND_SKIP: u8 = 5;
+/// Frame kind of the runtime's own one-way messages (barrier, finalize): words only.
+pub(crate) const KIND_SYSTEM: u8 = 6;
 
 /// A decoded frame header.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,8 +46,7 @@ pub struct FrameHeader {
     pub handler: u16,
     /// Number of u64 arguments.
     pub nargs: u8,
-    /// What the frame carries: [`KIND_WORDS`], [`KIND_SKIP`], or a kind of the layer above
-    /// (nonzero, 3 bits).
+    /// What the frame carries: one of the `KIND_` constants.
     pub kind: u8,
     /// Slots occupied, including the header slot.
     pub nslots: u8,
@@ -156,6 +162,7 @@ impl HeaderWord {
         let nslots = (word >> 40) & 0xff;
         // One branch for all fields (`|` not `||`): this runs for every frame received.
         if (kind == 0)
+            | (kind > KIND_SYSTEM as u64)
             | (nargs as usize > crate::MAX_ARGS)
             | (nslots == 0)
             | ((word >> 48) & 0xff & !1 != 0)
@@ -268,7 +275,7 @@ mod tests {
 
     #[test]
     fn round_trip_every_kind() {
-        for kind in 1..8u8 {
+        for kind in 1..=KIND_SYSTEM {
             let h = FrameHeader {
                 handler: 513,
                 nargs: 16,

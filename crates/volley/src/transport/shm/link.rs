@@ -4,26 +4,34 @@
 //! (also when a handler unwinds), the budget of a drain, and the doorbell of a receiver that
 //! may sleep.
 //!
-//! The layer above sees two calls. [`Links::send`] reserves room for a frame (waiting through
-//! a callback while the ring is full), lets the caller write the frame's words and publishes
-//! it. [`Links::poll`] takes in the frames at the heads of one channel's rings and hands each
-//! to a [`FrameSink`], which runs its handler while the frame is still in the ring; the frame
-//! is retired after that, whatever the handler did.
+//! The layer above sees the [`Transport`] contract. Sending frames a message (a short's words
+//! in one slot, a medium's payload inline or in one of this rank's medium buffers, a long's
+//! payload copied into the target's segment first), reserves room for it (waiting through a
+//! callback while the ring is full) and publishes it. Polling takes in the frames at the
+//! heads of one channel's rings and hands each to a [`Sink`], which runs its handler while
+//! the frame is still in the ring; the frame is retired after that, whatever the handler did.
 //!
 //! Ring state is indexed by *local* index (position among the node's ranks). Everything here
 //! is used by one thread at a time (the engine's owner), hence `Cell`s.
 
 use super::doorbell::Ordering as BellOrder;
-use super::frame::{FrameHeader, FrameKey, HeaderWord, KIND_SKIP, KIND_WORDS, PADDED};
+use super::frame::{
+    FrameHeader, FrameKey, HeaderWord, KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED,
+    KIND_SKIP, KIND_SYSTEM, KIND_WORDS, PADDED,
+};
 use super::path_marks;
 use super::ring::{
-    Consumer, Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS,
+    Consumer, Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS, SLOT_BYTES,
 };
 use super::wake_fd::WakeFd;
-use super::Region;
+use super::{PoolFlags, Region, MEDIUM_MAX};
 use crate::sync::{AtomicU64, Ordering};
+use crate::transport::contract::{
+    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport,
+};
 use crate::transport::Channel;
 use std::cell::Cell;
+use std::sync::Arc;
 
 /// Frames (skips and dropped ones included) one ring may retire in one poll before the poll
 /// moves on (fairness).
@@ -36,74 +44,19 @@ const PREFETCH_AHEAD: u64 = 8;
 /// [`Links::deferred`] when no retirement waits.
 const NO_DEFERRED: u32 = u32::MAX;
 
-/// What the layer above does with the frames a poll takes in: run their handlers. Every
-/// method is called by [`Links::poll`] while the frame is still in its ring; the frame is
-/// retired afterwards, also if the handler unwinds.
-pub(crate) trait FrameSink {
-    /// What lasts while a batch of frames from one sender is handled (the handlers'
-    /// nesting depth, what their messages share).
-    type Batch<'s>
-    where
-        Self: 's;
-
-    /// A batch of frames from global rank `src_rank` begins.
-    fn begin_batch(&self, src_rank: usize) -> Self::Batch<'_>;
-
-    /// Runs a one-slot frame of kind [`KIND_WORDS`] whose body is `args`, from local index
-    /// `src`, to handler `handler` of channel `ch`. Returns whether a handler ran (otherwise
-    /// the links count the frame through [`FrameSink::dropped`]).
-    fn run_words<'s>(
-        &'s self,
-        batch: &mut Self::Batch<'s>,
-        ch: Channel,
-        src: u32,
-        handler: u16,
-        args: &'s [u64],
-    ) -> bool;
-
-    /// [`FrameSink::run_words`] for a frame that comes alone (a batch of its own).
-    fn run_lone_words(
-        &self,
-        ch: Channel,
-        src: u32,
-        src_rank: usize,
-        handler: u16,
-        args: &[u64],
-    ) -> bool;
-
-    /// Runs any other frame (its header `h` checked, its `h.nslots()` slots at `frame`, ours
-    /// until this returns). `Err(())`: dropped (the links count it through
-    /// [`FrameSink::dropped`]).
-    fn run_frame(
-        &self,
-        batch: &Self::Batch<'_>,
-        ch: Channel,
-        src: usize,
-        h: HeaderWord,
-        frame: *const u64,
-    ) -> Result<(), ()>;
-
-    /// A frame was dropped without running a handler (a bad check byte).
-    fn dropped(&self);
-
-    /// The ring from `src` on `ch` is out of step (header `word` cannot be right): nothing
-    /// after it can be trusted. Must not return.
-    fn corrupt(&self, src: usize, ch: Channel, word: u64) -> !;
-}
-
 /// A frame to send, as its header will describe it (less its position in the ring). Kept in
 /// full-width fields until the header is encoded, so that what the sender knows about them
 /// (a short's slot count, say) carries through to the checks below.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Outgoing {
-    /// [`KIND_WORDS`] or a kind of the layer above.
-    pub(crate) kind: u8,
-    /// The handler index (or the layer above's operation).
-    pub(crate) handler: u16,
+struct Outgoing {
+    /// One of the `KIND_` constants.
+    kind: u8,
+    /// The handler index (or system operation).
+    handler: u16,
     /// Argument words after the header (and its extra words).
-    pub(crate) nargs: usize,
+    nargs: usize,
     /// Slots the frame occupies, 1 to [`MAX_FRAME_SLOTS`].
-    pub(crate) nslots: u64,
+    nslots: u64,
 }
 
 impl Outgoing {
@@ -120,7 +73,7 @@ impl Outgoing {
 
 /// The words of a frame after its header, which the layer above writes into the slots
 /// [`Links::send`] reserved for it.
-pub(crate) trait FrameBody {
+trait FrameBody {
     /// Writes every word of the frame but the header (word 0) at `frame`, within the frame's
     /// `nslots` slots as its header says. The receiver reads nothing before the header is
     /// published.
@@ -328,6 +281,14 @@ pub(crate) struct Links {
     /// that the requester's next request goes out sooner, and the next look at the reply
     /// rings finishes the retirement (see [`Links::retire_deferred`]). [`NO_DEFERRED`]: none.
     deferred: Cell<u32>,
+    /// Medium buffers per channel in each region.
+    pool_bufs: usize,
+    /// Where the search for a free medium buffer of each channel starts.
+    pool_next: [Cell<usize>; 2],
+    /// The global rank of each local index.
+    ranks: Vec<usize>,
+    /// What refuses a long message on a segment, if the layer above installed one.
+    guard: Option<Arc<dyn LongGuard>>,
 }
 
 impl std::fmt::Debug for Links {
@@ -344,6 +305,7 @@ impl Links {
     /// index, this rank's own included) are mapped here. `ranks[l]` is the global rank of
     /// local index `l`, `bells[l]` whether and how that rank's doorbell is rung after a send,
     /// `wakes[l]` its eventfd; `key` the job key.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         me: usize,
         key: u64,
@@ -351,10 +313,12 @@ impl Links {
         ranks: &[usize],
         bells: Vec<Option<BellOrder>>,
         wakes: Vec<WakeFd>,
+        guard: Option<Arc<dyn LongGuard>>,
     ) -> Self {
         let n = regions.len();
         assert!(me < n && ranks.len() == n && bells.len() == n && wakes.len() == n);
         let slots = regions[me].layout().ring_slots;
+        let pool_bufs = regions[me].layout().pool_bufs;
         let view = |r: RingRef<'_>| -> RingRef<'static> {
             // SAFETY: a RingRef points into a region's mapping, whose address never changes
             // while the Region is alive (moving the Region value does not move the mapping).
@@ -390,6 +354,10 @@ impl Links {
             wakes,
             lone: Cell::new(false),
             deferred: Cell::new(NO_DEFERRED),
+            pool_bufs,
+            pool_next: Default::default(),
+            ranks: ranks.to_vec(),
+            guard,
         }
     }
 
@@ -422,35 +390,21 @@ impl Links {
         self.key
     }
 
-    /// The entry of the rank at local index `l` as a destination, if `l` is one: one bounds
-    /// check finds both the route and the rings.
+    /// Sends the frame `out` with `body` on channel `ch` to `peer`: reserves its slots, has
+    /// `body` write the words after the header, publishes the header and rings the receiver's
+    /// doorbell if it may sleep. While the ring has no room, calls `blocked` (see
+    /// [`Transport::send`]).
     #[inline(always)]
-    pub(crate) fn peer(&self, l: usize) -> Option<&TxPeer> {
-        self.tx.get(l)
-    }
-
-    /// The entry of the rank at local index `l`, a valid local index.
-    #[inline(always)]
-    pub(crate) fn tx(&self, l: usize) -> &TxPeer {
-        &self.tx[l]
-    }
-
-    /// Sends the frame `out` with `body` on
-    /// channel `ch` to the rank at local index `dest`, whose entry is `peer`: reserves its
-    /// slots, has `body` write the words after the header, publishes the header and rings the
-    /// receiver's doorbell if it may sleep. When the cached credit does not cover the frame,
-    /// calls `blocked`, which must return a position that [`Links::reserve_more`] reserved
-    /// (letting the receiver catch up while it finds none).
-    #[inline(always)]
-    pub(crate) fn send(
+    fn send_frame(
         &self,
-        dest: usize,
-        peer: &TxPeer,
+        peer: ShmPeer<'_>,
         ch: Channel,
         out: Outgoing,
         body: impl FrameBody,
-        blocked: impl FnOnce() -> u64,
+        blocked: impl FnMut(u32),
     ) {
+        let dest = peer.index;
+        let peer = peer.tx;
         let nslots = out.nslots;
         debug_assert!((1..=MAX_FRAME_SLOTS).contains(&nslots));
         let tx = &peer.rings[ch as usize];
@@ -488,7 +442,7 @@ impl Links {
             None => {
                 let pos = match tx.reserve_within(nslots) {
                     Some(pos) => pos,
-                    None => blocked(),
+                    None => self.reserve_blocked(dest, ch, nslots, blocked),
                 };
                 body.write(ring.frame_ptr(pos).cast::<u64>());
                 ring.publish(pos, out.header().encode(pos, self.key));
@@ -504,16 +458,137 @@ impl Links {
         }
     }
 
-    /// The rest of a reservation whose common case (in [`Links::send`]) failed: a skip at the
-    /// end of the ring, or fresh credit read from the receiver. `None` while the ring to
-    /// `dest` on `ch` has no room for `nslots`.
-    #[inline]
-    pub(crate) fn reserve_more(&self, dest: usize, ch: Channel, nslots: u64) -> Option<u64> {
-        self.tx[dest].rings[ch as usize].reserve(nslots, self.key)
+    /// The rest of a reservation whose common case (in [`Links::send_frame`]) failed: a skip
+    /// at the end of the ring, or fresh credit read from the receiver; while there is none,
+    /// `blocked` lets the receiver catch up. Out of line, so a send's common case is two
+    /// compares.
+    #[cold]
+    #[inline(never)]
+    fn reserve_blocked(
+        &self,
+        dest: usize,
+        ch: Channel,
+        nslots: u64,
+        mut blocked: impl FnMut(u32),
+    ) -> u64 {
+        let tx = &self.tx[dest].rings[ch as usize];
+        let mut attempt = 0;
+        loop {
+            // The state is re-read each time: nothing depends on what ran meanwhile.
+            if let Some(pos) = tx.reserve(nslots, self.key) {
+                return pos;
+            }
+            blocked(attempt);
+            attempt += 1;
+        }
+    }
+
+    /// Claims one of this rank's medium buffers of channel `ch`; while all are in use (their
+    /// receivers still run the handlers), `blocked` lets them catch up.
+    fn claim_medium_buffer(&self, ch: Channel, mut blocked: impl FnMut(u32)) -> usize {
+        let flags = self.regions[self.me].pool_flags();
+        let mut attempt = 0;
+        loop {
+            let start = self.pool_next[ch as usize].get();
+            if let Some(idx) = flags.claim(ch, start, self.pool_bufs) {
+                self.pool_next[ch as usize].set(idx + 1);
+                return idx;
+            }
+            blocked(attempt);
+            attempt += 1;
+        }
+    }
+
+    /// Validates and delivers one frame from local index `src` that the drain does not
+    /// handle itself (any kind but a one-slot words frame and a skip), to `sink` in `batch`.
+    /// `Err(())`: dropped.
+    #[inline(never)]
+    fn deliver_frame<S: Sink>(
+        &self,
+        sink: &S,
+        batch: &S::Batch<'_>,
+        src: usize,
+        ch: Channel,
+        h: HeaderWord,
+        frame: *const u64,
+    ) -> Result<(), ()> {
+        let kind = h.kind();
+        let nargs = h.nargs();
+        let frame_bytes = h.nslots() as usize * SLOT_BYTES;
+        let nextra = extra_words(kind);
+        let words = 1 + nextra + nargs;
+        if words * 8 > frame_bytes {
+            return Err(());
+        }
+        // SAFETY: the frame's nslots slots are published to us and stay untouched by the sender
+        // until we release them after the handler returns; `words` fits inside them.
+        let (w1, w2, args) = unsafe {
+            (
+                if nextra > 0 { *frame.add(1) } else { 0 },
+                if nextra > 1 { *frame.add(2) } else { 0 },
+                std::slice::from_raw_parts(frame.add(1 + nextra), nargs),
+            )
+        };
+        // A pooled buffer goes back to its sender after the handler, also if it unwinds.
+        let mut _pooled = None;
+        let (class, body) = match kind {
+            KIND_WORDS => (Class::Short, Body::None),
+            KIND_SYSTEM => (Class::System, Body::None),
+            KIND_MEDIUM_INLINE => {
+                let len = w1 as usize;
+                // `words * 8 <= frame_bytes` was checked above; no overflow here.
+                if len > frame_bytes - words * 8 {
+                    return Err(());
+                }
+                // SAFETY: checked above that the payload lies inside the frame's slots.
+                let p = unsafe { std::slice::from_raw_parts(frame.add(words).cast::<u8>(), len) };
+                (Class::Medium, Body::Medium(p))
+            }
+            KIND_MEDIUM_POOLED => {
+                let len = (w1 & 0xffff_ffff) as usize;
+                let idx = (w1 >> 32) as usize;
+                if idx >= self.pool_bufs {
+                    return Err(());
+                }
+                let region = &self.regions[src];
+                _pooled = Some(PooledBuffer {
+                    flags: region.pool_flags(),
+                    ch,
+                    idx,
+                    bufs: self.pool_bufs,
+                });
+                if len > MEDIUM_MAX {
+                    return Err(());
+                }
+                // SAFETY: the sender filled buffer idx before publishing the frame and will not
+                // reuse it until `_pooled` releases its flag, when this function returns (after
+                // the handler) or unwinds.
+                let p = unsafe { std::slice::from_raw_parts(region.pool_buf(ch, idx), len) };
+                (Class::Medium, Body::Medium(p))
+            }
+            KIND_LONG => (
+                Class::Long,
+                Body::Long {
+                    offset: w2 as usize,
+                    len: w1 as usize,
+                },
+            ),
+            _ => return Err(()),
+        };
+        let msg = Inbound {
+            src: self.ranks[src],
+            route: src as u32,
+            ch,
+            class,
+            handler: h.handler(),
+            args,
+            body,
+        };
+        sink.run(batch, msg)
     }
 
     /// Whether a frame waits at the head of any ring.
-    pub(crate) fn has_frames(&self) -> bool {
+    fn has_frames(&self) -> bool {
         // A frame whose retirement a wait left for later is not waiting.
         self.retire_deferred();
         self.rx.iter().flatten().any(RxRing::ready)
@@ -526,7 +601,7 @@ impl Links {
     /// (`None`): a wait whose condition a reply handler just made true leaves at once; other
     /// polls pass `|| false`.
     #[inline(always)]
-    pub(crate) fn poll<S: FrameSink>(
+    pub(crate) fn poll_rings<S: Sink>(
         &self,
         ch: Channel,
         sink: &S,
@@ -649,7 +724,7 @@ impl Links {
     /// is the frame's header, read by the poll. After a reply handler ran, `stop` may end the
     /// poll at once ([`HeadFrame::Left`]), before the frame is retired (see [`Links::deferred`]).
     #[inline(always)]
-    fn serve_short<S: FrameSink>(
+    fn serve_short<S: Sink>(
         &self,
         sink: &S,
         rx: &RxRing,
@@ -676,7 +751,7 @@ impl Links {
         #[cfg(debug_assertions)]
         let entry = rx.consumer.get().head();
         self.lone.set(true);
-        let ran = sink.run_lone_words(ch, rx.src, rx.src_rank, h.handler(), args);
+        let ran = sink.run_lone_short(ch, rx.src, rx.src_rank, h.handler(), args);
         #[cfg(debug_assertions)]
         assert_eq!(rx.consumer.get().head(), entry, "a handler moved this ring");
         std::mem::forget(unwinding);
@@ -703,7 +778,7 @@ impl Links {
     /// Retires up to DRAIN_BUDGET frames from the ring `rx`, running their handlers; returns
     /// how many handlers ran.
     #[inline(always)]
-    fn drain<S: FrameSink>(&self, sink: &S, rx: &RxRing, ch: Channel) -> usize {
+    fn drain<S: Sink>(&self, sink: &S, rx: &RxRing, ch: Channel) -> usize {
         let ring = rx.ring;
         let src = rx.src as usize;
         // Nothing that runs below touches this ring's consumer: a request handler's nested
@@ -741,7 +816,7 @@ impl Links {
                 // Retired now, so that it stays retired if its handler unwinds; the slot
                 // returns to the sender only at `settle`, after the handler.
                 draining.consumer.retire_one();
-                if sink.run_words(&mut batch, ch, src as u32, h.handler(), args) {
+                if sink.run_short(&mut batch, ch, src as u32, h.handler(), args) {
                     handled += 1;
                 } else {
                     sink.dropped();
@@ -770,7 +845,7 @@ impl Links {
                         claimed = ring.quarter_end(head + claimed - 1) - head;
                     }
                     draining.delivering = claimed;
-                    let delivered = sink.run_frame(&batch, ch, src, h, frame);
+                    let delivered = self.deliver_frame(sink, &batch, src, ch, h, frame);
                     draining.delivering = 0;
                     if h.padded() {
                         self.credit_after_padded_in_drain(rx, ch, h, frame);
@@ -825,5 +900,264 @@ impl Links {
     #[cfg(test)]
     pub(crate) fn loopback_tail(&self, ch: Channel) -> u64 {
         self.tx[self.me].rings[ch as usize].producer.get().tail()
+    }
+}
+
+/// A rank of this node as a destination: its local index and its entry.
+#[derive(Clone, Copy)]
+pub(crate) struct ShmPeer<'a> {
+    index: usize,
+    tx: &'a TxPeer,
+}
+
+impl Transport for Links {
+    type Peer<'a> = ShmPeer<'a>;
+
+    /// Peers are numbered by local index.
+    #[inline(always)]
+    fn peer(&self, dest: usize) -> Option<ShmPeer<'_>> {
+        self.tx.get(dest).map(|tx| ShmPeer { index: dest, tx })
+    }
+
+    #[inline(always)]
+    fn send(
+        &self,
+        peer: ShmPeer<'_>,
+        msg: Outbound<'_>,
+        blocked: impl FnMut(u32),
+    ) -> Result<(), SendRefused> {
+        let Outbound {
+            ch,
+            class,
+            handler,
+            args,
+            payload,
+            offset,
+        } = msg;
+        let (kind, extra, inline): (u8, [u64; 2], &[u8]) = match class {
+            Class::Short => (KIND_WORDS, [0, 0], &[]),
+            Class::System => (KIND_SYSTEM, [0, 0], &[]),
+            Class::Medium => {
+                if payload.len() > MEDIUM_MAX {
+                    return Err(SendRefused::TooLarge {
+                        len: payload.len(),
+                        max: MEDIUM_MAX,
+                    });
+                }
+                // Inline when it fits in a few slots, otherwise through one of this rank's
+                // medium buffers.
+                let inline_bytes = (2 + args.len()) * 8 + payload.len();
+                if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
+                    (KIND_MEDIUM_INLINE, [payload.len() as u64, 0], payload)
+                } else {
+                    return self.send_pooled(peer, msg, blocked);
+                }
+            }
+            Class::Long => {
+                self.place_long(peer.index, payload, offset)?;
+                (KIND_LONG, [payload.len() as u64, offset as u64], &[])
+            }
+        };
+        self.send_encoded(peer, ch, kind, handler, extra, args, inline, blocked);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn poll<S: Sink>(&self, ch: Channel, sink: &S, stop: impl FnMut() -> bool) -> Option<usize> {
+        self.poll_rings(ch, sink, stop)
+    }
+
+    fn pending(&self) -> bool {
+        self.has_frames()
+    }
+
+    fn max_payload(&self, class: Class) -> usize {
+        match class {
+            Class::Medium => MEDIUM_MAX,
+            Class::Long => self.regions[self.me].segment_len(),
+            Class::Short | Class::System => 0,
+        }
+    }
+}
+
+impl Links {
+    /// Frames and sends a message of frame kind `kind` whose words after the header are
+    /// `extra` (as many as the kind has), `args`, then `inline` bytes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn send_encoded(
+        &self,
+        peer: ShmPeer<'_>,
+        ch: Channel,
+        kind: u8,
+        handler: u16,
+        extra: [u64; 2],
+        args: &[u64],
+        inline: &[u8],
+        blocked: impl FnMut(u32),
+    ) {
+        let nextra = extra_words(kind);
+        let words = 1 + nextra + args.len();
+        // Without a payload inline (known when this is inlined), whole words: a shift.
+        let nslots = match inline.is_empty() {
+            true => words.div_ceil(SLOT_BYTES / 8),
+            false => (words * 8 + inline.len()).div_ceil(SLOT_BYTES),
+        } as u64;
+        debug_assert!(nslots <= MAX_FRAME_SLOTS);
+        let out = Outgoing {
+            kind,
+            handler,
+            nargs: args.len(),
+            nslots,
+        };
+        let body = Words {
+            extra,
+            nextra,
+            args,
+            inline,
+        };
+        self.send_frame(peer, ch, out, body, blocked);
+    }
+
+    /// A medium message whose payload travels in one of this rank's medium buffers.
+    #[cold]
+    #[inline(never)]
+    fn send_pooled(
+        &self,
+        peer: ShmPeer<'_>,
+        msg: Outbound<'_>,
+        mut blocked: impl FnMut(u32),
+    ) -> Result<(), SendRefused> {
+        let (ch, payload) = (msg.ch, msg.payload);
+        let idx = self.claim_medium_buffer(ch, &mut blocked);
+        // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
+        // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.regions[self.me].pool_buf(ch, idx),
+                payload.len(),
+            );
+        }
+        let extra = [payload.len() as u64 | (idx as u64) << 32, 0];
+        let kind = KIND_MEDIUM_POOLED;
+        self.send_encoded(peer, ch, kind, msg.handler, extra, msg.args, &[], blocked);
+        Ok(())
+    }
+
+    /// Copies a long payload into the segment of the rank at local index `dest` at `offset`
+    /// (the caller checked that it fits the segment), unless the guard refuses the range: the
+    /// sender writes the payload, so the sender asks.
+    fn place_long(&self, dest: usize, payload: &[u8], offset: usize) -> Result<(), SendRefused> {
+        let target = &self.regions[dest];
+        debug_assert!(offset + payload.len() <= target.segment_len());
+        if let Some(guard) = &self.guard {
+            guard
+                .admit(target.upper_ptr(), offset, payload.len())
+                .map_err(SendRefused::Guarded)?;
+        }
+        // SAFETY: the range lies in the target's segment (the caller checked), which is mapped
+        // for the life of the links. Concurrent writes to overlapping ranges are the program's
+        // race to avoid, as with any remote write; they cannot touch memory outside the
+        // segment.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                target.segment_ptr().add(offset),
+                payload.len(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Words between a frame's header and its arguments, by frame kind.
+#[inline(always)]
+fn extra_words(kind: u8) -> usize {
+    match kind {
+        KIND_MEDIUM_INLINE | KIND_MEDIUM_POOLED => 1,
+        KIND_LONG => 2,
+        _ => 0,
+    }
+}
+
+/// A pooled medium buffer being read; dropping it (after the handler, or when the handler
+/// unwinds) returns the buffer to its sender.
+struct PooledBuffer<'a> {
+    flags: PoolFlags<'a>,
+    ch: Channel,
+    idx: usize,
+    bufs: usize,
+}
+
+impl Drop for PooledBuffer<'_> {
+    fn drop(&mut self) {
+        self.flags.release(self.ch, self.idx, self.bufs);
+    }
+}
+
+/// A frame's words after its header: the payload's length (and offset), the arguments, an
+/// inline payload.
+struct Words<'a> {
+    extra: [u64; 2],
+    nextra: usize,
+    args: &'a [u64],
+    inline: &'a [u8],
+}
+
+impl FrameBody for Words<'_> {
+    #[inline(always)]
+    fn write(self, frame: *mut u64) {
+        let Words {
+            extra,
+            nextra,
+            args,
+            inline,
+        } = self;
+        // SAFETY: the frame's nslots slots are reserved for us and contiguous (frames never
+        // wrap); the header, words and payload take at most nslots * 64 bytes (the header
+        // was sized from this body), so every write stays inside the reservation.
+        unsafe {
+            if nextra > 0 {
+                frame.add(1).write(extra[0]);
+                if nextra > 1 {
+                    frame.add(2).write(extra[1]);
+                }
+            }
+            let at = frame.add(1 + nextra);
+            copy_args(args, at);
+            if !inline.is_empty() {
+                std::ptr::copy_nonoverlapping(
+                    inline.as_ptr(),
+                    frame.cast::<u8>().add((1 + nextra + args.len()) * 8),
+                    inline.len(),
+                );
+            }
+        }
+    }
+}
+
+/// Writes `args` to `at`. A short's few arguments (the common case: at most a slot's worth)
+/// are copied by an unrolled loop that stops after the last, a few instructions each; the
+/// general loop's set-up alone cost more than that.
+///
+/// # Safety
+/// `at` must be valid for writing `args.len()` words.
+#[inline(always)]
+unsafe fn copy_args(args: &[u64], at: *mut u64) {
+    const FEW: usize = 7;
+    if args.len() <= FEW {
+        for i in 0..FEW {
+            if i == args.len() {
+                break;
+            }
+            // SAFETY: i < args.len(), for which the caller vouches.
+            unsafe { at.add(i).write(args[i]) };
+        }
+    } else {
+        for (i, w) in args.iter().enumerate() {
+            // SAFETY: as above.
+            unsafe { at.add(i).write(*w) };
+        }
     }
 }

@@ -12,7 +12,7 @@
 //! job (UDP datagrams carry the job key and a checksum). A long message carries its payload,
 //! which the receiver writes into its own segment before the handler runs.
 
-use super::frame_kind::FrameKind;
+use crate::transport::contract::Class;
 use crate::transport::Channel;
 use crate::MAX_ARGS;
 
@@ -20,7 +20,7 @@ use crate::MAX_ARGS;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct NetFrame<'a> {
     pub(crate) ch: Channel,
-    pub(crate) kind: FrameKind,
+    pub(crate) class: Class,
     pub(crate) handler: u16,
     pub(crate) args: [u64; MAX_ARGS],
     pub(crate) nargs: usize,
@@ -30,13 +30,43 @@ pub(crate) struct NetFrame<'a> {
 }
 
 const KIND_SHIFT: u32 = 21;
+
+/// The kind field of each class on the wire.
+fn kind_of(class: Class) -> u64 {
+    match class {
+        Class::Short => 1,
+        Class::Medium => 2,
+        Class::Long => 4,
+        Class::System => 6,
+    }
+}
+
+/// The class a kind field names, if any.
+fn class_of(kind: u64) -> Option<Class> {
+    Some(match kind {
+        1 => Class::Short,
+        2 => Class::Medium,
+        4 => Class::Long,
+        6 => Class::System,
+        _ => return None,
+    })
+}
+
+/// Words between the header word and the arguments.
+fn extra_words(class: Class) -> usize {
+    match class {
+        Class::Medium => 1,
+        Class::Long => 2,
+        Class::Short | Class::System => 0,
+    }
+}
 const CH_BIT: u64 = 1 << 24;
 
 /// Appends the encoding of one message to `out` (cleared first).
 pub(crate) fn encode(
     out: &mut Vec<u8>,
     ch: Channel,
-    kind: FrameKind,
+    class: Class,
     handler: u16,
     args: &[u64],
     payload: &[u8],
@@ -45,10 +75,9 @@ pub(crate) fn encode(
     debug_assert!(args.len() <= MAX_ARGS);
     out.clear();
     let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
-    let w0 =
-        handler as u64 | (args.len() as u64) << 16 | (kind as u8 as u64) << KIND_SHIFT | ch_bit;
+    let w0 = handler as u64 | (args.len() as u64) << 16 | kind_of(class) << KIND_SHIFT | ch_bit;
     out.extend_from_slice(&w0.to_le_bytes());
-    let extra = kind.extra_words();
+    let extra = extra_words(class);
     if extra >= 1 {
         out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     }
@@ -71,11 +100,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     if w0 >> 25 != 0 {
         return None;
     }
-    // A pooled medium is a ring's way to carry a payload; on the network it travels inline.
-    let kind = match FrameKind::from_bits(((w0 >> KIND_SHIFT) & 7) as u8)? {
-        FrameKind::MediumPooled => return None,
-        kind => kind,
-    };
+    let class = class_of((w0 >> KIND_SHIFT) & 7)?;
     let ch = if w0 & CH_BIT != 0 {
         Channel::Reply
     } else {
@@ -85,7 +110,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     if nargs > MAX_ARGS {
         return None;
     }
-    let extra = kind.extra_words();
+    let extra = extra_words(class);
     let (len, offset) = match extra {
         0 => (0, 0),
         1 => (word(1)?, 0),
@@ -102,7 +127,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     }
     Some(NetFrame {
         ch,
-        kind,
+        class,
         handler: w0 as u16,
         args,
         nargs,
@@ -120,18 +145,18 @@ mod tests {
         let mut buf = Vec::new();
         let payload: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
         for (kind, p, off) in [
-            (FrameKind::Short, &[][..], 0),
-            (FrameKind::System, &[][..], 0),
-            (FrameKind::MediumInline, &payload[..], 0),
-            (FrameKind::MediumInline, &[][..], 0),
-            (FrameKind::Long, &payload[..17], 4096),
+            (Class::Short, &[][..], 0),
+            (Class::System, &[][..], 0),
+            (Class::Medium, &payload[..], 0),
+            (Class::Medium, &[][..], 0),
+            (Class::Long, &payload[..17], 4096),
         ] {
             for nargs in [0, 1, MAX_ARGS] {
                 for ch in [Channel::Request, Channel::Reply] {
                     let args: Vec<u64> = (0..nargs as u64).map(|i| i * 0x1111 + 3).collect();
                     encode(&mut buf, ch, kind, 0xbeef, &args, p, off);
                     let f = decode(&buf).expect("decodes");
-                    assert_eq!((f.ch, f.kind, f.handler), (ch, kind, 0xbeef));
+                    assert_eq!((f.ch, f.class, f.handler), (ch, kind, 0xbeef));
                     assert_eq!(&f.args[..f.nargs], &args[..]);
                     assert_eq!(f.payload, p);
                     assert_eq!(f.offset, off);
@@ -146,7 +171,7 @@ mod tests {
         encode(
             &mut buf,
             Channel::Request,
-            FrameKind::MediumInline,
+            Class::Medium,
             1,
             &[5],
             b"abc",
@@ -172,7 +197,7 @@ mod tests {
             assert!(decode(&b).is_none(), "{w0:#x}");
         }
         // A short message with trailing bytes.
-        encode(&mut buf, Channel::Request, FrameKind::Short, 1, &[], b"", 0);
+        encode(&mut buf, Channel::Request, Class::Short, 1, &[], b"", 0);
         buf.push(1);
         assert!(decode(&buf).is_none());
     }

@@ -1,0 +1,405 @@
+//! The network side of the [`Transport`] contract: Active Messages to and from ranks on other
+//! nodes, framed as one network message each ([`super::frame`]) and carried by a
+//! [`NetTransport`] (UDP or TCP), with the flush and poll policy that keeps system calls off
+//! the shared-memory path.
+//!
+//! What arrives waits in a per-channel inbox until a poll of that channel hands it on, so a
+//! blocked reply send, which may run reply handlers only, leaves requests where they are.
+
+use super::frame;
+use super::poll_policy::{NetPollState, PollPolicy};
+use super::{NetError, NetStats, NetTransport, MAX_MESSAGE};
+use crate::transport::contract::{
+    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, REMOTE,
+};
+use crate::transport::Channel;
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Sends closer together than this share a flush (about the cost of one send system call).
+const FLUSH_INTERVAL_NS: u64 = 2_000;
+
+/// Bytes a network message spends on more than its payload: the frame's words (header,
+/// length, offset, 16 arguments) with room to spare.
+const FRAME_OVERHEAD: usize = 256;
+
+/// A message from the network: source rank and bytes.
+type Delivered = (usize, Vec<u8>);
+
+/// Where this rank's segment is, for the long payloads that arrive.
+pub(crate) struct Placement {
+    /// The segment's first byte.
+    pub(crate) segment: *mut u8,
+    /// Its length.
+    pub(crate) len: usize,
+    /// The region's upper bytes, for the guard.
+    pub(crate) upper: *mut u8,
+    /// What refuses a long message on a segment, if the layer above installed one.
+    pub(crate) guard: Option<Arc<dyn LongGuard>>,
+}
+
+/// What the network route counted, for the runtime's statistics.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LinkStats {
+    /// Messages sent through the network (system messages not counted).
+    pub(crate) sent: u64,
+    /// Messages whose handler ran (system messages not counted).
+    pub(crate) handled: u64,
+    /// Polls of the network transport, and those that brought nothing.
+    pub(crate) polls: u64,
+    pub(crate) empty_polls: u64,
+    /// The adaptive poll interval now.
+    pub(crate) interval: u64,
+}
+
+/// The network route of one rank: its transport and what arrived that no handler has run
+/// for yet.
+pub(crate) struct NetLink {
+    transport: RefCell<Box<dyn NetTransport>>,
+    /// Requests and replies received, in arrival order per source.
+    inbox: [RefCell<VecDeque<Delivered>>; 2],
+    /// Scratch for `progress`, kept to avoid an allocation per poll.
+    scratch: Cell<Vec<Delivered>>,
+    /// Encoding buffer for outgoing messages (taken while in use).
+    encode_buf: Cell<Vec<u8>>,
+    policy: RefCell<NetPollState>,
+    epoch: Instant,
+    /// When queued messages were last pushed out.
+    last_flush: Cell<u64>,
+    /// Whether a send since then left its message queued in the transport (a run of sends
+    /// shares one flush; the poll that ran the handlers which sent them flushes at its end).
+    unflushed: Cell<bool>,
+    polls: Cell<u64>,
+    empty_polls: Cell<u64>,
+    sent: Cell<u64>,
+    handled: Cell<u64>,
+    /// Peers that left normally: a broken connection to them is no failure.
+    departed: Vec<Cell<bool>>,
+    placement: Placement,
+    /// Ends the rank on a failure it cannot recover from (the job's policy, not ours); it
+    /// must not return.
+    fail: Box<dyn Fn(NetError)>,
+}
+
+impl std::fmt::Debug for NetLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NetLink")
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Adds one to a counter.
+#[inline(always)]
+fn bump(c: &Cell<u64>) {
+    c.set(c.get() + 1);
+}
+
+impl NetLink {
+    /// The route over `transport` (connected) for a job of `size` ranks, polled as `policy`
+    /// says, placing long payloads as `placement` says and ending the rank through `fail`.
+    pub(crate) fn new(
+        transport: Box<dyn NetTransport>,
+        size: usize,
+        policy: PollPolicy,
+        placement: Placement,
+        fail: Box<dyn Fn(NetError)>,
+    ) -> Self {
+        Self {
+            transport: RefCell::new(transport),
+            inbox: Default::default(),
+            scratch: Cell::new(Vec::new()),
+            encode_buf: Cell::new(Vec::new()),
+            policy: RefCell::new(NetPollState::new(policy)),
+            epoch: Instant::now(),
+            last_flush: Cell::new(0),
+            unflushed: Cell::new(false),
+            polls: Cell::new(0),
+            empty_polls: Cell::new(0),
+            sent: Cell::new(0),
+            handled: Cell::new(0),
+            departed: (0..size).map(|_| Cell::new(false)).collect(),
+            placement,
+            fail,
+        }
+    }
+
+    /// Nanoseconds since this route was made (the transports' clock).
+    fn now(&self) -> u64 {
+        self.epoch.elapsed().as_nanos() as u64
+    }
+
+    /// Whether the poll policy says the network is due (counting this look).
+    pub(crate) fn due(&self) -> bool {
+        self.policy.borrow_mut().tick()
+    }
+
+    /// Takes in what the transport has received (and transmits, runs timers), into the
+    /// inboxes. Does not run handlers.
+    pub(crate) fn take_in(&self) {
+        let mut scratch = self.scratch.take();
+        let now = self.now();
+        self.last_flush.set(now);
+        self.unflushed.set(false);
+        let result = self.transport.borrow_mut().progress(now, &mut scratch);
+        bump(&self.polls);
+        if scratch.is_empty() {
+            bump(&self.empty_polls);
+        }
+        self.policy.borrow_mut().record(scratch.len());
+        for (src, msg) in scratch.drain(..) {
+            // The channel bit is in the first word; a message too short for it is dropped by
+            // the decoder later, so any channel will do.
+            let reply = msg.get(3).is_some_and(|b| b & 1 != 0);
+            self.inbox[reply as usize]
+                .borrow_mut()
+                .push_back((src, msg));
+        }
+        self.scratch.set(scratch);
+        if let Err(e) = result {
+            self.peer_failed(e);
+        }
+    }
+
+    /// Whether a send left something queued since the last flush.
+    pub(crate) fn unflushed(&self) -> bool {
+        self.unflushed.get()
+    }
+
+    /// Pushes out what the transport has queued.
+    pub(crate) fn flush(&self) {
+        self.flush_at(self.now());
+    }
+
+    fn flush_at(&self, now: u64) {
+        let result = self.transport.borrow_mut().flush(now);
+        // From the flush's end: a flush that takes longer than the interval must not make
+        // every following send flush again.
+        self.last_flush.set(self.now());
+        self.unflushed.set(false);
+        if let Err(e) = result {
+            self.peer_failed(e);
+        }
+    }
+
+    /// A failed pair: harmless when the peer had finished (see [`NetLink::departed`]), fatal
+    /// otherwise.
+    fn peer_failed(&self, e: NetError) {
+        if let NetError::PeerFailed { peer, .. } = &e {
+            if self.departed.get(*peer).is_some_and(Cell::get) {
+                return;
+            }
+        }
+        self.failed(e)
+    }
+
+    /// Ends the rank through the failure handler.
+    #[cold]
+    fn failed(&self, e: NetError) -> ! {
+        (self.fail)(e);
+        unreachable!("the network failure handler returned")
+    }
+
+    /// `rank` has left normally (it needs nothing more from us, and we expect nothing more
+    /// from it): a broken pair with it is no failure.
+    pub(crate) fn departed(&self, rank: usize) {
+        if let Some(d) = self.departed.get(rank) {
+            d.set(true);
+        }
+    }
+
+    /// Makes the next look at the policy poll the network (after a sleep).
+    pub(crate) fn make_due(&self) {
+        self.policy.borrow_mut().make_due();
+    }
+
+    /// What a sleeper waits on: the transport's readable descriptor, and the time its timers
+    /// next need a poll (nanoseconds from now), if any.
+    pub(crate) fn sleep_on(&self) -> (std::os::fd::RawFd, Option<u64>) {
+        let t = self.transport.borrow();
+        let until = t.next_deadline().map(|d| d.saturating_sub(self.now()));
+        (t.readable_fd(), until)
+    }
+
+    /// Leaves the network after the two-phase finalize: lingers until our last messages are
+    /// acknowledged and the peers no longer need our acks (bounded).
+    pub(crate) fn close(&self) -> Result<(), NetError> {
+        let deadline = self.now() + 10_000_000_000;
+        let mut now = || self.now();
+        self.transport.borrow_mut().close(&mut now, deadline)
+    }
+
+    /// The route's counters, and the transport's name and counters.
+    pub(crate) fn stats(&self) -> (LinkStats, &'static str, NetStats) {
+        let t = self.transport.borrow();
+        let ours = LinkStats {
+            sent: self.sent.get(),
+            handled: self.handled.get(),
+            polls: self.polls.get(),
+            empty_polls: self.empty_polls.get(),
+            interval: self.policy.borrow().interval() as u64,
+        };
+        (ours, t.kind().name(), t.stats())
+    }
+
+    /// Decodes one message from `src` that came on channel `ch` and hands it to `sink`;
+    /// `Ok(true)` when a user handler ran.
+    fn deliver<S: Sink>(
+        &self,
+        sink: &S,
+        src: usize,
+        ch: Channel,
+        bytes: &[u8],
+    ) -> Result<bool, ()> {
+        let f = frame::decode(bytes).ok_or(())?;
+        if f.ch != ch {
+            return Err(());
+        }
+        let body = match f.class {
+            Class::Medium => Body::Medium(f.payload),
+            Class::Long => {
+                let offset = usize::try_from(f.offset).map_err(|_| ())?;
+                self.place_long(offset, f.payload)?;
+                Body::Long {
+                    offset,
+                    len: f.payload.len(),
+                }
+            }
+            Class::Short | Class::System => Body::None,
+        };
+        let msg = Inbound {
+            src,
+            route: REMOTE,
+            ch,
+            class: f.class,
+            handler: f.handler,
+            args: &f.args[..f.nargs],
+            body,
+        };
+        let batch = sink.begin_batch(src);
+        sink.run(&batch, msg).map(|()| f.class != Class::System)
+    }
+
+    /// Copies a long payload into this rank's segment at `offset` before its handler runs, as
+    /// the sender does on the shared-memory route: the sender could not see our segments, so
+    /// the guard is asked here (a refused one is dropped and counted).
+    fn place_long(&self, offset: usize, payload: &[u8]) -> Result<(), ()> {
+        let p = &self.placement;
+        if offset.checked_add(payload.len()).is_none_or(|e| e > p.len) {
+            return Err(());
+        }
+        if let Some(guard) = &p.guard {
+            guard
+                .admit(p.upper, offset, payload.len())
+                .map_err(|_| ())?;
+        }
+        // SAFETY: bounds checked against our own segment, which stays mapped while the
+        // runtime (and so this route) lives.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.segment.add(offset), payload.len())
+        };
+        Ok(())
+    }
+}
+
+impl Transport for NetLink {
+    type Peer<'a> = usize;
+
+    /// Peers are numbered by global rank; the caller routes here only the ranks on other
+    /// nodes.
+    #[inline]
+    fn peer(&self, dest: usize) -> Option<usize> {
+        (dest < self.departed.len()).then_some(dest)
+    }
+
+    #[inline(never)]
+    fn send(
+        &self,
+        dest: usize,
+        msg: Outbound<'_>,
+        mut blocked: impl FnMut(u32),
+    ) -> Result<(), SendRefused> {
+        let max = self.max_payload(msg.class);
+        if msg.payload.len() > max {
+            return Err(SendRefused::TooLarge {
+                len: msg.payload.len(),
+                max,
+            });
+        }
+        let mut buf = self.encode_buf.take();
+        let (ch, class) = (msg.ch, msg.class);
+        frame::encode(
+            &mut buf,
+            ch,
+            class,
+            msg.handler,
+            msg.args,
+            msg.payload,
+            msg.offset as u64,
+        );
+        let mut attempt = 0;
+        loop {
+            let now = self.now();
+            let sent = self.transport.borrow_mut().send(dest, &buf, now);
+            match sent {
+                Ok(()) => {
+                    // A message alone leaves at once; messages sent in a quick run share the
+                    // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
+                    if now.saturating_sub(self.last_flush.get()) >= FLUSH_INTERVAL_NS {
+                        self.flush_at(now);
+                    } else {
+                        self.unflushed.set(true);
+                    }
+                    break;
+                }
+                Err(NetError::WouldBlock) => {
+                    // The window opens only when acks arrive: take them in now, not just
+                    // when the policy's turn comes, and let the caller wait.
+                    self.take_in();
+                    blocked(attempt);
+                    attempt += 1;
+                }
+                Err(e) => self.failed(e),
+            }
+        }
+        self.encode_buf.set(buf);
+        if class != Class::System {
+            bump(&self.sent);
+        }
+        Ok(())
+    }
+
+    /// Hands on what waits in `ch`'s inbox, one message at a time (handlers may poll again
+    /// and append to it). Never stops early.
+    fn poll<S: Sink>(&self, ch: Channel, sink: &S, _stop: impl FnMut() -> bool) -> Option<usize> {
+        let mut handled = 0;
+        loop {
+            let next = self.inbox[ch as usize].borrow_mut().pop_front();
+            let Some((src, msg)) = next else { break };
+            match self.deliver(sink, src, ch, &msg) {
+                Ok(user) => {
+                    handled += 1;
+                    if user {
+                        bump(&self.handled);
+                    }
+                }
+                Err(()) => sink.dropped(),
+            }
+            self.transport.borrow_mut().recycle(src, msg);
+        }
+        Some(handled)
+    }
+
+    fn pending(&self) -> bool {
+        self.inbox.iter().any(|q| !q.borrow().is_empty())
+    }
+
+    fn max_payload(&self, class: Class) -> usize {
+        match class {
+            Class::Medium | Class::Long => MAX_MESSAGE - FRAME_OVERHEAD,
+            Class::Short | Class::System => 0,
+        }
+    }
+}
