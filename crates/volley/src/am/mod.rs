@@ -45,6 +45,7 @@ mod progress;
 mod runtime;
 mod stats;
 mod watchdog;
+mod wireup;
 
 #[cfg(test)]
 mod tests;

@@ -1,32 +1,24 @@
 //! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
 
 use super::config::Config;
-use super::engine::{Engine, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
+use super::engine::{Engine, EngineSetup, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
 use super::progress::{ProgressThread, ThreadSync};
 use super::stats::Stats;
-use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
+use super::wireup::{bind_network, wire, EndpointInfo, Wired};
+use crate::bootstrap::{BootstrapError, JobInfo};
 use crate::error::{Error, Result};
 use crate::transport::contract::LongGuard;
-use crate::transport::shm::doorbell::{self, Ordering as BellOrder};
+use crate::transport::shm::doorbell;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::{Layout, Region, MEDIUM_MAX};
 use crate::transport::Channel;
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::sync::Arc;
 
 /// Most handlers of each kind (request, reply): indices are 16 bits.
 pub const MAX_HANDLERS: usize = 1 << 16;
-use super::engine::EngineSetup;
-use crate::transport::net::{
-    tcp::{TcpConfig, TcpTransport},
-    udp::{UdpConfig, UdpTransport},
-    NetKind, NetTransport,
-};
-use serde::{Deserialize, Serialize};
-use std::cell::{Cell, RefCell};
-use std::marker::PhantomData;
-use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
-use std::sync::Arc;
 
 /// Registers handlers and settings, then joins the job with [`RuntimeBuilder::build`].
 ///
@@ -63,24 +55,6 @@ impl std::fmt::Debug for RuntimeBuilder {
             .field("config", &self.config)
             .finish()
     }
-}
-
-/// What each rank tells the others about itself at init.
-#[derive(Debug, Serialize, Deserialize, PartialEq)]
-struct EndpointInfo {
-    layout: Layout,
-    requests: Vec<String>,
-    replies: Vec<String>,
-    /// The node (host, or emulated node) the rank runs on: ranks of one node share memory.
-    node: usize,
-    /// Network transport name and address, when the job spans several nodes.
-    net: Option<(String, SocketAddr)>,
-    /// `VOLLEY_WAIT=block`: all ranks must agree.
-    block: bool,
-    /// `VOLLEY_PROGRESS=thread`: this rank has a progress thread (ranks may differ).
-    thread: bool,
-    /// Registered for `membarrier`: its sleepers fence for its senders (see `doorbell.rs`).
-    membarrier: bool,
 }
 
 impl RuntimeBuilder {
@@ -233,84 +207,13 @@ impl RuntimeBuilder {
             thread,
             membarrier,
         };
-        // How to ring a node-mate's doorbell: not at all unless it may sleep; with a compiler
-        // barrier when both sides registered for membarrier, else with a fence.
-        let bell = |theirs: &EndpointInfo| {
-            (theirs.block || theirs.thread).then_some(if membarrier && theirs.membarrier {
-                BellOrder::Barrier
-            } else {
-                BellOrder::Fenced
-            })
-        };
-        let (regions, local_ranks, bells, wakes, conn) = match &job.rendezvous {
-            None => (vec![own], vec![0], vec![bell(&info)], vec![own_wake], None),
-            Some(path) => {
-                let hello = rendezvous::Hello {
-                    rank: job.rank,
-                    pid: std::process::id(),
-                    blob: serde_json::to_value(&info).expect("endpoint info serializes"),
-                };
-                let fds = [own.fd().as_raw_fd(), own_wake.raw()];
-                let (peers, conn) = rendezvous::exchange(path, job.size, &hello, fds)?;
-                let mut own = Some((own, own_wake));
-                let mut regions = Vec::with_capacity(job.local_size);
-                let mut local_ranks = Vec::with_capacity(job.local_size);
-                let mut bells = Vec::with_capacity(job.local_size);
-                let mut wakes = Vec::with_capacity(job.local_size);
-                let mut addrs = vec![None; job.size];
-                for peer in peers {
-                    let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
-                        .map_err(|e| BootstrapError::Rendezvous {
-                            path: path.clone(),
-                            why: format!(
-                                "rank {} sent unreadable endpoint info: {e}",
-                                peer.hello.rank
-                            ),
-                        })?;
-                    check_agreement(job.rank, peer.hello.rank, &info, &theirs)?;
-                    let r = peer.hello.rank;
-                    if theirs.node != job.node {
-                        // Hellos come in rank order, so local indices are ascending ranks
-                        // on every rank of a node alike.
-                        addrs[r] = Some(theirs.net.as_ref().map(|(_, a)| *a).ok_or_else(|| {
-                            BootstrapError::Rendezvous {
-                                path: path.clone(),
-                                why: format!("rank {r} is on another node but has no network"),
-                            }
-                        })?);
-                        continue;
-                    }
-                    local_ranks.push(r);
-                    bells.push(bell(&theirs));
-                    if r == job.rank {
-                        let (region, wake) = own.take().expect("own hello comes once");
-                        regions.push(region);
-                        wakes.push(wake);
-                    } else {
-                        let [region, wake] = peer.fds;
-                        regions.push(Region::open(region, layout, r, job.job_key)?);
-                        wakes.push(WakeFd::from_owned(wake));
-                    }
-                }
-                if regions.len() != job.local_size {
-                    return Err(BootstrapError::Rendezvous {
-                        path: path.clone(),
-                        why: format!(
-                            "{} ranks share node {} but VOLLEY_LOCAL_SIZE is {}",
-                            regions.len(),
-                            job.node,
-                            job.local_size
-                        ),
-                    }
-                    .into());
-                }
-                if let Some(net) = net.as_mut() {
-                    net.connect(job.rank, &addrs)
-                        .map_err(|e| Error::Network(e.to_string()))?;
-                }
-                (regions, local_ranks, bells, wakes, Some(conn))
-            }
-        };
+        let Wired {
+            regions,
+            local_ranks,
+            bells,
+            wakes,
+            conn,
+        } = wire(&job, &info, membarrier, own, own_wake, net.as_mut())?;
         let setup = EngineSetup {
             regions,
             local_ranks,
@@ -357,97 +260,6 @@ impl RuntimeBuilder {
         }
         Ok(rt)
     }
-}
-
-fn check_agreement(
-    me: usize,
-    rank: usize,
-    mine: &EndpointInfo,
-    theirs: &EndpointInfo,
-) -> Result<()> {
-    if mine.requests != theirs.requests || mine.replies != theirs.replies {
-        let table = |i: &EndpointInfo| {
-            i.requests
-                .iter()
-                .map(|n| format!("request:{n}"))
-                .chain(i.replies.iter().map(|n| format!("reply:{n}")))
-                .collect()
-        };
-        return Err(Error::HandlerTableMismatch {
-            me,
-            rank,
-            mine: table(mine),
-            theirs: table(theirs),
-        });
-    }
-    let (a, b) = (&mine.layout, &theirs.layout);
-    // Ranks of other nodes may have other node sizes.
-    let same_node = mine.node == theirs.node;
-    for (name, x, y) in [
-        ("VOLLEY_RING_SLOTS", a.ring_slots, b.ring_slots),
-        ("VOLLEY_MEDIUM_BUFFERS", a.pool_bufs, b.pool_bufs),
-        ("VOLLEY_SEGMENT_BYTES", a.segment_len, b.segment_len),
-        (
-            "ranks on this node",
-            a.ranks,
-            if same_node { b.ranks } else { a.ranks },
-        ),
-    ] {
-        if x != y {
-            return Err(Error::ConfigMismatch {
-                me,
-                rank,
-                mine: format!("{name}={x}"),
-                theirs: format!("{name}={y}"),
-            });
-        }
-    }
-    if mine.block != theirs.block {
-        let mode = |b: bool| {
-            if b {
-                "VOLLEY_WAIT=block"
-            } else {
-                "VOLLEY_WAIT=spin"
-            }
-        };
-        return Err(Error::ConfigMismatch {
-            me,
-            rank,
-            mine: mode(mine.block).into(),
-            theirs: mode(theirs.block).into(),
-        });
-    }
-    if !same_node {
-        if let (Some((x, _)), Some((y, _))) = (&mine.net, &theirs.net) {
-            if x != y {
-                return Err(Error::ConfigMismatch {
-                    me,
-                    rank,
-                    mine: format!("VOLLEY_NET={x}"),
-                    theirs: format!("VOLLEY_NET={y}"),
-                });
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Binds this rank's network transport (before the rendezvous, to publish its address).
-fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn NetTransport>> {
-    let addr = config.net_addr()?;
-    let net_err = |e: crate::transport::net::NetError| Error::Network(e.to_string());
-    Ok(match config.net_kind()? {
-        NetKind::Udp => {
-            let mut udp = UdpConfig::default();
-            udp.reliable.peer_timeout = config.peer_timeout_ns()?;
-            udp.faults = config.faults()?;
-            let incarnation = crate::bootstrap::random_u64() | 1;
-            Box::new(UdpTransport::bind(addr, job.job_key, incarnation, udp).map_err(net_err)?)
-        }
-        NetKind::Tcp => {
-            Box::new(TcpTransport::bind(addr, job.job_key, TcpConfig::default()).map_err(net_err)?)
-        }
-    })
 }
 
 /// One rank's endpoint in a job: send Active Messages, poll, wait, synchronize.

@@ -1,0 +1,237 @@
+//! Wire-up: what a rank tells the others about itself at init, the agreement every rank
+//! checks, and the exchange (through the launcher's rendezvous) that hands each rank the
+//! regions and wake-up descriptors of its node-mates and the network addresses of the rest.
+
+use super::config::Config;
+use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
+use crate::error::{Error, Result};
+use crate::transport::net::{
+    tcp::{TcpConfig, TcpTransport},
+    udp::{UdpConfig, UdpTransport},
+    NetKind, NetTransport,
+};
+use crate::transport::shm::doorbell::Ordering as BellOrder;
+use crate::transport::shm::wake_fd::WakeFd;
+use crate::transport::shm::{Layout, Region};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+/// What each rank tells the others about itself at init.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+pub(super) struct EndpointInfo {
+    pub(super) layout: Layout,
+    pub(super) requests: Vec<String>,
+    pub(super) replies: Vec<String>,
+    /// The node (host, or emulated node) the rank runs on: ranks of one node share memory.
+    pub(super) node: usize,
+    /// Network transport name and address, when the job spans several nodes.
+    pub(super) net: Option<(String, SocketAddr)>,
+    /// `VOLLEY_WAIT=block`: all ranks must agree.
+    pub(super) block: bool,
+    /// `VOLLEY_PROGRESS=thread`: this rank has a progress thread (ranks may differ).
+    pub(super) thread: bool,
+    /// Registered for `membarrier`: its sleepers fence for its senders (see `doorbell.rs`).
+    pub(super) membarrier: bool,
+}
+
+/// What the exchange hands the engine: the node's regions, global ranks, doorbell orders and
+/// eventfds by local index, and the rendezvous connection (on which the launcher reports
+/// ranks that exit).
+pub(super) struct Wired {
+    pub(super) regions: Vec<Region>,
+    pub(super) local_ranks: Vec<usize>,
+    pub(super) bells: Vec<Option<BellOrder>>,
+    pub(super) wakes: Vec<WakeFd>,
+    pub(super) conn: Option<OwnedFd>,
+}
+
+/// Exchanges `info` with every rank of `job` (a job of one rank started bare has no one to
+/// exchange with), checks that they agree, maps the node-mates' regions and connects `net`
+/// to the ranks of other nodes.
+pub(super) fn wire(
+    job: &JobInfo,
+    info: &EndpointInfo,
+    membarrier: bool,
+    own: Region,
+    own_wake: WakeFd,
+    net: Option<&mut Box<dyn NetTransport>>,
+) -> Result<Wired> {
+    let layout = info.layout;
+    // How to ring a node-mate's doorbell: not at all unless it may sleep; with a compiler
+    // barrier when both sides registered for membarrier, else with a fence.
+    let bell = |theirs: &EndpointInfo| {
+        (theirs.block || theirs.thread).then_some(if membarrier && theirs.membarrier {
+            BellOrder::Barrier
+        } else {
+            BellOrder::Fenced
+        })
+    };
+    let (regions, local_ranks, bells, wakes, conn) = match &job.rendezvous {
+        None => (vec![own], vec![0], vec![bell(info)], vec![own_wake], None),
+        Some(path) => {
+            let hello = rendezvous::Hello {
+                rank: job.rank,
+                pid: std::process::id(),
+                blob: serde_json::to_value(info).expect("endpoint info serializes"),
+            };
+            let fds = [own.fd().as_raw_fd(), own_wake.raw()];
+            let (peers, conn) = rendezvous::exchange(path, job.size, &hello, fds)?;
+            let mut own = Some((own, own_wake));
+            let mut regions = Vec::with_capacity(job.local_size);
+            let mut local_ranks = Vec::with_capacity(job.local_size);
+            let mut bells = Vec::with_capacity(job.local_size);
+            let mut wakes = Vec::with_capacity(job.local_size);
+            let mut addrs = vec![None; job.size];
+            for peer in peers {
+                let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
+                    .map_err(|e| BootstrapError::Rendezvous {
+                        path: path.clone(),
+                        why: format!(
+                            "rank {} sent unreadable endpoint info: {e}",
+                            peer.hello.rank
+                        ),
+                    })?;
+                check_agreement(job.rank, peer.hello.rank, info, &theirs)?;
+                let r = peer.hello.rank;
+                if theirs.node != job.node {
+                    // Hellos come in rank order, so local indices are ascending ranks
+                    // on every rank of a node alike.
+                    addrs[r] = Some(theirs.net.as_ref().map(|(_, a)| *a).ok_or_else(|| {
+                        BootstrapError::Rendezvous {
+                            path: path.clone(),
+                            why: format!("rank {r} is on another node but has no network"),
+                        }
+                    })?);
+                    continue;
+                }
+                local_ranks.push(r);
+                bells.push(bell(&theirs));
+                if r == job.rank {
+                    let (region, wake) = own.take().expect("own hello comes once");
+                    regions.push(region);
+                    wakes.push(wake);
+                } else {
+                    let [region, wake] = peer.fds;
+                    regions.push(Region::open(region, layout, r, job.job_key)?);
+                    wakes.push(WakeFd::from_owned(wake));
+                }
+            }
+            if regions.len() != job.local_size {
+                return Err(BootstrapError::Rendezvous {
+                    path: path.clone(),
+                    why: format!(
+                        "{} ranks share node {} but VOLLEY_LOCAL_SIZE is {}",
+                        regions.len(),
+                        job.node,
+                        job.local_size
+                    ),
+                }
+                .into());
+            }
+            if let Some(net) = net {
+                net.connect(job.rank, &addrs)
+                    .map_err(|e| Error::Network(e.to_string()))?;
+            }
+            (regions, local_ranks, bells, wakes, Some(conn))
+        }
+    };
+    Ok(Wired {
+        regions,
+        local_ranks,
+        bells,
+        wakes,
+        conn,
+    })
+}
+
+fn check_agreement(
+    me: usize,
+    rank: usize,
+    mine: &EndpointInfo,
+    theirs: &EndpointInfo,
+) -> Result<()> {
+    if mine.requests != theirs.requests || mine.replies != theirs.replies {
+        let table = |i: &EndpointInfo| {
+            i.requests
+                .iter()
+                .map(|n| format!("request:{n}"))
+                .chain(i.replies.iter().map(|n| format!("reply:{n}")))
+                .collect()
+        };
+        return Err(Error::HandlerTableMismatch {
+            me,
+            rank,
+            mine: table(mine),
+            theirs: table(theirs),
+        });
+    }
+    let (a, b) = (&mine.layout, &theirs.layout);
+    // Ranks of other nodes may have other node sizes.
+    let same_node = mine.node == theirs.node;
+    for (name, x, y) in [
+        ("VOLLEY_RING_SLOTS", a.ring_slots, b.ring_slots),
+        ("VOLLEY_MEDIUM_BUFFERS", a.pool_bufs, b.pool_bufs),
+        ("VOLLEY_SEGMENT_BYTES", a.segment_len, b.segment_len),
+        (
+            "ranks on this node",
+            a.ranks,
+            if same_node { b.ranks } else { a.ranks },
+        ),
+    ] {
+        if x != y {
+            return Err(Error::ConfigMismatch {
+                me,
+                rank,
+                mine: format!("{name}={x}"),
+                theirs: format!("{name}={y}"),
+            });
+        }
+    }
+    if mine.block != theirs.block {
+        let mode = |b: bool| {
+            if b {
+                "VOLLEY_WAIT=block"
+            } else {
+                "VOLLEY_WAIT=spin"
+            }
+        };
+        return Err(Error::ConfigMismatch {
+            me,
+            rank,
+            mine: mode(mine.block).into(),
+            theirs: mode(theirs.block).into(),
+        });
+    }
+    if !same_node {
+        if let (Some((x, _)), Some((y, _))) = (&mine.net, &theirs.net) {
+            if x != y {
+                return Err(Error::ConfigMismatch {
+                    me,
+                    rank,
+                    mine: format!("VOLLEY_NET={x}"),
+                    theirs: format!("VOLLEY_NET={y}"),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Binds this rank's network transport (before the rendezvous, to publish its address).
+pub(super) fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn NetTransport>> {
+    let addr = config.net_addr()?;
+    let net_err = |e: crate::transport::net::NetError| Error::Network(e.to_string());
+    Ok(match config.net_kind()? {
+        NetKind::Udp => {
+            let mut udp = UdpConfig::default();
+            udp.reliable.peer_timeout = config.peer_timeout_ns()?;
+            udp.faults = config.faults()?;
+            let incarnation = crate::bootstrap::random_u64() | 1;
+            Box::new(UdpTransport::bind(addr, job.job_key, incarnation, udp).map_err(net_err)?)
+        }
+        NetKind::Tcp => {
+            Box::new(TcpTransport::bind(addr, job.job_key, TcpConfig::default()).map_err(net_err)?)
+        }
+    })
+}
