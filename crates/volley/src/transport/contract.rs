@@ -188,6 +188,10 @@ pub(crate) trait Transport {
     /// Whether something has arrived that no poll has handed on yet.
     fn pending(&self) -> bool;
 
+    /// Pushes out what sends left queued (a transport may gather a quick run of sends into
+    /// one system call): the AM layer calls it before it waits, and after its handlers ran.
+    fn flush(&self) {}
+
     /// The largest payload of `class` one message carries.
     fn max_payload(&self, class: Class) -> usize;
 }

@@ -7,6 +7,8 @@
 
 #[cfg(not(loom))]
 pub(crate) mod contract;
+#[cfg(all(test, not(loom)))]
+mod contract_tests;
 #[cfg(not(loom))]
 pub mod net;
 pub mod shm;

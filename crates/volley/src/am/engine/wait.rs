@@ -3,6 +3,7 @@
 
 use super::super::backoff::Backoff;
 use super::{Engine, Served};
+use crate::transport::contract::Transport;
 use crate::transport::shm::doorbell::SleepOn;
 use std::time::Instant;
 

@@ -168,11 +168,6 @@ impl NetLink {
         self.unflushed.get()
     }
 
-    /// Pushes out what the transport has queued.
-    pub(crate) fn flush(&self) {
-        self.flush_at(self.now());
-    }
-
     fn flush_at(&self, now: u64) {
         let result = self.transport.borrow_mut().flush(now);
         // From the flush's end: a flush that takes longer than the interval must not make
@@ -242,6 +237,13 @@ impl NetLink {
             interval: self.policy.borrow().interval() as u64,
         };
         (ours, t.kind().name(), t.stats())
+    }
+
+    /// Test hook: the segment long payloads are placed in.
+    #[cfg(test)]
+    pub(crate) fn placed_segment(&self) -> &[u8] {
+        // SAFETY: the placement's segment is `len` bytes that live as long as this route.
+        unsafe { std::slice::from_raw_parts(self.placement.segment, self.placement.len) }
     }
 
     /// Decodes one message from `src` that came on channel `ch` and hands it to `sink`;
@@ -394,6 +396,10 @@ impl Transport for NetLink {
 
     fn pending(&self) -> bool {
         self.inbox.iter().any(|q| !q.borrow().is_empty())
+    }
+
+    fn flush(&self) {
+        self.flush_at(self.now());
     }
 
     fn max_payload(&self, class: Class) -> usize {

@@ -24,7 +24,7 @@
 //! transports read no clock themselves.
 
 #[cfg(test)]
-mod contract_tests;
+pub(crate) mod contract_tests;
 pub mod faults;
 pub mod floor;
 pub(crate) mod frame;
