@@ -1,9 +1,13 @@
-//! Transports move frames between two ranks.
+//! Transports move Active Messages between two ranks, behind one contract (`contract.rs`:
+//! send a message of a class, poll what arrived into a sink, flush; direct memory access to
+//! peers' segments as an optional capability), tested by one suite run on every
+//! implementation (`contract_tests.rs`).
 //!
-//! [`shm`] carries frames through rings in shared memory between ranks on one host (a rank's
-//! messages to itself use the same rings: the loopback path); [`net`] carries whole messages
-//! between hosts over UDP (with the [`crate::reliable`] protocol) or TCP. Nothing here knows
-//! about handlers or request/reply semantics beyond the header fields it carries.
+//! [`shm`] carries them through rings in shared memory between ranks on one host (a rank's
+//! messages to itself use the same rings: the loopback path), and maps the peers' segments;
+//! [`net`] carries them as whole messages between hosts over UDP (with the
+//! [`crate::reliable`] protocol) or TCP. Nothing here knows about handlers or request/reply
+//! semantics beyond the fields a message carries.
 
 #[cfg(not(loom))]
 pub(crate) mod contract;

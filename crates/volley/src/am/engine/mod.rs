@@ -1,8 +1,9 @@
-//! The engine: sends each message by its route (the node's rings through
-//! [`Links`], or the network), polls both and runs
-//! handlers. Its jobs, one module each: [`send`], [`receive`] (poll order), [`dispatch`]
-//! (running handlers, one `deliver` for every route), [`net_route`], [`wait`] (waits and
-//! sleep), [`job`] (barrier, finalize, health, watchdog, statistics) and [`setup`] (wire-up).
+//! The engine: sends each message through the transport of its route (the node's rings,
+//! [`Links`], or the network, [`NetLink`]), polls both and runs handlers: it is the sink of
+//! every transport. Its jobs, one module each: [`send`], [`receive`] (what a poll serves, in
+//! what order), [`dispatch`] (running handlers, one `deliver` for every transport), [`wait`]
+//! (waits and sleep), [`job`] (barrier, finalize, health, watchdog, statistics) and [`setup`]
+//! (composing it).
 //!
 //! State lives in `Cell`s so that handlers can run while a send is blocked (a blocked request
 //! send polls requests and replies; a blocked reply send polls replies only, whose handlers

@@ -6,6 +6,10 @@
 //!   `sendmmsg`/`recvmmsg` batching and optional fault injection ([`faults`]);
 //! - [`tcp`]: one stream per peer pair, length-prefixed frames, non-blocking, vectored writes.
 //!
+//! The network side of the transport contract, for either, is the route in `link.rs`: it
+//! frames each Active Message as one network message (`frame.rs`) and polls the network as
+//! often as `poll_policy.rs` says.
+//!
 //! [`floor`] is what they are measured against: a message bounced between raw sockets.
 //!
 //! The contract both keep (the AM engine relies on it):
