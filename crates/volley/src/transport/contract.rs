@@ -1,6 +1,7 @@
 //! The contract every transport keeps with the Active Message layer: shared memory
-//! ([`crate::transport::shm::link::Links`]) and the network ([`crate::transport::net::link::NetLink`],
-//! over UDP or TCP) implement [`Transport`], and a new transport (UCX) implements it too.
+//! ([`Links`](crate::transport::shm::link::Links)) and the network
+//! ([`NetLink`](crate::transport::net::link::NetLink), over UDP or TCP) implement
+//! [`Transport`], and a new transport (UCX) implements it too.
 //!
 //! A transport carries Active Messages, not bytes: the AM layer hands it an [`Outbound`]
 //! message of a [`Class`] (short, medium, long, or the runtime's own system messages) and the

@@ -28,8 +28,8 @@ impl<'a> HandlerScope<'a> {
     }
 
     /// Runs handler `index` of channel `ch` for `msg`, which came from local index `route`
-    /// (or through the network: [`REMOTE`](crate::transport::contract::REMOTE)), where a reply goes. `Err(())`: no such handler.
-    /// (The watchdog, when on, is in the handlers themselves: see `Watchdog::watch_requests`.)
+    /// (or through the network: [`REMOTE`](crate::transport::contract::REMOTE)), where a
+    /// reply goes. `Err(())`: no such handler. (The watchdog, when on, is in the handlers themselves: see `Watchdog::watch_requests`.)
     #[inline(always)]
     pub(super) fn run(
         &self,

@@ -173,8 +173,8 @@ impl HeaderWord {
     }
 
     /// The check for the common case, a short frame in one slot (at most 7 arguments): `Some`
-    /// exactly when [`HeaderWord::check`] accepts `word`, its kind is [`KIND_WORDS`], it occupies one
-    /// slot and its arguments fit in that slot. One masked compare covers the kind, the slot
+    /// exactly when [`HeaderWord::check`] accepts `word`, its kind is [`KIND_WORDS`], it
+    /// occupies one slot and its arguments fit in that slot. One masked compare covers the kind, the slot
     /// count, the reserved flags and the top bits of the argument count (the frame may be
     /// [`PADDED`]). `None` says nothing more: the caller runs the full check.
     #[inline(always)]
