@@ -1,0 +1,186 @@
+//! The transport contract on the rings: how each class of message is framed (a short's
+//! words in one slot, a medium's payload inline or in a medium buffer, a long's payload
+//! placed in the target's segment first).
+
+use super::super::frame::{
+    KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED, KIND_SYSTEM, KIND_WORDS,
+};
+use super::super::ring::{MAX_FRAME_SLOTS, SLOT_BYTES};
+use super::super::MEDIUM_MAX;
+use super::send::{Outgoing, TxPeer, Words};
+use super::{extra_words, Links};
+use crate::transport::contract::{Class, Outbound, SendRefused, Sink, Transport};
+use crate::transport::Channel;
+
+/// A rank of this node as a destination: its local index and its entry.
+#[derive(Clone, Copy)]
+pub(crate) struct ShmPeer<'a> {
+    pub(super) index: usize,
+    pub(super) tx: &'a TxPeer,
+}
+
+impl Transport for Links {
+    type Peer<'a> = ShmPeer<'a>;
+
+    /// Peers are numbered by local index.
+    #[inline(always)]
+    fn peer(&self, dest: usize) -> Option<ShmPeer<'_>> {
+        self.tx.get(dest).map(|tx| ShmPeer { index: dest, tx })
+    }
+
+    #[inline(always)]
+    fn send(
+        &self,
+        peer: ShmPeer<'_>,
+        msg: Outbound<'_>,
+        blocked: impl FnMut(u32),
+    ) -> Result<(), SendRefused> {
+        let Outbound {
+            ch,
+            class,
+            handler,
+            args,
+            payload,
+            offset,
+        } = msg;
+        let (kind, extra, inline): (u8, [u64; 2], &[u8]) = match class {
+            Class::Short => (KIND_WORDS, [0, 0], &[]),
+            Class::System => (KIND_SYSTEM, [0, 0], &[]),
+            Class::Medium => {
+                if payload.len() > MEDIUM_MAX {
+                    return Err(SendRefused::TooLarge {
+                        len: payload.len(),
+                        max: MEDIUM_MAX,
+                    });
+                }
+                // Inline when it fits in a few slots, otherwise through one of this rank's
+                // medium buffers.
+                let inline_bytes = (2 + args.len()) * 8 + payload.len();
+                if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
+                    (KIND_MEDIUM_INLINE, [payload.len() as u64, 0], payload)
+                } else {
+                    return self.send_pooled(peer, msg, blocked);
+                }
+            }
+            Class::Long => {
+                self.place_long(peer.index, payload, offset)?;
+                (KIND_LONG, [payload.len() as u64, offset as u64], &[])
+            }
+        };
+        self.send_encoded(peer, ch, kind, handler, extra, args, inline, blocked);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn poll<S: Sink>(&self, ch: Channel, sink: &S, stop: impl FnMut() -> bool) -> Option<usize> {
+        self.poll_rings(ch, sink, stop)
+    }
+
+    fn pending(&self) -> bool {
+        self.has_frames()
+    }
+
+    fn max_payload(&self, class: Class) -> usize {
+        match class {
+            Class::Medium => MEDIUM_MAX,
+            Class::Long => self.regions[self.me].segment_len(),
+            Class::Short | Class::System => 0,
+        }
+    }
+}
+
+impl Links {
+    /// Frames and sends a message of frame kind `kind` whose words after the header are
+    /// `extra` (as many as the kind has), `args`, then `inline` bytes.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    pub(super) fn send_encoded(
+        &self,
+        peer: ShmPeer<'_>,
+        ch: Channel,
+        kind: u8,
+        handler: u16,
+        extra: [u64; 2],
+        args: &[u64],
+        inline: &[u8],
+        blocked: impl FnMut(u32),
+    ) {
+        let nextra = extra_words(kind);
+        let words = 1 + nextra + args.len();
+        // Without a payload inline (known when this is inlined), whole words: a shift.
+        let nslots = match inline.is_empty() {
+            true => words.div_ceil(SLOT_BYTES / 8),
+            false => (words * 8 + inline.len()).div_ceil(SLOT_BYTES),
+        } as u64;
+        debug_assert!(nslots <= MAX_FRAME_SLOTS);
+        let out = Outgoing {
+            kind,
+            handler,
+            nargs: args.len(),
+            nslots,
+        };
+        let body = Words {
+            extra,
+            nextra,
+            args,
+            inline,
+        };
+        self.send_frame(peer, ch, out, body, blocked);
+    }
+
+    /// A medium message whose payload travels in one of this rank's medium buffers.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn send_pooled(
+        &self,
+        peer: ShmPeer<'_>,
+        msg: Outbound<'_>,
+        mut blocked: impl FnMut(u32),
+    ) -> Result<(), SendRefused> {
+        let (ch, payload) = (msg.ch, msg.payload);
+        let idx = self.claim_medium_buffer(ch, &mut blocked);
+        // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
+        // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                self.regions[self.me].pool_buf(ch, idx),
+                payload.len(),
+            );
+        }
+        let extra = [payload.len() as u64 | (idx as u64) << 32, 0];
+        let kind = KIND_MEDIUM_POOLED;
+        self.send_encoded(peer, ch, kind, msg.handler, extra, msg.args, &[], blocked);
+        Ok(())
+    }
+
+    /// Copies a long payload into the segment of the rank at local index `dest` at `offset`
+    /// (the caller checked that it fits the segment), unless the guard refuses the range: the
+    /// sender writes the payload, so the sender asks.
+    pub(super) fn place_long(
+        &self,
+        dest: usize,
+        payload: &[u8],
+        offset: usize,
+    ) -> Result<(), SendRefused> {
+        let target = &self.regions[dest];
+        debug_assert!(offset + payload.len() <= target.segment_len());
+        if let Some(guard) = &self.guard {
+            guard
+                .admit(target.upper_ptr(), offset, payload.len())
+                .map_err(SendRefused::Guarded)?;
+        }
+        // SAFETY: the range lies in the target's segment (the caller checked), which is mapped
+        // for the life of the links. Concurrent writes to overlapping ranges are the program's
+        // race to avoid, as with any remote write; they cannot touch memory outside the
+        // segment.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                payload.as_ptr(),
+                target.segment_ptr().add(offset),
+                payload.len(),
+            );
+        }
+        Ok(())
+    }
+}

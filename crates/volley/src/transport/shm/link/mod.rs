@@ -1,0 +1,201 @@
+//! The rings between this rank and each rank of its node (itself included: the loopback path),
+//! and the protocol that keeps them safe, in one place: one producer and one consumer per
+//! ring, credit, skips at the end of the ring, padded frames and credit hints, retirement
+//! (also when a handler unwinds), the budget of a drain, and the doorbell of a receiver that
+//! may sleep.
+//!
+//! The layer above sees the [`Transport`](crate::transport::contract::Transport) contract.
+//! Sending frames a message (a short's words in one slot, a medium's payload inline or in one
+//! of this rank's medium buffers, a long's payload copied into the target's segment first),
+//! reserves room for it (waiting through a callback while the ring is full) and publishes it.
+//! Polling takes in the frames at the heads of one channel's rings and hands each to a
+//! [`Sink`](crate::transport::contract::Sink), which runs its handler while the frame is
+//! still in the ring; the frame is retired after that, whatever the handler did.
+//!
+//! `send.rs` reserves, writes and publishes frames; `receive.rs` polls, serves, drains and
+//! retires them; `messages.rs` frames each class of message.
+//!
+//! Ring state is indexed by *local* index (position among the node's ranks). Everything here
+//! is used by one thread at a time (the engine's owner), hence `Cell`s.
+
+mod messages;
+mod receive;
+mod send;
+
+use receive::{RxRing, NO_DEFERRED};
+use send::{TxPeer, TxRing};
+
+use super::doorbell::Ordering as BellOrder;
+use super::frame::{FrameKey, KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED};
+use super::ring::{Consumer, Producer, RingRef};
+use super::wake_fd::WakeFd;
+use super::Region;
+use crate::transport::contract::LongGuard;
+use crate::transport::Channel;
+use std::cell::Cell;
+use std::sync::Arc;
+
+/// The rings between this rank and the ranks of its node, with this rank's producer and
+/// consumer state for each.
+pub(crate) struct Links {
+    /// The job key as frame headers are checked with it.
+    key: FrameKey,
+    /// This rank's local index.
+    me: usize,
+    /// What this rank sends through to each rank on this node, by local index.
+    tx: Vec<TxPeer>,
+    /// This rank's incoming rings with their consumer state, `[channel][src local]`: the poll
+    /// loop walks one channel's rings in order.
+    rx: [Vec<RxRing>; 2],
+    /// Regions by local index. Declared after the ring views that point into them.
+    regions: Vec<Region>,
+    /// Eventfds by local index, written by a ring that finds that rank asleep in `poll`. Not
+    /// in `tx`, whose entries every send indexes, so that those stay small.
+    wakes: Vec<WakeFd>,
+    /// The last frame this rank handled came alone ([`Links::serve_short`], not a drain), and
+    /// no one-slot frame has been sent since: the next one may be padded (see `ring`,
+    /// "Padded frames"). A round trip's request and reply are such sends; a stream's are not.
+    lone: Cell<bool>,
+    /// The reply ring (by local index of its sender) whose head frame ran its handler and
+    /// ended a wait, but whose consumer has not yet moved past it: the wait left first, so
+    /// that the requester's next request goes out sooner, and the next look at the reply
+    /// rings finishes the retirement (see [`Links::retire_deferred`]). [`NO_DEFERRED`]: none.
+    deferred: Cell<u32>,
+    /// Medium buffers per channel in each region.
+    pool_bufs: usize,
+    /// Where the search for a free medium buffer of each channel starts.
+    pool_next: [Cell<usize>; 2],
+    /// The global rank of each local index.
+    ranks: Vec<usize>,
+    /// What refuses a long message on a segment, if the layer above installed one.
+    guard: Option<Arc<dyn LongGuard>>,
+}
+
+impl std::fmt::Debug for Links {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Links")
+            .field("me", &self.me)
+            .field("ranks", &self.regions.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Words between a frame's header and its arguments, by frame kind.
+#[inline(always)]
+fn extra_words(kind: u8) -> usize {
+    match kind {
+        KIND_MEDIUM_INLINE | KIND_MEDIUM_POOLED => 1,
+        KIND_LONG => 2,
+        _ => 0,
+    }
+}
+
+impl Links {
+    /// The links of the rank at local index `me` to the ranks whose `regions` (by local
+    /// index, this rank's own included) are mapped here. `ranks[l]` is the global rank of
+    /// local index `l`, `bells[l]` whether and how that rank's doorbell is rung after a send,
+    /// `wakes[l]` its eventfd; `key` the job key.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        me: usize,
+        key: u64,
+        regions: Vec<Region>,
+        ranks: &[usize],
+        bells: Vec<Option<BellOrder>>,
+        wakes: Vec<WakeFd>,
+        guard: Option<Arc<dyn LongGuard>>,
+    ) -> Self {
+        let n = regions.len();
+        assert!(me < n && ranks.len() == n && bells.len() == n && wakes.len() == n);
+        let slots = regions[me].layout().ring_slots;
+        let pool_bufs = regions[me].layout().pool_bufs;
+        let view = |r: RingRef<'_>| -> RingRef<'static> {
+            // SAFETY: a RingRef points into a region's mapping, whose address never changes
+            // while the Region is alive (moving the Region value does not move the mapping).
+            // The regions live in this value next to the views and are unmapped only when it
+            // is dropped, after which no view is used.
+            unsafe { std::mem::transmute::<RingRef<'_>, RingRef<'static>>(r) }
+        };
+        let tx = regions
+            .iter()
+            .zip(bells)
+            .map(|(region, bell)| TxPeer {
+                rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
+                    ring: view(region.ring(me, ch)),
+                    producer: Cell::new(Producer::new(slots)),
+                }),
+                bell,
+            })
+            .collect();
+        let rx = [Channel::Request, Channel::Reply].map(|ch| {
+            (0..n)
+                .map(|s| {
+                    let ring = view(regions[me].ring(s, ch));
+                    RxRing::new(ring, Consumer::new(slots), s, ranks[s])
+                })
+                .collect()
+        });
+        Self {
+            key: FrameKey::new(key),
+            me,
+            tx,
+            rx,
+            regions,
+            wakes,
+            lone: Cell::new(false),
+            deferred: Cell::new(NO_DEFERRED),
+            pool_bufs,
+            pool_next: Default::default(),
+            ranks: ranks.to_vec(),
+            guard,
+        }
+    }
+
+    /// How many ranks the links reach (this one included).
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// The region of the rank at local index `l`.
+    #[inline(always)]
+    pub(crate) fn region(&self, l: usize) -> &Region {
+        &self.regions[l]
+    }
+
+    /// The region of the rank at local index `l`, if there is one.
+    #[inline(always)]
+    pub(crate) fn get_region(&self, l: usize) -> Option<&Region> {
+        self.regions.get(l)
+    }
+
+    /// This rank's eventfd, which its senders write when it sleeps in `poll`.
+    pub(crate) fn own_wake(&self) -> &WakeFd {
+        &self.wakes[self.me]
+    }
+
+    /// The job key frames are sealed with.
+    #[cfg(test)]
+    pub(crate) fn key(&self) -> FrameKey {
+        self.key
+    }
+
+    /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
+    #[cfg(test)]
+    pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
+        let tx = &self.tx[self.me].rings[ch as usize];
+        let ring = tx.ring;
+        let pos = tx.reserve(1, self.key).expect("room in the loopback ring");
+        for (i, w) in words.iter().enumerate() {
+            ring.write_word(pos, i + 1, *w);
+        }
+        ring.publish(pos, header(pos));
+    }
+
+    /// Test hook: where this rank's next frame into its own loopback ring of channel `ch`
+    /// would start.
+    #[cfg(test)]
+    pub(crate) fn loopback_tail(&self, ch: Channel) -> u64 {
+        self.tx[self.me].rings[ch as usize].producer.get().tail()
+    }
+}
