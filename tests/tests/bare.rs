@@ -8,6 +8,11 @@ use std::time::{Duration, Instant};
 
 /// Runs `program args` with no `VOLLEY_*` variables and a deadline.
 fn bare(program: &str, args: &[&str]) -> Output {
+    bare_with(program, args, &[])
+}
+
+/// [`bare`] with the variables `env` set.
+fn bare_with(program: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     let _serial = common::serial();
     let mut cmd = Command::new(program);
     cmd.args(args);
@@ -16,6 +21,7 @@ fn bare(program: &str, args: &[&str]) -> Output {
             cmd.env_remove(&k);
         }
     }
+    cmd.envs(env.iter().copied());
     let mut child = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -154,4 +160,54 @@ fn crash_kill_bare_dies_of_sigkill() {
     use std::os::unix::process::ExitStatusExt;
     let o = bare(env!("CARGO_BIN_EXE_crash"), &[]);
     assert_eq!(o.status.signal(), Some(libc::SIGKILL), "{}", show(&o));
+}
+
+#[test]
+fn a_bad_setting_fails_a_bare_program_in_one_line() {
+    let o = bare_with(
+        env!("CARGO_BIN_EXE_hello"),
+        &[],
+        &[("VOLLEY_STATS", "banana")],
+    );
+    assert!(!o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{}", show(&o));
+    assert!(
+        err.contains("VOLLEY_STATS=banana: expected 0 or 1"),
+        "{}",
+        show(&o)
+    );
+}
+
+#[test]
+fn a_size_without_a_launcher_is_refused_not_run_alone() {
+    let o = bare_with(env!("CARGO_BIN_EXE_hello"), &[], &[("VOLLEY_SIZE", "2")]);
+    assert!(!o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("VOLLEY_SIZE") && err.contains("volley run"),
+        "{}",
+        show(&o)
+    );
+    // A size of 1 is what a bare start is anyway.
+    let o = bare_with(env!("CARGO_BIN_EXE_hello"), &[], &[("VOLLEY_SIZE", "1")]);
+    assert!(o.status.success(), "{}", show(&o));
+}
+
+#[test]
+fn a_bare_program_warns_of_a_typo_once() {
+    let o = bare_with(
+        env!("CARGO_BIN_EXE_hello"),
+        &[],
+        &[("VOLLEY_PROGRES", "thread")],
+    );
+    assert!(o.status.success(), "{}", show(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(
+        err.matches("VOLLEY_PROGRES is not a volley setting; did you mean VOLLEY_PROGRESS?")
+            .count(),
+        1,
+        "{}",
+        show(&o)
+    );
 }

@@ -268,7 +268,16 @@ fn the_launcher_sleeps_while_its_ranks_run() {
 
 /// Runs a bad command line: exit code 2, one line on stderr, nothing started.
 fn bad_command_line(args: &[&str], mention: &str) {
-    let out = Job::raw(args).timeout(Duration::from_secs(10)).output();
+    bad_command_line_with(args, &[], mention);
+}
+
+/// [`bad_command_line`] with `env` set for the launcher.
+fn bad_command_line_with(args: &[&str], env: &[(&str, &str)], mention: &str) {
+    let mut job = Job::raw(args).timeout(Duration::from_secs(10));
+    for (k, v) in env {
+        job = job.env(k, v);
+    }
+    let out = job.output();
     out.assert_code(2);
     assert!(out.stdout.is_empty(), "something ran:\n{out}");
     let lines: Vec<&str> = out
@@ -564,4 +573,59 @@ fn a_second_ctrl_c_ends_the_grace_period() {
         "the launcher took {:?} after the second Ctrl-C:\n{out}",
         second.elapsed()
     );
+}
+
+#[test]
+fn negative_counts_say_what_is_wrong() {
+    bad_command_line(&["run", "-n", "-3", HELLO], "at least 1");
+    bad_command_line(&["run", "--grace", "-1", "-n", "2", HELLO], "--grace");
+}
+
+#[test]
+fn a_bad_setting_is_one_line_before_any_rank_starts() {
+    for (name, value, accepted) in [
+        ("VOLLEY_NET", "ib", "udp or tcp"),
+        ("VOLLEY_FAULTS", "garbage", "drop=P"),
+        ("VOLLEY_STATS", "banana", "0 or 1"),
+        ("VOLLEY_STRATEGY", "fast", "proc, np or hw"),
+    ] {
+        let setting = format!("{name}={value}");
+        bad_command_line_with(&["run", "-n", "4", HELLO], &[(name, value)], &setting);
+        bad_command_line_with(&["run", "-n", "4", HELLO], &[(name, value)], accepted);
+    }
+}
+
+/// How many lines of `text` contain `needle`.
+fn lines_with(text: &str, needle: &str) -> usize {
+    text.lines().filter(|l| l.contains(needle)).count()
+}
+
+#[test]
+fn settings_warnings_are_printed_once_not_per_rank() {
+    // A typo: the job runs, and the launcher names the setting meant, once.
+    let out = Job::raw(["run", "-n", "4", HELLO])
+        .env("VOLLEY_RIGN_SLOTS", "64")
+        .output();
+    out.assert_success();
+    assert_eq!(
+        lines_with(&out.stderr, "did you mean VOLLEY_RING_SLOTS?"),
+        1,
+        "{out}"
+    );
+    // A network setting on a one-node job has no effect: said once; on emulated nodes it
+    // matters: nothing said.
+    let out = Job::raw(["run", "-n", "3", HELLO])
+        .env("VOLLEY_NET", "tcp")
+        .output();
+    out.assert_success();
+    assert_eq!(
+        lines_with(&out.stderr, "VOLLEY_NET has no effect"),
+        1,
+        "{out}"
+    );
+    let out = Job::raw(["run", "-n", "3", "--ranks-per-node", "1", HELLO])
+        .env("VOLLEY_NET", "tcp")
+        .output();
+    out.assert_success();
+    assert_eq!(lines_with(&out.stderr, "VOLLEY_NET"), 0, "{out}");
 }

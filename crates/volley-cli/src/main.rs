@@ -26,7 +26,13 @@ enum Command {
     /// Start N ranks of PROGRAM on this host (or on several, with --hosts) and supervise them.
     Run {
         /// Number of ranks.
-        #[arg(short = 'n', long = "ranks", value_name = "N")]
+        #[arg(
+            short = 'n',
+            long = "ranks",
+            value_name = "N",
+            allow_negative_numbers = true,
+            value_parser = parse_ranks
+        )]
         ranks: usize,
         /// Prefix every output line with the rank, as `[R] `.
         #[arg(long)]
@@ -56,7 +62,12 @@ enum Command {
         #[arg(long, value_name = "IP")]
         launcher_addr: Option<std::net::IpAddr>,
         /// Seconds between SIGTERM and SIGKILL when stopping a failed job.
-        #[arg(long, value_name = "SECS", default_value_t = 2.0)]
+        #[arg(
+            long,
+            value_name = "SECS",
+            default_value_t = 2.0,
+            allow_negative_numbers = true
+        )]
         grace: f64,
         /// The program and its arguments.
         #[arg(
@@ -90,6 +101,23 @@ enum Command {
         /// Repetitions.
         reps: usize,
     },
+}
+
+/// `-n N`: a whole number of ranks, at least 1 (the launcher says how many are possible).
+fn parse_ranks(s: &str) -> Result<usize, String> {
+    let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    if digits(s) {
+        // Beyond usize: as many as possible, which the launcher then refuses by its limit.
+        let n = s.parse::<usize>().unwrap_or(usize::MAX);
+        return match n {
+            0 => Err("0 ranks: a job needs at least 1".into()),
+            n => Ok(n),
+        };
+    }
+    match s.strip_prefix('-') {
+        Some(t) if digits(t) => Err(format!("{s} ranks: a job needs at least 1")),
+        _ => Err(format!("{s:?} is not a whole number of ranks")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -174,6 +202,26 @@ fn main() -> ExitCode {
                     launcher_addr,
                 }),
             };
+            // The environment the ranks inherit, checked once here: a bad value is one line,
+            // not one per rank.
+            let multi_node = host_opts.is_some() || ranks_per_node.is_some_and(|k| k < ranks);
+            let checked = volley::settings::check(
+                std::env::vars(),
+                &[
+                    volley::settings::SETTINGS,
+                    volley_global::settings::SETTINGS,
+                ],
+                multi_node,
+            );
+            for w in &checked.warnings {
+                eprintln!("volley run: warning: {w}");
+            }
+            if !checked.errors.is_empty() {
+                for e in &checked.errors {
+                    eprintln!("volley run: {e}");
+                }
+                return ExitCode::from(2);
+            }
             let program = command.remove(0);
             let opts = launch::LaunchOptions {
                 ranks,

@@ -182,6 +182,7 @@ impl Global<'static> {
             Strategy::Proc | Strategy::Np => RmaPath::ActiveMessages,
         };
         b.progress_thread(strategy == Strategy::Np);
+        b.settings(crate::settings::SETTINGS);
         // In the handler table, so ranks that run different strategies fail at init.
         b.request_handler(&format!("volley.global.strategy={strategy}"), |_, _| {});
         let rma = Rma::register_with(b, Ok(path));

@@ -60,6 +60,8 @@ mod ptr;
 #[cfg(not(loom))]
 mod reduce;
 #[cfg(not(loom))]
+pub mod settings;
+#[cfg(not(loom))]
 mod spread;
 #[cfg(not(loom))]
 mod strategy;

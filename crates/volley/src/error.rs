@@ -97,6 +97,10 @@ pub enum Error {
         /// The other rank's settings.
         theirs: String,
     },
+    /// A `VOLLEY_*` variable has a value its setting does not accept (the text names both,
+    /// and what is accepted).
+    #[error("{0}")]
+    Settings(String),
     /// A setting read from the environment or the builder is invalid.
     #[error("invalid setting {name}={value}: {why}")]
     InvalidConfig {

@@ -39,6 +39,8 @@ pub(crate) mod membarrier;
 pub mod reliable;
 #[cfg(not(loom))]
 pub mod rma;
+#[cfg(not(loom))]
+pub mod settings;
 pub(crate) mod sync;
 pub mod transport;
 

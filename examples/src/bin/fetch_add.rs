@@ -55,21 +55,22 @@ fn main() {
             r.fetch_add(1, Ordering::Relaxed);
         }
     });
+    let latency = Arc::new(AtomicU64::new(0));
+    let l = latency.clone();
+    let timed = b.request_handler("timed", move |m, _| l.store(m.arg(0), Ordering::Release));
     let rt = b.build().unwrap_or_else(|e| {
-        eprintln!("fetch_add: {e}");
+        // One write, so that the lines of several ranks never interleave.
+        let line = format!("fetch_add: rank {}: {e}\n", rank_from_env());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         std::process::exit(1)
     });
     let (me, p) = (rt.rank(), rt.size() as u64);
 
     rt.barrier();
-    let t0 = Instant::now();
     let mut mine = Vec::with_capacity(k as usize);
-    for i in 0..k {
-        rt.request_short(0, fetch_add, &[1]).expect("request");
-        rt.wait_until(|| replies.load(Ordering::Acquire) > i);
-        mine.push(reply_value.load(Ordering::Relaxed));
+    for _ in 0..k {
+        mine.push(fetch_and_add(&rt, fetch_add, 1, &replies, &reply_value));
     }
-    let elapsed = t0.elapsed();
 
     // Send my values to rank 0 in medium messages; the last one says "done".
     let per_msg = rt.max_medium() / 8;
@@ -84,8 +85,24 @@ fn main() {
         rt.request_medium(0, report, &[1], &[]).expect("report");
     }
 
+    // The latency: the last rank alone, fetch&adding on rank 0 while the others wait (a
+    // round trip between two ranks; with one rank, rank 0 to itself), in ns per operation.
+    rt.barrier();
+    let timer = p as usize - 1;
+    if me == timer {
+        let n = k.clamp(1, 10_000);
+        let t0 = Instant::now();
+        for _ in 0..n {
+            // Adds 0: the counter the check below reads stays P·K.
+            fetch_and_add(&rt, fetch_add, 0, &replies, &reply_value);
+        }
+        let ns = t0.elapsed().as_nanos() as u64 / n;
+        rt.request_short(0, timed, &[ns.max(1)]).expect("timed");
+    }
+
     if me == 0 {
         rt.wait_until(|| reports.load(Ordering::Relaxed) == p);
+        rt.wait_until(|| latency.load(Ordering::Acquire) != 0);
         let mut all = seen.lock().unwrap().clone();
         all.sort_unstable();
         let total = counter.load(Ordering::Relaxed);
@@ -103,8 +120,8 @@ fn main() {
             }
         );
         println!(
-            "fetch_add: rank 0 round trip {:.0} ns per fetch&add",
-            elapsed.as_nanos() as f64 / k.max(1) as f64
+            "fetch_add: round trip rank {timer} to rank 0: {} ns per fetch&add",
+            latency.load(Ordering::Relaxed)
         );
         if total != p * k || !distinct || all.len() as u64 != p * k {
             eprintln!("fetch_add: FAILED");
@@ -112,4 +129,23 @@ fn main() {
         }
     }
     rt.barrier();
+}
+
+/// One fetch&add of `add` on rank 0's counter; returns the old value.
+fn fetch_and_add(
+    rt: &Runtime,
+    fetch_add: volley::RequestHandler,
+    add: u64,
+    replies: &AtomicU64,
+    reply_value: &AtomicU64,
+) -> u64 {
+    let before = replies.load(Ordering::Acquire);
+    rt.request_short(0, fetch_add, &[add]).expect("request");
+    rt.wait_until(|| replies.load(Ordering::Acquire) > before);
+    reply_value.load(Ordering::Relaxed)
+}
+
+/// This process's rank as the launcher set it, for a message before the runtime exists.
+fn rank_from_env() -> String {
+    std::env::var("VOLLEY_RANK").unwrap_or_else(|_| "0".into())
 }

@@ -8,6 +8,7 @@ use super::stats::Stats;
 use super::wireup::{bind_network, wire, EndpointInfo, Wired};
 use crate::bootstrap::{BootstrapError, JobInfo};
 use crate::error::{Error, Result};
+use crate::settings::{self, Setting, SETTINGS};
 use crate::transport::contract::LongGuard;
 use crate::transport::shm::doorbell;
 use crate::transport::shm::wake_fd::WakeFd;
@@ -39,6 +40,8 @@ pub struct RuntimeBuilder {
     after_build: Vec<Box<dyn FnOnce(DirectMemory)>>,
     /// What refuses a long message on a segment (see [`LongGuard`]).
     long_guard: Option<Arc<dyn LongGuard>>,
+    /// The `VOLLEY_*` settings of the layers above (see [`RuntimeBuilder::settings`]).
+    settings: Vec<&'static [Setting]>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -93,9 +96,37 @@ impl RuntimeBuilder {
         self.after_build.push(Box::new(f));
     }
 
+    /// Adds the `VOLLEY_*` variables a layer above reads to those [`RuntimeBuilder::build`]
+    /// checks (so that they are checked, and not taken for typos).
+    pub fn settings(&mut self, table: &'static [Setting]) -> &mut Self {
+        self.settings.push(table);
+        self
+    }
+
     /// Installs the guard that refuses long messages on segments (the one-sided layer's).
     pub(crate) fn guard_long_messages(&mut self, guard: Arc<dyn LongGuard>) {
         self.long_guard = Some(guard);
+    }
+
+    /// Checks the `VOLLEY_*` environment (see [`crate::settings`]): a bad value fails the
+    /// build. Warnings are printed by rank 0 of a job started without `volley run`, which
+    /// checked them before it started the ranks.
+    fn check_settings(&self, job: &JobInfo) -> Result<()> {
+        let mut tables = vec![SETTINGS];
+        tables.extend(self.settings.iter().copied());
+        let checked = settings::check(std::env::vars(), &tables, job.local_size < job.size);
+        if let Some(first) = checked.errors.first() {
+            return Err(Error::Settings(first.clone()));
+        }
+        if job.rendezvous.is_none() && job.rank == 0 && !checked.warnings.is_empty() {
+            let lines: String = checked
+                .warnings
+                .iter()
+                .map(|w| format!("volley: warning: {w}\n"))
+                .collect();
+            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), lines.as_bytes());
+        }
+        Ok(())
     }
 
     /// Makes `build` fail with `e` (the first such error wins): for settings of a layer above
@@ -172,6 +203,7 @@ impl RuntimeBuilder {
             }
         }
         let job = JobInfo::from_env()?;
+        self.check_settings(&job)?;
         let layout = Layout {
             ranks: job.local_size,
             ring_slots: self.config.ring_slots()?,
@@ -674,7 +706,7 @@ impl Runtime {
         }
         engine.flush_credit();
         engine.close_net();
-        if std::env::var("VOLLEY_STATS").is_ok_and(|v| !v.is_empty() && v != "0") {
+        if std::env::var("VOLLEY_STATS").is_ok_and(|v| v.trim() == "1") {
             // One write, so lines of different ranks never interleave.
             let line = format!("volley stats rank {}: {}\n", self.rank(), self.stats());
             let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());

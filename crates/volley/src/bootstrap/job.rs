@@ -80,6 +80,16 @@ impl JobInfo {
     /// Like [`JobInfo::from_env`] with a custom variable lookup (used by tests).
     pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, BootstrapError> {
         let Some(rendezvous) = get(ENV_RENDEZVOUS) else {
+            // A job of several ranks needs its launcher: without one this process would run
+            // alone, silently.
+            if let Some(size) = get(ENV_SIZE).filter(|s| s.trim() != "1" && !s.is_empty()) {
+                return Err(BootstrapError::BadEnv {
+                    name: ENV_SIZE,
+                    value: size,
+                    why: "set without VOLLEY_RENDEZVOUS: start a job of several ranks with \
+                          `volley run -n N`",
+                });
+            }
             return Ok(Self::single());
         };
         let num = |name: &'static str| -> Result<usize, BootstrapError> {
@@ -173,6 +183,14 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn a_size_without_a_rendezvous_is_refused() {
+        let err = JobInfo::from_lookup(lookup(&[(ENV_SIZE, "4")])).unwrap_err();
+        assert!(err.to_string().contains("volley run -n N"), "{err}");
+        let info = JobInfo::from_lookup(lookup(&[(ENV_SIZE, "1")])).unwrap();
+        assert_eq!(info.size, 1);
     }
 
     #[test]
