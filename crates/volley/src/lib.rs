@@ -30,6 +30,9 @@ mod critical_model;
 #[cfg(not(loom))]
 mod error;
 pub(crate) mod futex;
+#[cfg(not(loom))]
+#[doc(hidden)]
+pub mod fuzzing;
 /// The engine lease alone, for the loom model.
 #[cfg(loom)]
 #[path = "am/lease.rs"]

@@ -130,9 +130,48 @@ pub fn decode_word(w: &str) -> Result<OsString, String> {
         .map_err(|_| format!("bad encoded word {w:?}"))
 }
 
+/// Everything a peer of the launcher's port can make it decode, from `data`: a stream of frames
+/// read as each side reads them, and a command-line word (what decodes must encode back to
+/// itself). The fuzz target `launcher_wire` (fuzz/) runs it; the tests replay its corpus.
+#[allow(dead_code)] // The binary itself never calls it.
+pub fn decode_anything(data: &[u8]) {
+    let mut stream = data;
+    while let Ok(Some(_)) = read_frame::<ToLauncher>(&mut stream) {}
+    let mut stream = data;
+    while let Ok(Some(_)) = read_frame::<ToAgent>(&mut stream) {}
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(word) = decode_word(text) {
+            assert_eq!(
+                decode_word(&encode_word(&word)).as_deref(),
+                Ok(word.as_os_str())
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fuzz_corpus_decodes_without_a_panic() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+        let mut inputs = 0;
+        for dir in ["corpus", "regressions"] {
+            let Ok(entries) = std::fs::read_dir(root.join(dir).join("launcher_wire")) else {
+                continue;
+            };
+            for entry in entries {
+                decode_anything(&std::fs::read(entry.unwrap().path()).unwrap());
+                inputs += 1;
+            }
+        }
+        assert!(
+            inputs > 0,
+            "no fuzz corpus for launcher_wire under {}",
+            root.display()
+        );
+    }
 
     #[test]
     fn words_round_trip_and_plain_ones_stay_readable() {

@@ -55,6 +55,7 @@ pub use handler::{
     Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
 };
 pub(crate) use runtime::DirectMemory;
+pub(crate) use wireup::reads_as_endpoint_info;
 
 pub(crate) use runtime::Entered;
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};

@@ -35,6 +35,11 @@ pub(super) struct EndpointInfo {
     pub(super) membarrier: bool,
 }
 
+/// Whether `blob` (a hello's payload) reads as a rank's endpoint information (fuzzing).
+pub(crate) fn reads_as_endpoint_info(blob: &serde_json::Value) -> bool {
+    serde_json::from_value::<EndpointInfo>(blob.clone()).is_ok()
+}
+
 /// What the exchange hands the engine: the node's regions, global ranks, doorbell orders and
 /// eventfds by local index, and the rendezvous connection (on which the launcher reports
 /// ranks that exit).

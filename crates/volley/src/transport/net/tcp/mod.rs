@@ -33,7 +33,7 @@
 //! departure.
 
 mod close;
-mod receive;
+pub(crate) mod receive;
 mod send_queue;
 mod setup;
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! own buffer) and cut into frames.
 
 use std::io::{self, Read};
-use std::net::TcpStream;
 use std::os::fd::AsRawFd;
 
 use super::{State, GOODBYE, PREFIX};
@@ -59,7 +58,10 @@ impl Receiver {
 
     /// One read into the receive buffer (or, while a large frame is in progress, into that
     /// frame's buffer and then the receive buffer, with one `readv`).
-    pub(super) fn read_once(&mut self, mut stream: &TcpStream) -> io::Result<Read1> {
+    pub(super) fn read_once<S: AsRawFd>(&mut self, mut stream: &S) -> io::Result<Read1>
+    where
+        for<'s> &'s S: Read,
+    {
         if self.big_len > 0 {
             debug_assert!(self.rstart == 0 && self.rend == 0);
             let want = self.big_len - self.big.len();
@@ -196,5 +198,48 @@ impl Receiver {
         self.big_len = 0;
         self.rstart = 0;
         self.rend = 0;
+    }
+}
+
+/// A connection's input as the peer chooses it (fuzzing, and its replay in tests): `data` is
+/// cut into writes of the sizes its bytes say and written into one end of a socket pair, and
+/// the receiver reads and parses the other end as it does a connection's. Whatever arrives,
+/// nothing may panic, and every frame delivered is one the bytes contained.
+pub(crate) fn fuzz_stream(data: &[u8]) {
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+    let (mut tx, rx) = UnixStream::pair().expect("a socket pair");
+    rx.set_nonblocking(true).expect("nonblocking");
+    let mut receiver = Receiver::new();
+    let mut state = State::Open;
+    let (mut inbox, mut stats, mut pool) = (Vec::new(), NetStats::default(), BufferPool::default());
+    let mut rest = data;
+    while let Some((&n, tail)) = rest.split_first() {
+        let n = (n as usize * 97)
+            .clamp(1, tail.len().max(1))
+            .min(tail.len());
+        let (chunk, tail) = tail.split_at(n);
+        rest = tail;
+        if chunk.is_empty() {
+            break;
+        }
+        tx.write_all(chunk).expect("the pair takes the chunk");
+        loop {
+            match receiver.read_once(&rx) {
+                Ok(Read1::Data { .. }) => {}
+                Ok(Read1::Eof) => return,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("reading the pair: {e}"),
+            }
+            if receiver
+                .parse(0, &mut state, &mut inbox, &mut stats, &mut pool)
+                .is_err()
+            {
+                return;
+            }
+        }
+        for (_, msg) in inbox.drain(..) {
+            assert!(msg.len() <= MAX_MESSAGE);
+        }
     }
 }

@@ -180,6 +180,50 @@ impl Links {
         self.key
     }
 
+    /// Fuzzing hook (see [`crate::fuzzing::ring_slots`]): writes `bytes` over the slots of this
+    /// rank's loopback ring of channel `ch` from its consumer's head on, as a broken peer of
+    /// the job could: 64 bytes a slot, a slot's first word its header. A header word with its
+    /// low bit set is sealed first (its position's sequence and the job's check byte, its other
+    /// fields as given), so that frames the receiver accepts are reached too. Returns whether
+    /// anything was written.
+    pub(crate) fn fuzz_fill(&self, ch: Channel, bytes: &[u8]) -> bool {
+        use super::frame::{FrameHeader, PADDED};
+        let rx = &self.rx[ch as usize][self.me];
+        let ring = rx.ring;
+        let head = rx.consumer.get().head();
+        let slots = bytes.len().div_ceil(64).min(ring.slot_count() as usize);
+        for j in 0..slots {
+            let pos = head + j as u64;
+            let word = |i: usize| {
+                let mut w = [0u8; 8];
+                if let Some(b) = bytes.get(j * 64 + i * 8..) {
+                    let n = b.len().min(8);
+                    w[..n].copy_from_slice(&b[..n]);
+                }
+                u64::from_le_bytes(w)
+            };
+            let frame = ring.frame_ptr(pos).cast::<u64>();
+            for i in 1..8 {
+                // SAFETY: the slot at `pos` is this rank's own (its loopback ring, whose
+                // producer is not in use while fuzzing); its 8 words lie within the ring.
+                unsafe { frame.add(i).write(word(i)) };
+            }
+            let raw = word(0);
+            let header = match raw & 1 {
+                0 => raw,
+                _ => FrameHeader {
+                    handler: (raw >> 16) as u16,
+                    nargs: ((raw >> 32) & 0x1f) as u8,
+                    kind: ((raw >> 37) & 7) as u8,
+                    nslots: (raw >> 40) as u8,
+                }
+                .encode_with(pos, self.key, raw & PADDED),
+            };
+            ring.publish(pos, header);
+        }
+        slots > 0
+    }
+
     /// Test hook: publishes a raw frame header (and words) into our own loopback ring.
     #[cfg(test)]
     pub(crate) fn inject_raw(&self, ch: Channel, header: impl FnOnce(u64) -> u64, words: &[u64]) {
