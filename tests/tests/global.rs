@@ -107,11 +107,26 @@ fn a_store_sync_that_waits_long_says_what_for() {
 
 #[test]
 fn an_unknown_strategy_is_refused_by_name() {
-    Job::run(2, SUITE, &["rw"])
+    // By the launcher, once, before any rank starts.
+    let out = Job::run(2, SUITE, &["rw"])
         .env("VOLLEY_STRATEGY", "fast")
+        .output();
+    out.assert_code(2)
+        .assert_stderr_has(&["VOLLEY_STRATEGY=fast: expected proc, np or hw"]);
+    assert_eq!(out.stderr.lines().count(), 1, "{out}");
+    // And by the layer itself in a program started without the launcher.
+    let bare = std::process::Command::new(SUITE)
+        .arg("rw")
+        .env("VOLLEY_STRATEGY", "fast")
+        .env_remove("VOLLEY_RENDEZVOUS")
         .output()
-        .assert_code(2)
-        .assert_stderr_has(&["unknown strategy \"fast\": expected proc, np or hw"]);
+        .expect("the suite runs");
+    let err = String::from_utf8_lossy(&bare.stderr);
+    assert!(!bare.status.success(), "{err}");
+    assert!(
+        err.contains("unknown strategy \"fast\": expected proc, np or hw"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@ mod bench;
 mod info;
 mod launch;
 mod mpi;
+mod soak;
 
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
@@ -86,9 +87,23 @@ enum Command {
     Apps(apps::AppsArgs),
     /// Print the build's limits, defaults and per-rank memory footprint.
     Info,
+    /// Random mixed traffic over every configuration for a while, checked end to end.
+    Soak(soak::SoakArgs),
     /// Internal: one host's share of a multi-host job (started by `volley run --hosts`).
     #[command(hide = true, name = "__agent")]
     Agent(launch::agent::AgentArgs),
+    /// Internal: one rank of a soak (started by `volley soak`).
+    #[command(hide = true, name = "__soak-rank")]
+    SoakRank {
+        /// Seconds to run.
+        seconds: f64,
+        /// Seed of the random choices.
+        seed: u64,
+        /// File for rank 0's result.
+        out: std::path::PathBuf,
+        /// `corrupt`: damage one payload (the self-test of the checks).
+        corrupt: Option<String>,
+    },
     /// Internal: one rank of a benchmark (started by `volley bench`).
     #[command(hide = true, name = "__bench-rank")]
     BenchRank {
@@ -249,6 +264,19 @@ fn main() -> ExitCode {
         Command::Bench { which } => bench::main(which),
         Command::Apps(a) => apps::main(a),
         Command::Info => info::print(),
+        Command::Soak(a) => soak::main(a),
+        Command::SoakRank {
+            seconds,
+            seed,
+            out,
+            corrupt,
+        } => match soak::rank::main(seconds, seed, &out, corrupt.as_deref() == Some("corrupt")) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("volley soak rank: {e}");
+                ExitCode::from(1)
+            }
+        },
         Command::BenchRank {
             which,
             out,

@@ -386,3 +386,69 @@ fn bench_progress_reports_modes_and_the_granularity_sweep() {
         );
     }
 }
+
+#[test]
+fn soak_checks_traffic_end_to_end_and_fails_on_a_damaged_payload() {
+    let (code, stdout, stderr) = run(
+        &[
+            "soak",
+            "--minutes",
+            "0.05",
+            "--transport",
+            "shm",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    let configs = doc["configurations"].as_array().expect("configurations");
+    assert_eq!(configs.len(), 2, "inline and thread progress: {doc}");
+    for c in configs {
+        let job = &c["job"];
+        assert_eq!(job["verified"], true, "{c}");
+        assert!(job["sent"].as_u64().unwrap() > 0, "{c}");
+        assert_eq!(job["sent"], job["received"], "{c}");
+        assert_eq!(job["counter"], job["expected_counter"], "{c}");
+    }
+    assert!(
+        stderr.contains("shm   inline"),
+        "the summary table: {stderr}"
+    );
+    // One payload damaged on its way: the checks must catch it.
+    let (code, stdout, _) = run(
+        &[
+            "soak",
+            "--minutes",
+            "0.02",
+            "--transport",
+            "shm",
+            "--corrupt-one",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(1));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(doc["verified"], false, "{doc}");
+}
+
+#[test]
+fn soak_rejects_bad_arguments() {
+    for (args, mention) in [
+        (&["soak", "--minutes", "0"][..], "--minutes"),
+        (&["soak", "--minutes", "1", "--ranks", "1"][..], "--ranks"),
+        (
+            &["soak", "--minutes", "1", "--faults", "garbage"][..],
+            "--faults",
+        ),
+    ] {
+        let (code, _, stderr) = run(args, Duration::from_secs(10));
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.contains(mention), "{args:?}: {stderr}");
+    }
+}
