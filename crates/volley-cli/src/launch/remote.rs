@@ -12,7 +12,10 @@
 use super::hosts::{self, Host};
 use super::signals;
 use super::status::{JobWatch, RankExit};
-use super::wire::{encode_word, is_plain_word, read_frame, write_frame, ToAgent, ToLauncher};
+use super::wire::{
+    encode_word, is_plain_word, read_frame, read_frame_up_to, write_frame, ToAgent, ToLauncher,
+    MAX_AUTH_FRAME,
+};
 use super::{resolve_program, LaunchError, LaunchOptions};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -488,7 +491,7 @@ fn serve_conn(conn: u64, stream: TcpStream, token: &str, events: &Sender<Event>)
         Ok(s) => s,
         Err(_) => return,
     });
-    let node = match read_frame::<ToLauncher>(&mut r) {
+    let node = match read_frame_up_to::<ToLauncher>(&mut r, MAX_AUTH_FRAME) {
         Ok(Some(ToLauncher::Auth { token: t, node }))
             if t.len() == token.len()
                 // Compared in full whatever the first difference, so timing tells nothing.

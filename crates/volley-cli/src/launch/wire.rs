@@ -60,8 +60,20 @@ pub fn write_frame(w: &mut impl Write, msg: &impl Serialize) -> std::io::Result<
     w.flush()
 }
 
+/// Largest first frame of a connection (an agent's `Auth`): read before the peer has proved
+/// it belongs to the job, so that a stranger cannot make the launcher allocate much.
+pub const MAX_AUTH_FRAME: usize = 4 << 10;
+
 /// Reads one frame; `Ok(None)` at a clean end of stream between frames.
 pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> std::io::Result<Option<T>> {
+    read_frame_up_to(r, MAX_FRAME)
+}
+
+/// [`read_frame`] refusing a frame longer than `max` bytes before reading it.
+pub fn read_frame_up_to<T: DeserializeOwned>(
+    r: &mut impl Read,
+    max: usize,
+) -> std::io::Result<Option<T>> {
     let mut len = [0u8; 4];
     let mut got = 0;
     while got < 4 {
@@ -74,7 +86,7 @@ pub fn read_frame<T: DeserializeOwned>(r: &mut impl Read) -> std::io::Result<Opt
         }
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME {
+    if len > max.min(MAX_FRAME) {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             format!("frame of {len} bytes"),
@@ -152,6 +164,25 @@ pub fn decode_anything(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_first_frame_over_the_auth_limit_is_refused_before_it_is_read() {
+        // A stranger announcing 200 MiB: refused on its length alone.
+        let mut bytes = (200u32 << 20).to_be_bytes().to_vec();
+        bytes.extend_from_slice(b"{}");
+        let err = read_frame_up_to::<ToLauncher>(&mut &bytes[..], MAX_AUTH_FRAME).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        // A real Auth frame fits.
+        let mut frame = Vec::new();
+        let auth = ToLauncher::Auth {
+            token: "t".repeat(64),
+            node: 3,
+        };
+        write_frame(&mut frame, &auth).unwrap();
+        assert!(frame.len() < MAX_AUTH_FRAME);
+        let back = read_frame_up_to::<ToLauncher>(&mut &frame[..], MAX_AUTH_FRAME).unwrap();
+        assert!(matches!(back, Some(ToLauncher::Auth { node: 3, .. })));
+    }
 
     #[test]
     fn the_fuzz_corpus_decodes_without_a_panic() {
