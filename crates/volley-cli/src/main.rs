@@ -7,6 +7,7 @@ mod bench;
 mod info;
 mod launch;
 mod mpi;
+mod self_job;
 mod soak;
 
 use clap::{Parser, Subcommand};

@@ -360,55 +360,30 @@ fn run_ranks_per_node<T: DeserializeOwned>(
     transport: Transport,
     extra_env: &[(&str, &str)],
 ) -> Result<T, String> {
-    // This very binary, even if the file was replaced or deleted since it started (a
-    // rebuild): current_exe() would name a path that is gone.
-    let proc_exe = std::path::PathBuf::from("/proc/self/exe");
-    let exe = if proc_exe.exists() {
-        proc_exe
-    } else {
-        std::env::current_exe().map_err(|e| format!("locating the volley binary: {e}"))?
-    };
-    let out = std::env::temp_dir().join(format!(
-        "volley-bench-{}-{:x}.json",
-        std::process::id(),
-        volley::bootstrap::random_u64()
-    ));
-    let opts = crate::launch::LaunchOptions {
+    let env = extra_env
+        .iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .chain(
+            (transport != Transport::Shm).then(|| ("VOLLEY_NET".into(), transport.name().into())),
+        )
+        .collect();
+    let job = crate::self_job::SelfJob {
         ranks,
-        label: false,
+        per_node,
         bind: true,
-        ranks_per_node: per_node,
-        env: extra_env
-            .iter()
-            .map(|(k, v)| (k.into(), v.into()))
-            .chain(
-                (transport != Transport::Shm)
-                    .then(|| ("VOLLEY_NET".into(), transport.name().into())),
-            )
-            .collect(),
-        grace: std::time::Duration::from_secs(2),
-        program: exe.into_os_string(),
-        args: vec![
+        label: false,
+        env,
+        what: "benchmark",
+    };
+    job.run(|out| {
+        vec![
             "__bench-rank".into(),
             which.into(),
-            out.clone().into_os_string(),
+            out.as_os_str().to_owned(),
             scale.to_string().into(),
             reps.to_string().into(),
-        ],
-    };
-    let code = crate::launch::launch(&opts).map_err(|e| e.to_string())?;
-    let text = std::fs::read(&out);
-    let _ = std::fs::remove_file(&out);
-    if let Some(sig) = crate::launch::interrupted_by() {
-        // Ctrl-C or a kill: the launcher said so and stopped the ranks; end like it, with
-        // 128 + the signal, rather than as a failed benchmark.
-        std::process::exit(128 + sig);
-    }
-    if code != 0 {
-        return Err(format!("benchmark ranks failed (exit code {code})"));
-    }
-    let text = text.map_err(|e| format!("reading rank 0's results: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's results: {e}"))
+        ]
+    })
 }
 
 /// Writes the table `text` (to stderr when the JSON goes to stdout) and the JSON `doc` to

@@ -203,12 +203,6 @@ fn run_job(
     slice: Duration,
     seed: u64,
 ) -> Result<JobResult, String> {
-    let exe = std::path::PathBuf::from("/proc/self/exe");
-    let out = std::env::temp_dir().join(format!(
-        "volley-soak-{}-{:x}.json",
-        std::process::id(),
-        volley::bootstrap::random_u64()
-    ));
     let mut env: Vec<(String, String)> = vec![("VOLLEY_PROGRESS".into(), progress.into())];
     if transport != "shm" {
         env.push(("VOLLEY_NET".into(), transport.into()));
@@ -218,36 +212,26 @@ fn run_job(
             env.push(("VOLLEY_FAULTS".into(), f.clone()));
         }
     }
-    let mut rank_args = vec![
-        "__soak-rank".into(),
-        slice.as_secs_f64().to_string().into(),
-        seed.to_string().into(),
-        out.clone().into_os_string(),
-    ];
-    if args.corrupt_one {
-        rank_args.push("corrupt".into());
-    }
-    let opts = crate::launch::LaunchOptions {
+    let job = crate::self_job::SelfJob {
         ranks: args.ranks,
-        label: true,
+        per_node: if transport == "shm" { args.ranks } else { 2 },
         bind: false,
-        ranks_per_node: if transport == "shm" { args.ranks } else { 2 },
+        label: true,
         env: env.into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
-        grace: Duration::from_secs(2),
-        program: exe.into_os_string(),
-        args: rank_args,
+        what: "soak",
     };
-    let code = crate::launch::launch(&opts).map_err(|e| e.to_string())?;
-    let text = std::fs::read(&out);
-    let _ = std::fs::remove_file(&out);
-    if let Some(sig) = crate::launch::interrupted_by() {
-        std::process::exit(128 + sig);
-    }
-    if code != 0 {
-        return Err(format!("the job failed (exit code {code})"));
-    }
-    let text = text.map_err(|e| format!("reading rank 0's result: {e}"))?;
-    serde_json::from_slice(&text).map_err(|e| format!("parsing rank 0's result: {e}"))
+    job.run(|out| {
+        let mut rank_args = vec![
+            "__soak-rank".into(),
+            slice.as_secs_f64().to_string().into(),
+            seed.to_string().into(),
+            out.as_os_str().to_owned(),
+        ];
+        if args.corrupt_one {
+            rank_args.push("corrupt".into());
+        }
+        rank_args
+    })
 }
 
 fn print_table(results: &[ConfigResult], seed: u64) {
