@@ -131,15 +131,19 @@ pub fn decode_word(w: &str) -> Result<OsString, String> {
     let Some(hex) = w.strip_prefix('%') else {
         return Ok(w.into());
     };
-    if hex.len() % 2 != 0 {
+    // Hex digits only: `from_str_radix` would also take a sign, and slicing text that is not
+    // ASCII in pairs of bytes could split a character.
+    let digits = hex.as_bytes();
+    if digits.len() % 2 != 0 || !digits.iter().all(u8::is_ascii_hexdigit) {
         return Err(format!("bad encoded word {w:?}"));
     }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16))
-        .collect::<Result<Vec<u8>, _>>()
-        .map(OsString::from_vec)
-        .map_err(|_| format!("bad encoded word {w:?}"))
+    let nibble = |d: u8| (d as char).to_digit(16).expect("a hex digit") as u8;
+    Ok(OsString::from_vec(
+        digits
+            .chunks_exact(2)
+            .map(|p| nibble(p[0]) << 4 | nibble(p[1]))
+            .collect(),
+    ))
 }
 
 /// Everything a peer of the launcher's port can make it decode, from `data`: a stream of frames
@@ -164,6 +168,20 @@ pub fn decode_anything(data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encoded_words_are_hex_digits_only() {
+        // A sign, or a character of several bytes, is no hex digit (both were once taken:
+        // the second split a character and panicked).
+        for bad in ["%+A", "%+A+A+\u{48d}A+A", "%0g", "%abc", "%-1"] {
+            assert!(decode_word(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            decode_word("%41ff").unwrap(),
+            OsString::from_vec(vec![0x41, 0xff])
+        );
+        assert_eq!(decode_word("%4A").unwrap(), OsString::from("J"));
+    }
 
     #[test]
     fn a_first_frame_over_the_auth_limit_is_refused_before_it_is_read() {
