@@ -21,6 +21,9 @@ pub enum Scope {
     Always,
     /// Only when the job spans several nodes (the network transport).
     Network,
+    /// Only when a PMIx launcher (`mpirun`, `srun --mpi=pmix`) started the process, which
+    /// the environment's `PMIX_NAMESPACE` tells.
+    Pmix,
     /// Set by the launcher for its ranks, not by users; never checked.
     Launcher,
 }
@@ -171,6 +174,20 @@ pub const SETTINGS: &[Setting] = &[
         scope: Scope::Always,
         check: |v| one_of(v, &["responder", "requester", "empty"]),
     },
+    Setting {
+        name: "VOLLEY_RANKS_PER_NODE",
+        accepts: "a positive number of ranks",
+        purpose: "emulated nodes under a PMIx launcher, like `volley run --ranks-per-node`",
+        scope: Scope::Pmix,
+        check: |v| v.parse::<usize>().is_ok_and(|n| n > 0),
+    },
+    Setting {
+        name: "VOLLEY_PMIX_LIBRARY",
+        accepts: "a library file name or path",
+        purpose: "where libpmix is loaded from under a PMIx launcher",
+        scope: Scope::Pmix,
+        check: |v| !v.trim().is_empty(),
+    },
     launcher("VOLLEY_RENDEZVOUS"),
     launcher("VOLLEY_RANK"),
     launcher("VOLLEY_SIZE"),
@@ -205,10 +222,11 @@ pub fn check(
 ) -> Checked {
     let known = || tables.iter().flat_map(|t| t.iter());
     let mut out = Checked::default();
-    let mut vars: Vec<(String, String)> = vars
-        .into_iter()
-        .filter(|(n, _)| n.starts_with("VOLLEY_") && !n.starts_with(TEST_PREFIX))
-        .collect();
+    let mut vars: Vec<(String, String)> = vars.into_iter().collect();
+    let pmix = vars
+        .iter()
+        .any(|(n, v)| n == crate::bootstrap::pmix::ENV_NAMESPACE && !v.is_empty());
+    vars.retain(|(n, _)| n.starts_with("VOLLEY_") && !n.starts_with(TEST_PREFIX));
     vars.sort();
     for (name, value) in vars {
         let Some(setting) = known().find(|s| s.name == name) else {
@@ -225,6 +243,11 @@ pub fn check(
         if !(setting.check)(value.trim()) {
             out.errors
                 .push(format!("{name}={value}: expected {}", setting.accepts));
+        } else if setting.scope == Scope::Pmix && !pmix {
+            out.warnings.push(format!(
+                "{name} has no effect: the job was not started by a PMIx launcher ({})",
+                setting.purpose
+            ));
         } else if setting.scope == Scope::Network && !multi_node {
             out.warnings.push(format!(
                 "{name} has no effect: the job runs on one node ({})",
@@ -330,6 +353,25 @@ mod tests {
         assert_eq!(
             check(vars(&[("VOLLEY_NET", "tcp")]), &[SETTINGS], true),
             Checked::default()
+        );
+    }
+
+    #[test]
+    fn pmix_settings_matter_only_under_a_pmix_launcher() {
+        let c = check(vars(&[("VOLLEY_RANKS_PER_NODE", "2")]), &[SETTINGS], false);
+        assert_eq!(
+            c.warnings,
+            [
+                "VOLLEY_RANKS_PER_NODE has no effect: the job was not started by a PMIx launcher \
+              (emulated nodes under a PMIx launcher, like `volley run --ranks-per-node`)"
+            ]
+        );
+        let under_pmix = vars(&[("VOLLEY_RANKS_PER_NODE", "2"), ("PMIX_NAMESPACE", "ns")]);
+        assert_eq!(check(under_pmix, &[SETTINGS], true), Checked::default());
+        let c = check(vars(&[("VOLLEY_RANKS_PER_NODE", "0")]), &[SETTINGS], false);
+        assert_eq!(
+            c.errors,
+            ["VOLLEY_RANKS_PER_NODE=0: expected a positive number of ranks"]
         );
     }
 

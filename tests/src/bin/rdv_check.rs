@@ -13,7 +13,7 @@
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use volley::bootstrap::rendezvous::{exchange, poll_notices, Hello, Notice};
-use volley::bootstrap::JobInfo;
+use volley::bootstrap::{JobInfo, Start};
 use volley_tests::{arg_str, fail};
 
 fn main() {
@@ -21,7 +21,7 @@ fn main() {
     let hang = mode == "hang";
     let job = JobInfo::from_env().unwrap_or_else(|e| fail(0, 2, &format!("{e}")));
     let me = job.rank;
-    let Some(path) = job.rendezvous.clone() else {
+    let Start::Launcher { rendezvous: path } = job.start.clone() else {
         fail(me, 2, "not started by `volley run`");
     };
     let addr = std::env::var("VOLLEY_NET_ADDR").unwrap_or_default();

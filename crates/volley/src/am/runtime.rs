@@ -6,7 +6,7 @@ use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, Requ
 use super::progress::{ProgressThread, ThreadSync};
 use super::stats::Stats;
 use super::wireup::{bind_network, wire, EndpointInfo, Wired};
-use crate::bootstrap::{BootstrapError, JobInfo};
+use crate::bootstrap::{BootstrapError, JobInfo, Start};
 use crate::error::{Error, Result};
 use crate::settings::{self, Setting, SETTINGS};
 use crate::transport::contract::LongGuard;
@@ -109,8 +109,8 @@ impl RuntimeBuilder {
     }
 
     /// Checks the `VOLLEY_*` environment (see [`crate::settings`]): a bad value fails the
-    /// build. Warnings are printed by rank 0 of a job started without `volley run`, which
-    /// checked them before it started the ranks.
+    /// build. Warnings are printed by rank 0 of a job not started by `volley run` (which
+    /// checked them before it started the ranks).
     fn check_settings(&self, job: &JobInfo) -> Result<()> {
         let mut tables = vec![SETTINGS];
         tables.extend(self.settings.iter().copied());
@@ -118,7 +118,8 @@ impl RuntimeBuilder {
         if let Some(first) = checked.errors.first() {
             return Err(Error::Settings(first.clone()));
         }
-        if job.rendezvous.is_none() && job.rank == 0 && !checked.warnings.is_empty() {
+        let launcher_checked = matches!(job.start, Start::Launcher { .. });
+        if !launcher_checked && job.rank == 0 && !checked.warnings.is_empty() {
             let lines: String = checked
                 .warnings
                 .iter()
@@ -244,7 +245,7 @@ impl RuntimeBuilder {
             local_ranks,
             bells,
             wakes,
-            conn,
+            watch,
         } = wire(&job, &info, membarrier, own, own_wake, net.as_mut())?;
         let setup = EngineSetup {
             regions,
@@ -267,7 +268,7 @@ impl RuntimeBuilder {
             self.requests,
             self.replies,
             polite,
-            conn,
+            watch,
         );
         let plain = engine.thread_sync().is_none();
         let rt = Runtime {
@@ -706,6 +707,12 @@ impl Runtime {
         }
         engine.flush_credit();
         engine.close_net();
+        if let Start::Pmix { namespace } = &self.job.start {
+            if let Err(e) = crate::bootstrap::pmix::leave(namespace) {
+                let line = format!("volley: rank {}: leaving PMIx: {e}\n", self.rank());
+                let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+            }
+        }
         if std::env::var("VOLLEY_STATS").is_ok_and(|v| v.trim() == "1") {
             // One write, so lines of different ranks never interleave.
             let line = format!("volley stats rank {}: {}\n", self.rank(), self.stats());

@@ -3,7 +3,7 @@
 //! regions and wake-up descriptors of its node-mates and the network addresses of the rest.
 
 use super::config::Config;
-use crate::bootstrap::{rendezvous, BootstrapError, JobInfo};
+use crate::bootstrap::{pmix, rendezvous, BootstrapError, JobInfo, Start};
 use crate::error::{Error, Result};
 use crate::transport::net::{
     tcp::{TcpConfig, TcpTransport},
@@ -41,14 +41,25 @@ pub(crate) fn reads_as_endpoint_info(blob: &serde_json::Value) -> bool {
 }
 
 /// What the exchange hands the engine: the node's regions, global ranks, doorbell orders and
-/// eventfds by local index, and the rendezvous connection (on which the launcher reports
-/// ranks that exit).
+/// eventfds by local index, and how to notice a rank that exits without finalizing.
 pub(super) struct Wired {
     pub(super) regions: Vec<Region>,
     pub(super) local_ranks: Vec<usize>,
     pub(super) bells: Vec<Option<BellOrder>>,
     pub(super) wakes: Vec<WakeFd>,
-    pub(super) conn: Option<OwnedFd>,
+    pub(super) watch: Watch,
+}
+
+/// How a rank learns that another has exited.
+#[derive(Debug)]
+pub(crate) enum Watch {
+    /// Nobody to watch (a job of one rank).
+    Nothing,
+    /// `volley run`'s rendezvous connection, on which the launcher reports ranks that exit.
+    Launcher(OwnedFd),
+    /// Under a PMIx launcher: a pidfd per other rank of this node (readable once it has
+    /// exited); ranks of other nodes are watched by the network transport.
+    Processes(Vec<(usize, OwnedFd)>),
 }
 
 /// Exchanges `info` with every rank of `job` (a job of one rank started bare has no one to
@@ -72,82 +83,122 @@ pub(super) fn wire(
             BellOrder::Fenced
         })
     };
-    let (regions, local_ranks, bells, wakes, conn) = match &job.rendezvous {
-        None => (vec![own], vec![0], vec![bell(info)], vec![own_wake], None),
-        Some(path) => {
-            let hello = rendezvous::Hello {
-                rank: job.rank,
-                pid: std::process::id(),
-                blob: serde_json::to_value(info).expect("endpoint info serializes"),
-            };
-            let fds = [own.fd().as_raw_fd(), own_wake.raw()];
+    let hello = rendezvous::Hello {
+        rank: job.rank,
+        pid: std::process::id(),
+        blob: serde_json::to_value(info).expect("endpoint info serializes"),
+    };
+    let fds = [own.fd().as_raw_fd(), own_wake.raw()];
+    let (peers, watch, path) = match &job.start {
+        Start::Bare => {
+            return Ok(Wired {
+                regions: vec![own],
+                local_ranks: vec![0],
+                bells: vec![bell(info)],
+                wakes: vec![own_wake],
+                watch: Watch::Nothing,
+            })
+        }
+        Start::Launcher { rendezvous: path } => {
             let (peers, conn) = rendezvous::exchange(path, job.size, &hello, fds)?;
-            let mut own = Some((own, own_wake));
-            let mut regions = Vec::with_capacity(job.local_size);
-            let mut local_ranks = Vec::with_capacity(job.local_size);
-            let mut bells = Vec::with_capacity(job.local_size);
-            let mut wakes = Vec::with_capacity(job.local_size);
-            let mut addrs = vec![None; job.size];
-            for peer in peers {
-                let theirs: EndpointInfo = serde_json::from_value(peer.hello.blob.clone())
-                    .map_err(|e| BootstrapError::Rendezvous {
-                        path: path.clone(),
-                        why: format!(
-                            "rank {} sent unreadable endpoint info: {e}",
-                            peer.hello.rank
-                        ),
-                    })?;
-                check_agreement(job.rank, peer.hello.rank, info, &theirs)?;
-                let r = peer.hello.rank;
-                if theirs.node != job.node {
-                    // Hellos come in rank order, so local indices are ascending ranks
-                    // on every rank of a node alike.
-                    addrs[r] = Some(theirs.net.as_ref().map(|(_, a)| *a).ok_or_else(|| {
-                        BootstrapError::Rendezvous {
-                            path: path.clone(),
-                            why: format!("rank {r} is on another node but has no network"),
-                        }
-                    })?);
-                    continue;
-                }
-                local_ranks.push(r);
-                bells.push(bell(&theirs));
-                if r == job.rank {
-                    let (region, wake) = own.take().expect("own hello comes once");
-                    regions.push(region);
-                    wakes.push(wake);
-                } else {
-                    let [region, wake] = peer.fds;
-                    regions.push(Region::open(region, layout, r, job.job_key)?);
-                    wakes.push(WakeFd::from_owned(wake));
-                }
-            }
-            if regions.len() != job.local_size {
-                return Err(BootstrapError::Rendezvous {
+            (peers, Watch::Launcher(conn), path.clone())
+        }
+        Start::Pmix { namespace } => {
+            let client = pmix::client(namespace)?;
+            let peers = pmix::node::exchange(&client, job, &hello, fds)?;
+            (peers, Watch::Nothing, format!("PMIx namespace {namespace}"))
+        }
+    };
+    let mut pids = Vec::new();
+    let mut own = Some((own, own_wake));
+    let mut regions = Vec::with_capacity(job.local_size);
+    let mut local_ranks = Vec::with_capacity(job.local_size);
+    let mut bells = Vec::with_capacity(job.local_size);
+    let mut wakes = Vec::with_capacity(job.local_size);
+    let mut addrs = vec![None; job.size];
+    for peer in peers {
+        let theirs: EndpointInfo =
+            serde_json::from_value(peer.hello.blob.clone()).map_err(|e| {
+                BootstrapError::Rendezvous {
                     path: path.clone(),
                     why: format!(
-                        "{} ranks share node {} but VOLLEY_LOCAL_SIZE is {}",
-                        regions.len(),
-                        job.node,
-                        job.local_size
+                        "rank {} sent unreadable endpoint info: {e}",
+                        peer.hello.rank
                     ),
                 }
-                .into());
-            }
-            if let Some(net) = net {
-                net.connect(job.rank, &addrs)
-                    .map_err(|e| Error::Network(e.to_string()))?;
-            }
-            (regions, local_ranks, bells, wakes, Some(conn))
+            })?;
+        check_agreement(job.rank, peer.hello.rank, info, &theirs)?;
+        let r = peer.hello.rank;
+        if theirs.node != job.node {
+            // Hellos come in rank order, so local indices are ascending ranks
+            // on every rank of a node alike.
+            addrs[r] = Some(theirs.net.as_ref().map(|(_, a)| *a).ok_or_else(|| {
+                BootstrapError::Rendezvous {
+                    path: path.clone(),
+                    why: format!("rank {r} is on another node but has no network"),
+                }
+            })?);
+            continue;
         }
+        local_ranks.push(r);
+        bells.push(bell(&theirs));
+        if r == job.rank {
+            let (region, wake) = own.take().expect("own hello comes once");
+            regions.push(region);
+            wakes.push(wake);
+        } else {
+            let [region, wake] = peer.fds;
+            regions.push(Region::open(region, layout, r, job.job_key)?);
+            wakes.push(WakeFd::from_owned(wake));
+            pids.push((r, peer.hello.pid));
+        }
+    }
+    if regions.len() != job.local_size {
+        return Err(BootstrapError::Rendezvous {
+            path: path.clone(),
+            why: format!(
+                "{} ranks share node {} but VOLLEY_LOCAL_SIZE is {}",
+                regions.len(),
+                job.node,
+                job.local_size
+            ),
+        }
+        .into());
+    }
+    if let Some(net) = net {
+        net.connect(job.rank, &addrs)
+            .map_err(|e| Error::Network(e.to_string()))?;
+    }
+    let watch = match watch {
+        Watch::Nothing if matches!(job.start, Start::Pmix { .. }) => Watch::Processes(
+            pids.into_iter()
+                .map(|(r, pid)| Ok((r, pidfd(pid)?)))
+                .collect::<Result<_>>()?,
+        ),
+        w => w,
     };
     Ok(Wired {
         regions,
         local_ranks,
         bells,
         wakes,
-        conn,
+        watch,
     })
+}
+
+/// A descriptor that becomes readable when process `pid` exits (`pidfd_open`).
+fn pidfd(pid: u32) -> Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(BootstrapError::os(
+            "watching a node-mate (pidfd_open)",
+            std::io::Error::last_os_error(),
+        )
+        .into());
+    }
+    // SAFETY: the kernel just returned this descriptor, owned by nobody else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
 }
 
 fn check_agreement(

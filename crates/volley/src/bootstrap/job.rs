@@ -28,6 +28,55 @@ pub const ENV_HOST_CPUS: &str = "VOLLEY_HOST_CPUS";
 /// Environment variable holding the path of the launcher's rendezvous socket.
 pub const ENV_RENDEZVOUS: &str = "VOLLEY_RENDEZVOUS";
 
+/// How this process was started, which decides how it joins its job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Start {
+    /// Without a launcher: a job of one rank.
+    Bare,
+    /// By `volley run`, which serves a rendezvous socket at this path.
+    Launcher {
+        /// The rendezvous socket's path.
+        rendezvous: String,
+    },
+    /// By a PMIx launcher (Open MPI's `mpirun`, Slurm's `srun --mpi=pmix`), in this namespace.
+    Pmix {
+        /// The job's PMIx namespace.
+        namespace: String,
+    },
+}
+
+impl Start {
+    /// Which start a process with this environment would make, and why (for `volley info`).
+    pub fn detect(get: impl Fn(&str) -> Option<String>) -> (&'static str, String) {
+        if let Some(path) = get(ENV_RENDEZVOUS) {
+            return (
+                "volley run",
+                format!("{ENV_RENDEZVOUS}={path} is set: started by `volley run`"),
+            );
+        }
+        if let Some(ns) = get(super::pmix::ENV_NAMESPACE) {
+            let library = match super::pmix::library_status() {
+                Ok(lib) => format!("{lib} loads"),
+                Err(e) => format!("but: {e}"),
+            };
+            return (
+                "pmix",
+                format!(
+                    "{}={ns} is set: started by a PMIx launcher (mpirun, srun --mpi=pmix); {library}",
+                    super::pmix::ENV_NAMESPACE
+                ),
+            );
+        }
+        (
+            "bare",
+            format!(
+                "neither {ENV_RENDEZVOUS} nor {} is set: a job of one rank",
+                super::pmix::ENV_NAMESPACE
+            ),
+        )
+    }
+}
+
 /// Identity of this rank within its job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobInfo {
@@ -43,8 +92,8 @@ pub struct JobInfo {
     pub job_id: u64,
     /// Random job key chosen by the launcher; frames of other jobs carry other keys.
     pub job_key: u64,
-    /// Rendezvous socket path, `None` for a bare single-rank start.
-    pub rendezvous: Option<String>,
+    /// How the process was started.
+    pub start: Start,
     /// The node this rank runs on (ranks of one node share memory).
     pub node: usize,
     /// Ranks of the job on this host (several emulated nodes may share it).
@@ -64,16 +113,33 @@ impl JobInfo {
             local_size: 1,
             job_id: pid,
             job_key: random_u64() | 1,
-            rendezvous: None,
+            start: Start::Bare,
             node: 0,
             host_ranks: 1,
             host_cpus: None,
         }
     }
 
-    /// Reads the identity from `VOLLEY_*` variables, or returns [`JobInfo::single`] when
-    /// `VOLLEY_RENDEZVOUS` is not set.
+    /// Reads the identity from `VOLLEY_*` variables set by `volley run`; else, when a PMIx
+    /// launcher started this process (`PMIX_NAMESPACE` is set), from its PMIx server;
+    /// else returns [`JobInfo::single`].
     pub fn from_env() -> Result<Self, BootstrapError> {
+        let get = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        if get(ENV_RENDEZVOUS).is_none() {
+            if let Some(namespace) = get(super::pmix::ENV_NAMESPACE) {
+                let per_node = match get(super::pmix::ENV_RANKS_PER_NODE) {
+                    None => None,
+                    Some(v) => Some(v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(
+                        BootstrapError::BadEnv {
+                            name: super::pmix::ENV_RANKS_PER_NODE,
+                            value: v,
+                            why: "not a positive integer",
+                        },
+                    )?),
+                };
+                return super::pmix::job_info(&namespace, per_node).map(|(job, _)| job);
+            }
+        }
         Self::from_lookup(|name| std::env::var(name).ok())
     }
 
@@ -119,7 +185,7 @@ impl JobInfo {
             local_size: num(ENV_LOCAL_SIZE)?,
             job_id: hex(ENV_JOB_ID)?,
             job_key: hex(ENV_JOB_KEY)?,
-            rendezvous: Some(rendezvous),
+            start: Start::Launcher { rendezvous },
             node: match get(ENV_NODE) {
                 None => 0,
                 Some(_) => num(ENV_NODE)?,
@@ -137,6 +203,13 @@ impl JobInfo {
             },
             ..info
         };
+        info.validate()?;
+        Ok(info)
+    }
+
+    /// Checks that the ranks are in range.
+    pub(crate) fn validate(&self) -> Result<(), BootstrapError> {
+        let info = self;
         if info.size == 0 || info.rank >= info.size {
             return Err(BootstrapError::BadEnv {
                 name: ENV_RANK,
@@ -152,7 +225,7 @@ impl JobInfo {
                 why: "local rank must be below VOLLEY_LOCAL_SIZE <= VOLLEY_SIZE",
             });
         }
-        Ok(info)
+        Ok(())
     }
 }
 
@@ -197,7 +270,7 @@ mod tests {
     fn bare_start_is_single_rank() {
         let info = JobInfo::from_lookup(lookup(&[])).unwrap();
         assert_eq!((info.rank, info.size), (0, 1));
-        assert!(info.rendezvous.is_none());
+        assert_eq!(info.start, Start::Bare);
     }
 
     #[test]

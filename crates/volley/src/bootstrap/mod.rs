@@ -1,16 +1,19 @@
 //! Bootstrap: who am I, how many are we, and how do I reach the others.
 //!
-//! A rank learns its identity from the environment that `volley run` sets
-//! ([`JobInfo::from_env`]); a program started bare is a job of one rank. Endpoint information
-//! (here: each rank's shared-memory region, passed as a file descriptor) is exchanged through the
-//! launcher's [`rendezvous`] socket, and that exchange doubles as the init barrier.
+//! A rank learns its identity from the environment that `volley run` sets, or from the PMIx
+//! server of a cluster launcher ([`pmix`]); a program started bare is a job of one rank
+//! ([`JobInfo::from_env`]). Endpoint information (here: each rank's shared-memory region,
+//! passed as a file descriptor) is exchanged through the launcher's [`rendezvous`] socket, or
+//! under PMIx through a fence and a node-local rendezvous, and that exchange doubles as the
+//! init barrier.
 //!
 //! This layer knows nothing about messages or handlers: it moves opaque blobs and descriptors.
 
 mod job;
+pub mod pmix;
 pub mod rendezvous;
 
-pub use job::{random_u64, ENV_HOST_CPUS, ENV_HOST_RANKS, ENV_RENDEZVOUS, ENV_SIZE};
+pub use job::{random_u64, Start, ENV_HOST_CPUS, ENV_HOST_RANKS, ENV_RENDEZVOUS, ENV_SIZE};
 pub use job::{
     JobInfo, ENV_JOB_ID, ENV_JOB_KEY, ENV_LOCAL_RANK, ENV_LOCAL_SIZE, ENV_NODE, ENV_RANK,
 };
@@ -37,6 +40,10 @@ pub enum BootstrapError {
         /// What happened.
         why: String,
     },
+    /// Joining a job started by a PMIx launcher failed (the library, the server, or what
+    /// it answered).
+    #[error("{0}")]
+    Pmix(String),
     /// An operating-system call failed.
     #[error("{what}: {source}")]
     Os {

@@ -114,9 +114,30 @@ pub fn exchange(
     hello: &Hello,
     fds: [RawFd; FDS_PER_HELLO],
 ) -> Result<(Vec<PeerHello>, OwnedFd), BootstrapError> {
-    let sock = seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
     let addr = UnixAddr::new(path).map_err(|e| rdv_err(path, e.to_string()))?;
-    connect(sock.as_raw_fd(), &addr).map_err(|e| rdv_err(path, format!("connect: {e}")))?;
+    exchange_at(&addr, path, size, hello, fds)
+}
+
+/// [`exchange`] with a node-local server on an abstract socket (see [`abstract_listener`]).
+pub(crate) fn exchange_abstract(
+    name: &str,
+    size: usize,
+    hello: &Hello,
+    fds: [RawFd; FDS_PER_HELLO],
+) -> Result<(Vec<PeerHello>, OwnedFd), BootstrapError> {
+    let addr = UnixAddr::new_abstract(name.as_bytes()).map_err(|e| rdv_err(name, e.to_string()))?;
+    exchange_at(&addr, name, size, hello, fds)
+}
+
+fn exchange_at(
+    addr: &UnixAddr,
+    path: &str,
+    size: usize,
+    hello: &Hello,
+    fds: [RawFd; FDS_PER_HELLO],
+) -> Result<(Vec<PeerHello>, OwnedFd), BootstrapError> {
+    let sock = seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
+    connect(sock.as_raw_fd(), addr).map_err(|e| rdv_err(path, format!("connect: {e}")))?;
     let bytes = serde_json::to_vec(hello).map_err(|e| rdv_err(path, e.to_string()))?;
     send_msg(sock.as_raw_fd(), &bytes, &fds)
         .map_err(|e| rdv_err(path, format!("send hello: {e}")))?;
@@ -194,11 +215,17 @@ pub fn poll_notices(conn: &OwnedFd) -> Result<Vec<Notice>, BootstrapError> {
 }
 
 /// The launcher side of the rendezvous (or, in a job spanning several hosts, one host's agent:
-/// it serves the ranks of its host, which are a contiguous range of the job's ranks).
+/// it serves the ranks of its host, which are a contiguous range of the job's ranks; or, under
+/// a PMIx launcher, the first rank of a node, serving that node's ranks).
+///
+/// Only processes of this user are served: a socket in the file system sits in a private
+/// directory, but an abstract one has no permissions, so every connection's credentials are
+/// checked too.
 #[derive(Debug)]
 pub struct RendezvousServer {
     listener: OwnedFd,
-    ranks: Range<usize>,
+    /// The ranks served here, ascending.
+    ranks: Vec<usize>,
     path: String,
 }
 
@@ -211,8 +238,7 @@ type Joined = (OwnedFd, Hello, Vec<u8>, HelloFds);
 #[derive(Debug)]
 pub struct Gathered {
     path: String,
-    first: usize,
-    /// Per rank of the range, in rank order.
+    /// Per rank served, in rank order.
     joined: Vec<Joined>,
 }
 
@@ -233,9 +259,21 @@ impl RendezvousServer {
         listen(&listener, backlog).map_err(|e| rdv_err(&p, format!("listen: {e}")))?;
         Ok(Self {
             listener,
-            ranks,
+            ranks: ranks.collect(),
             path: p,
         })
+    }
+
+    /// Serves the ranks `ranks` (any set) on `listener`, made by [`abstract_listener`];
+    /// `name` is its name, for messages.
+    pub(crate) fn on_listener(listener: OwnedFd, mut ranks: Vec<usize>, name: &str) -> Self {
+        ranks.sort_unstable();
+        ranks.dedup();
+        Self {
+            listener,
+            ranks,
+            path: name.to_string(),
+        }
     }
 
     /// Waits for every rank's hello, then sends all hellos and descriptors to every rank.
@@ -255,14 +293,16 @@ impl RendezvousServer {
     /// Waits for the hello of every rank of the range (calling `on_arrival(n)` after the n-th)
     /// and returns them unanswered: the ranks keep waiting until [`Gathered::release`].
     pub fn gather(self, on_arrival: impl Fn(usize)) -> Result<Gathered, BootstrapError> {
-        let first = self.ranks.start;
-        let mut slots: Vec<Option<Joined>> = self.ranks.clone().map(|_| None).collect();
+        let mut slots: Vec<Option<Joined>> = self.ranks.iter().map(|_| None).collect();
         let mut arrived = 0;
         while arrived < slots.len() {
             let raw = accept(self.listener.as_raw_fd())
                 .map_err(|e| rdv_err(&self.path, format!("accept: {e}")))?;
             // SAFETY: accept returned a fresh descriptor that nothing else owns.
             let conn = unsafe { OwnedFd::from_raw_fd(raw) };
+            if !same_user(&conn) {
+                continue;
+            }
             let Some((bytes, fds)) = recv_msg(conn.as_raw_fd())
                 .map_err(|e| rdv_err(&self.path, format!("receive hello: {e}")))?
             else {
@@ -279,9 +319,10 @@ impl RendezvousServer {
                     ),
                 )
             })?;
-            let slot = hello
-                .rank
-                .checked_sub(first)
+            let slot = self
+                .ranks
+                .binary_search(&hello.rank)
+                .ok()
                 .and_then(|i| slots.get_mut(i))
                 .ok_or_else(|| {
                     rdv_err(
@@ -301,7 +342,6 @@ impl RendezvousServer {
         }
         Ok(Gathered {
             path: self.path,
-            first,
             joined: slots.into_iter().flatten().collect(),
         })
     }
@@ -325,14 +365,17 @@ impl Gathered {
                 format!("hello of rank {} in place {i} of the job's list", h.rank),
             ));
         }
-        let own = self.first..self.first + self.joined.len();
-        if own.end > all.len() {
+        if let Some((_, h, _, _)) = self
+            .joined
+            .last()
+            .filter(|(_, h, _, _)| h.rank >= all.len())
+        {
             return Err(rdv_err(
                 &self.path,
                 format!(
                     "the job's list has {} hellos, fewer than rank {}",
                     all.len(),
-                    own.end - 1
+                    h.rank
                 ),
             ));
         }
@@ -340,8 +383,11 @@ impl Gathered {
             .map_err(|e| BootstrapError::os("opening /dev/null", e))?;
         let mut messages: Vec<(Vec<u8>, [RawFd; FDS_PER_HELLO])> = Vec::with_capacity(all.len());
         for h in all {
-            messages.push(if own.contains(&h.rank) {
-                let (_, _, bytes, fds) = &self.joined[h.rank - self.first];
+            let served = self
+                .joined
+                .binary_search_by_key(&h.rank, |(_, h, _, _)| h.rank);
+            messages.push(if let Ok(i) = served {
+                let (_, _, bytes, fds) = &self.joined[i];
                 (bytes.clone(), fds.each_ref().map(|f| f.as_raw_fd()))
             } else {
                 let bytes =
@@ -364,6 +410,25 @@ impl Gathered {
             .map(|(conn, _, _, _)| conn)
             .collect())
     }
+}
+
+/// A listening socket in the abstract namespace (Linux): it has no file to leave behind when
+/// its process is killed. `name` should be unguessable; [`RendezvousServer`] serves only this
+/// user's processes whatever the name.
+pub(crate) fn abstract_listener(name: &str, backlog: usize) -> Result<OwnedFd, BootstrapError> {
+    let listener = seqpacket().map_err(|e| BootstrapError::os("creating rendezvous socket", e))?;
+    let addr = UnixAddr::new_abstract(name.as_bytes()).map_err(|e| rdv_err(name, e.to_string()))?;
+    bind(listener.as_raw_fd(), &addr).map_err(|e| rdv_err(name, format!("bind: {e}")))?;
+    let backlog = Backlog::new(backlog.clamp(1, 4096) as i32).unwrap_or(Backlog::MAXCONN);
+    listen(&listener, backlog).map_err(|e| rdv_err(name, format!("listen: {e}")))?;
+    Ok(listener)
+}
+
+/// Whether the process at the other end of `conn` runs as this process's user.
+fn same_user(conn: &OwnedFd) -> bool {
+    nix::sys::socket::getsockopt(conn, nix::sys::socket::sockopt::PeerCredentials)
+        // SAFETY: geteuid cannot fail and has no preconditions.
+        .is_ok_and(|cred| cred.uid() == unsafe { libc::geteuid() })
 }
 
 #[cfg(test)]

@@ -4,11 +4,13 @@
 use super::super::stats::{NetworkStats, Stats};
 #[cfg(test)]
 use super::super::watchdog::Watchdog;
+use super::super::wireup::Watch;
 use super::Engine;
 use crate::bootstrap::rendezvous::{self, Notice};
 use crate::error::Result;
 use crate::transport::net::NetError;
 use crate::transport::Channel;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 /// Most rounds a dissemination barrier can need (log2 of the largest job).
 pub(crate) const MAX_BARRIER_ROUNDS: usize = 64;
@@ -31,26 +33,37 @@ impl Engine {
     /// waiting on would hang. Called from long waits only.
     #[cold]
     pub(crate) fn check_health(&self) {
-        let Some(conn) = &self.launcher else {
-            return;
-        };
         let fatal = |why: String| -> ! {
-            let line = format!("volley: rank {}: {why}; ending this rank\n", self.me);
-            let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
-            std::process::exit(70);
+            end_rank(&format!(
+                "volley: rank {}: {why}; ending this rank",
+                self.me
+            ))
         };
-        match rendezvous::poll_notices(conn) {
-            Ok(notices) => {
-                for Notice::Exited { rank } in notices {
-                    if rank < self.size && rank != self.me && !self.finalized_from[rank].get() {
-                        fatal(format!(
-                            "rank {rank} exited without finalizing (dropping its Runtime) while \
-                             this rank still runs"
-                        ));
+        let exited = |rank: usize| {
+            fatal(format!(
+                "rank {rank} exited without finalizing (dropping its Runtime) while this rank \
+                 still runs"
+            ))
+        };
+        match &self.watch {
+            Watch::Nothing => {}
+            Watch::Launcher(conn) => match rendezvous::poll_notices(conn) {
+                Ok(notices) => {
+                    for Notice::Exited { rank } in notices {
+                        if rank < self.size && rank != self.me && !self.finalized_from[rank].get() {
+                            exited(rank);
+                        }
+                    }
+                }
+                Err(e) => fatal(format!("lost the launcher ({e})")),
+            },
+            Watch::Processes(pidfds) => {
+                for (rank, fd) in pidfds {
+                    if !self.finalized_from[*rank].get() && readable(fd) {
+                        exited(*rank);
                     }
                 }
             }
-            Err(e) => fatal(format!("lost the launcher ({e})")),
         }
     }
 
@@ -59,13 +72,11 @@ impl Engine {
     #[cold]
     #[inline(never)]
     pub(super) fn corrupt_ring(&self, src: usize, ch: Channel, word: u64) -> ! {
-        let line = format!(
+        end_rank(&format!(
             "volley: rank {}: corrupt frame header {word:#018x} on the {ch:?} ring from rank \
-             {src}; ending this rank\n",
+             {src}; ending this rank",
             self.me
-        );
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
-        std::process::exit(70);
+        ))
     }
 
     pub(super) fn deliver_system(&self, src: usize, op: u16, args: &[u64]) -> Result<(), ()> {
@@ -149,12 +160,37 @@ impl Engine {
 #[cold]
 #[inline(never)]
 pub(super) fn net_failed(me: usize, has_launcher: bool, e: NetError) -> ! {
-    let line = format!("volley: rank {me}: network transport failed: {e}; ending this rank\n");
-    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     // A peer that died is usually seen here before its launcher has reaped it: give the
     // launcher a moment to stop this rank and name the rank that really failed.
     if has_launcher {
+        let line = format!("volley: rank {me}: network transport failed: {e}\n");
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
         std::thread::sleep(std::time::Duration::from_secs(2));
     }
+    end_rank(&format!(
+        "volley: rank {me}: network transport failed: {e}; ending this rank"
+    ))
+}
+
+/// Ends this rank after an error it cannot recover from: prints `line` (in one write) and
+/// exits with status 70; under a PMIx launcher, first asks it to end the whole job with that
+/// message (`PMIx_Abort`), which is how such launchers learn which rank failed and why.
+#[cold]
+#[inline(never)]
+pub(crate) fn end_rank(line: &str) -> ! {
+    let text = format!("{line}\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
+    crate::bootstrap::pmix::abort_job(70, line);
     std::process::exit(70);
+}
+
+/// Whether `fd` is readable now (a pidfd is once its process has exited).
+fn readable(fd: &OwnedFd) -> bool {
+    let mut pfd = libc::pollfd {
+        fd: fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no timeout.
+    unsafe { libc::poll(&mut pfd, 1, 0) > 0 && pfd.revents & libc::POLLIN != 0 }
 }

@@ -32,13 +32,13 @@ use super::handler::{ReplyFn, RequestFn};
 use super::progress::ThreadSync;
 use super::stats::StatCells;
 use super::watchdog::Watchdog;
+use super::wireup::Watch;
 use crate::transport::contract::Transport;
 use crate::transport::net::link::NetLink;
 use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
-use std::os::fd::OwnedFd;
 
 pub(crate) use crate::transport::contract::REMOTE;
 
@@ -93,8 +93,8 @@ pub(crate) struct Engine {
     /// FinalizeAck, which we do after all Finalizes, so an exit of a rank not in this set is
     /// an exit without finalizing.
     finalized_from: Vec<Cell<bool>>,
-    /// The rendezvous connection, on which the launcher reports ranks that exited.
-    launcher: Option<OwnedFd>,
+    /// How this rank notices a rank that exited without finalizing.
+    watch: Watch,
 }
 
 /// The engine as the rank thread and its progress thread share it.

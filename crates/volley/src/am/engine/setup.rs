@@ -6,6 +6,7 @@ use super::super::handler::{ReplyFn, RequestFn};
 use super::super::progress::ThreadSync;
 use super::super::stats::StatCells;
 use super::super::watchdog::Watchdog;
+use super::super::wireup::Watch;
 use super::job::net_failed;
 use super::{Engine, REMOTE};
 use crate::transport::contract::LongGuard;
@@ -17,7 +18,6 @@ use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
-use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
 /// What the runtime hands the engine: how peers are reached and how to wait.
@@ -56,7 +56,7 @@ impl Engine {
         requests: Vec<(String, Box<RequestFn>)>,
         replies: Vec<(String, Box<ReplyFn>)>,
         polite: bool,
-        launcher: Option<OwnedFd>,
+        watch: Watch,
     ) -> Self {
         let EngineSetup {
             regions,
@@ -118,7 +118,7 @@ impl Engine {
             requests = w.watch_requests(requests);
             replies = w.watch_replies(replies);
         }
-        let has_launcher = launcher.is_some();
+        let has_launcher = !matches!(watch, Watch::Nothing);
         let net = net.map(|t| {
             let fail = Box::new(move |e| net_failed(me, has_launcher, e));
             NetLink::new(t, size, policy, placement, fail)
@@ -148,7 +148,7 @@ impl Engine {
             finalized_peers: Cell::new(0),
             finalize_acks: Cell::new(0),
             finalized_from: (0..size).map(|_| Cell::new(false)).collect(),
-            launcher,
+            watch,
         }
     }
 }
