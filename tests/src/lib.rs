@@ -41,8 +41,8 @@ pub fn arg_str(i: usize) -> Option<String> {
 ///
 /// Handlers are registered before `build()` tells us the job size, and with a progress thread
 /// (`VOLLEY_PROGRESS=thread`) they may run as soon as `build()` returns, even before the
-/// program's next line; so the table sizes itself at first use from the job's `VOLLEY_SIZE`
-/// (1 for a bare run). Relaxed atomics suffice: what a handler did is visible to the program
+/// program's next line; so the table sizes itself at first use from the job's size (1 for a
+/// bare run). Relaxed atomics suffice: what a handler did is visible to the program
 /// after the runtime call that ran it (or, with a progress thread, after any later runtime
 /// call); they are atomics because handlers must be `Sync`.
 #[derive(Debug, Default)]
@@ -51,10 +51,7 @@ pub struct PerRank(OnceLock<Box<[AtomicU64]>>);
 impl PerRank {
     fn table(&self) -> &[AtomicU64] {
         self.0.get_or_init(|| {
-            let n = std::env::var("VOLLEY_SIZE")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1);
+            let n = volley::bootstrap::JobInfo::from_env().map_or(1, |j| j.size);
             (0..n).map(|_| AtomicU64::new(0)).collect()
         })
     }

@@ -145,7 +145,7 @@ fn barrier_holds_every_rank_on_8_ranks() {
 #[test]
 fn settings_mismatch_fails_the_job() {
     let out = Job::run(3, MISMATCH, &["config"]).output();
-    out.assert_code(3)
+    out.assert_job_code(3)
         .assert_stderr_has(&["runtime settings differ"]);
     for rank in 0..3 {
         out.assert_stderr_has(&[&format!(
@@ -199,7 +199,7 @@ fn stats_are_not_printed_without_volley_stats() {
 #[test]
 fn handler_table_mismatch_fails_the_job() {
     let out = Job::run(4, MISMATCH, &[]).output();
-    out.assert_code(3)
+    out.assert_job_code(3)
         .assert_stderr_has(&["handler tables differ", "only-on-rank-1"]);
     for rank in 0..4 {
         out.assert_stderr_has(&[&format!(
@@ -245,7 +245,7 @@ fn without_a_progress_thread_a_computing_rank_serves_nobody() {
         .env("BUSY_TARGET_INLINE", "1")
         .timeout(HEAVY)
         .output()
-        .assert_code(1)
+        .assert_job_code(1)
         .assert_stderr_has(&["busy_target: rank 0 did not finish while rank 1 computed"]);
 }
 
@@ -324,7 +324,7 @@ fn progress_modes_may_differ_between_ranks_but_must_be_known() {
     out.assert_stderr_has(&["VOLLEY_PROGRESS", "expected inline or thread"]);
     // Only rank 1 has a progress thread: its peers ring its doorbell, the job runs.
     let script = format!(
-        "if [ \"$VOLLEY_RANK\" = 1 ]; then export VOLLEY_PROGRESS=thread; fi; exec {PINGPONG} 20000"
+        "if [ \"${{VOLLEY_RANK:-$PMIX_RANK}}\" = 1 ]; then export VOLLEY_PROGRESS=thread; fi; exec {PINGPONG} 20000"
     );
     Job::run(2, "/bin/sh", &["-c", &script])
         .timeout(HEAVY)
@@ -341,7 +341,7 @@ fn wait_modes_must_agree() {
     out.assert_stderr_has(&["VOLLEY_WAIT"]);
     // Rank 1 alone blocks: its senders would never ring its doorbell, so init refuses.
     let script = format!(
-        "if [ \"$VOLLEY_RANK\" = 1 ]; then export VOLLEY_WAIT=block; fi; exec {BLOCK_WAIT} 1 1"
+        "if [ \"${{VOLLEY_RANK:-$PMIX_RANK}}\" = 1 ]; then export VOLLEY_WAIT=block; fi; exec {BLOCK_WAIT} 1 1"
     );
     let out = Job::run(2, "/bin/sh", &["-c", &script]).output();
     assert_ne!(out.code(), Some(0), "{out}");

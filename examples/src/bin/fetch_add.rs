@@ -145,7 +145,7 @@ fn fetch_and_add(
     reply_value.load(Ordering::Relaxed)
 }
 
-/// This process's rank as the launcher set it, for a message before the runtime exists.
+/// This process's rank as its launcher tells it, for a message before the runtime exists.
 fn rank_from_env() -> String {
-    std::env::var("VOLLEY_RANK").unwrap_or_else(|_| "0".into())
+    volley::bootstrap::JobInfo::from_env().map_or_else(|_| "?".into(), |j| j.rank.to_string())
 }

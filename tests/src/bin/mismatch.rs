@@ -10,9 +10,8 @@
 //! the job) and exits with status 3. If `build()` succeeds, the rank reports it and exits 1; if
 //! it fails with another error, the rank exits 4.
 
-use volley::bootstrap::ENV_RANK;
 use volley::{Error, Runtime};
-use volley_tests::{arg_str, eprint_line};
+use volley_tests::{arg_str, eprint_line, job};
 
 fn main() {
     let config = match arg_str(0).as_deref() {
@@ -25,10 +24,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let rank: usize = std::env::var(ENV_RANK)
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
+    let rank = job().rank;
     let mut b = Runtime::builder();
     let done = b.reply_handler("done", |_| {});
     b.request_handler("work", move |_, token| {

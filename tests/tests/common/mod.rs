@@ -261,6 +261,17 @@ impl Outcome {
         self
     }
 
+    /// Panics unless the job failed with `code`, the status of its first failed rank, as
+    /// `volley run` reports it; under a cluster launcher, which combines its ranks' statuses
+    /// its own way (srun: the highest), unless it failed.
+    pub fn assert_job_code(&self, code: i32) -> &Self {
+        if under_volley_run() {
+            return self.assert_code(code);
+        }
+        assert!(!self.status.success(), "expected the job to fail:\n{self}");
+        self
+    }
+
     /// Panics unless stderr contains every one of `needles`.
     pub fn assert_stderr_has(&self, needles: &[&str]) -> &Self {
         for n in needles {
@@ -309,8 +320,44 @@ pub fn tail(s: &str, n: usize) -> String {
     out
 }
 
+/// The cluster launcher the suites run under instead of `volley run`, if any:
+/// `VOLLEY_TEST_LAUNCHER=mpirun` (Open MPI) or `srun` (Slurm, with its PMIx plugin; see
+/// `scripts/slurm-local`).
+pub fn cluster_launcher() -> Option<String> {
+    std::env::var("VOLLEY_TEST_LAUNCHER")
+        .ok()
+        .filter(|l| !l.is_empty())
+}
+
+/// Whether the jobs of this test run start under `volley run` (tests of the launcher's own
+/// behaviour, its messages and options, apply only then).
+pub fn under_volley_run() -> bool {
+    cluster_launcher().is_none()
+}
+
+/// The command line that starts `ranks` ranks of `program` under the cluster launcher `name`.
+fn cluster_command(name: &str, ranks: usize, program: &str, args: &[&str]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = match name {
+        "mpirun" => {
+            let mut v: Vec<OsString> = vec!["mpirun".into(), "--oversubscribe".into()];
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                v.push("--allow-run-as-root".into());
+            }
+            v
+        }
+        "srun" => vec!["srun".into(), "--mpi=pmix".into(), "--quiet".into()],
+        other => panic!("VOLLEY_TEST_LAUNCHER={other}: expected mpirun or srun"),
+    };
+    v.extend(["-n".into(), ranks.to_string().into(), program.into()]);
+    v.extend(args.iter().map(OsString::from));
+    v
+}
+
 /// A launcher command line to run.
 pub struct Job {
+    /// The program to start instead of `volley`, with its arguments first in `args`.
+    command: Option<OsString>,
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     timeout: Duration,
@@ -324,11 +371,27 @@ impl Job {
     /// emulated nodes of `VOLLEY_TEST_RANKS_PER_NODE` ranks (default 1) whose traffic crosses
     /// that network transport: this is how the core and one-sided suites run, unchanged, over
     /// UDP and TCP (see `scripts/test`).
+    ///
+    /// With `VOLLEY_TEST_LAUNCHER=mpirun|srun` the same job starts under that launcher
+    /// instead, the emulated nodes then made by `VOLLEY_RANKS_PER_NODE`.
     pub fn run(ranks: usize, program: &str, args: &[&str]) -> Self {
-        let mut v: Vec<OsString> = vec!["run".into(), "-n".into(), ranks.to_string().into()];
         let net = std::env::var("VOLLEY_TEST_NET")
             .ok()
             .filter(|n| !n.is_empty());
+        if let Some(name) = cluster_launcher() {
+            let mut v = cluster_command(&name, ranks, program, args);
+            let command = v.remove(0);
+            let mut job = Self::raw(v);
+            job.command = Some(command);
+            if let Some(n) = net {
+                let per_node = std::env::var("VOLLEY_TEST_RANKS_PER_NODE").unwrap_or("1".into());
+                job = job
+                    .env("VOLLEY_NET", &n)
+                    .env("VOLLEY_RANKS_PER_NODE", &per_node);
+            }
+            return job;
+        }
+        let mut v: Vec<OsString> = vec!["run".into(), "-n".into(), ranks.to_string().into()];
         if net.is_some() {
             let per_node = std::env::var("VOLLEY_TEST_RANKS_PER_NODE").unwrap_or("1".into());
             v.extend(["--ranks-per-node".into(), per_node.into()]);
@@ -349,6 +412,7 @@ impl Job {
         S: AsRef<OsStr>,
     {
         Self {
+            command: None,
             args: args.into_iter().map(|a| a.as_ref().to_owned()).collect(),
             env: Vec::new(),
             timeout: DEFAULT_TIMEOUT,
@@ -379,7 +443,7 @@ impl Job {
         let guard = (!self.unlocked).then(serial);
         let scratch = Scratch::new("tmpdir");
         let shm_before = shm_volley_entries();
-        let launcher = launcher();
+        let launcher = self.command.clone().map_or_else(launcher, PathBuf::from);
         let command = std::iter::once(launcher.display().to_string())
             .chain(self.args.iter().map(|a| a.to_string_lossy().into_owned()))
             .collect::<Vec<_>>()

@@ -58,8 +58,9 @@ pub(crate) enum Watch {
     /// `volley run`'s rendezvous connection, on which the launcher reports ranks that exit.
     Launcher(OwnedFd),
     /// Under a PMIx launcher: a pidfd per other rank of this node (readable once it has
-    /// exited); ranks of other nodes are watched by the network transport.
-    Processes(Vec<(usize, OwnedFd)>),
+    /// exited; `None` if it had exited before it could be watched); ranks of other nodes are
+    /// watched by the network transport.
+    Processes(Vec<(usize, Option<OwnedFd>)>),
 }
 
 /// Exchanges `info` with every rank of `job` (a job of one rank started bare has no one to
@@ -186,19 +187,22 @@ pub(super) fn wire(
     })
 }
 
-/// A descriptor that becomes readable when process `pid` exits (`pidfd_open`).
-fn pidfd(pid: u32) -> Result<OwnedFd> {
+/// A descriptor that becomes readable when process `pid` exits (`pidfd_open`), or `None` if
+/// it has exited already.
+fn pidfd(pid: u32) -> Result<Option<OwnedFd>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
     if fd < 0 {
-        return Err(BootstrapError::os(
-            "watching a node-mate (pidfd_open)",
-            std::io::Error::last_os_error(),
-        )
-        .into());
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ESRCH) {
+            return Ok(None);
+        }
+        return Err(BootstrapError::os("watching a node-mate (pidfd_open)", e).into());
     }
     // SAFETY: the kernel just returned this descriptor, owned by nobody else.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) })
+    Ok(Some(unsafe {
+        <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd as i32)
+    }))
 }
 
 fn check_agreement(

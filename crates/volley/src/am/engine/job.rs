@@ -59,7 +59,7 @@ impl Engine {
             },
             Watch::Processes(pidfds) => {
                 for (rank, fd) in pidfds {
-                    if !self.finalized_from[*rank].get() && readable(fd) {
+                    if !self.finalized_from[*rank].get() && fd.as_ref().is_none_or(readable) {
                         exited(*rank);
                     }
                 }
