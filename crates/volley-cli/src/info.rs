@@ -1,4 +1,5 @@
-//! `volley info`: limits, defaults and the per-rank memory footprint.
+//! `volley info`: limits, defaults, the per-rank memory footprint, and how a program started
+//! here would join its job.
 
 use std::io::Write as _;
 use std::process::ExitCode;
@@ -46,6 +47,10 @@ fn table() -> String {
         "cores available        {}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     ));
+    let (bootstrap, why) = volley::bootstrap::Start::detect(|name| {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    });
+    line(format!("bootstrap              {bootstrap}: {why}"));
     line(String::new());
     line("per-rank footprint (rings + buffer flags; medium buffers and segment are committed on first touch):".into());
     for ranks in [2, 16, 64] {

@@ -379,10 +379,7 @@ impl Job {
             .ok()
             .filter(|n| !n.is_empty());
         if let Some(name) = cluster_launcher() {
-            let mut v = cluster_command(&name, ranks, program, args);
-            let command = v.remove(0);
-            let mut job = Self::raw(v);
-            job.command = Some(command);
+            let mut job = Self::under(&name, ranks, program, args);
             if let Some(n) = net {
                 let per_node = std::env::var("VOLLEY_TEST_RANKS_PER_NODE").unwrap_or("1".into());
                 job = job
@@ -403,6 +400,16 @@ impl Job {
             Some(n) => job.env("VOLLEY_NET", &n),
             None => job,
         }
+    }
+
+    /// `ranks` ranks of `program` started by the cluster launcher `launcher` (`mpirun` or
+    /// `srun`), whatever `VOLLEY_TEST_LAUNCHER` says.
+    pub fn under(launcher: &str, ranks: usize, program: &str, args: &[&str]) -> Self {
+        let mut v = cluster_command(launcher, ranks, program, args);
+        let command = v.remove(0);
+        let mut job = Self::raw(v);
+        job.command = Some(command);
+        job
     }
 
     /// `volley ARGS...` exactly as given.

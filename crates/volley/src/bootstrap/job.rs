@@ -57,7 +57,7 @@ impl Start {
         if let Some(ns) = get(super::pmix::ENV_NAMESPACE) {
             let library = match super::pmix::library_status() {
                 Ok(lib) => format!("{lib} loads"),
-                Err(e) => format!("but: {e}"),
+                Err(e) => format!("but it would fail: {e}"),
             };
             return (
                 "pmix",

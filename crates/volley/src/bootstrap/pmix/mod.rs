@@ -80,9 +80,15 @@ fn api() -> Result<&'static Api, BootstrapError> {
         })
 }
 
-/// Whether `libpmix` can be loaded here (for `volley info`), and if not why.
+/// Whether `libpmix` can be loaded here (for `volley info`): its name, or why not and what
+/// to do.
 pub fn library_status() -> Result<String, String> {
-    api().map(|_| library_name()).map_err(|e| e.to_string())
+    match API.get_or_init(|| Api::load(&library_name())) {
+        Ok(_) => Ok(library_name()),
+        Err(why) => Err(format!(
+            "{why}; install the Debian package {PACKAGE}, or set {ENV_LIBRARY} to its path"
+        )),
+    }
 }
 
 fn status_error(api: &Api, what: &str, status: i32) -> BootstrapError {
@@ -123,7 +129,8 @@ pub(crate) fn client(namespace: &str) -> Result<Client, BootstrapError> {
         return Err(status_error(
             api,
             &format!(
-                "PMIx_Init ({ENV_NAMESPACE}={namespace}: is the launcher's PMIx server reachable?)"
+                "{ENV_NAMESPACE}={namespace} is set but its PMIx server cannot be reached (was \
+                 this process started by mpirun or srun --mpi=pmix?): PMIx_Init"
             ),
             status,
         ));
