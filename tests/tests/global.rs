@@ -111,8 +111,11 @@ fn an_unknown_strategy_is_refused_by_name() {
     let out = Job::run(2, SUITE, &["rw"])
         .env("VOLLEY_STRATEGY", "fast")
         .output();
-    out.assert_job_code(2)
-        .assert_stderr_has(&["VOLLEY_STRATEGY", "fast", "expected proc, np or hw"]);
+    out.assert_job_code(2).assert_stderr_has(&[
+        "VOLLEY_STRATEGY",
+        "fast",
+        "expected proc, np or hw",
+    ]);
     if common::under_volley_run() {
         out.assert_stderr_has(&["VOLLEY_STRATEGY=fast: expected proc, np or hw"]);
         // Said once, not once per rank (other lines may be warnings about other settings).

@@ -47,9 +47,8 @@ fn table() -> String {
         "cores available        {}",
         std::thread::available_parallelism().map_or(1, |n| n.get())
     ));
-    let (bootstrap, why) = volley::bootstrap::Start::detect(|name| {
-        std::env::var(name).ok().filter(|v| !v.is_empty())
-    });
+    let (bootstrap, why) =
+        volley::bootstrap::Start::detect(|name| std::env::var(name).ok().filter(|v| !v.is_empty()));
     line(format!("bootstrap              {bootstrap}: {why}"));
     line(String::new());
     line("per-rank footprint (rings + buffer flags; medium buffers and segment are committed on first touch):".into());

@@ -452,3 +452,45 @@ fn soak_rejects_bad_arguments() {
         assert!(stderr.contains(mention), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn bench_launchers_measures_every_launcher_that_works_here() {
+    let (code, out, err) = run(
+        &[
+            "bench",
+            "launchers",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--ranks",
+            "3",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["ranks"], 3, "{doc}");
+    let launchers = doc["launchers"].as_array().expect("launchers");
+    let names: Vec<&str> = launchers
+        .iter()
+        .map(|l| l["launcher"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names[0], "volley run", "{doc}");
+    // CI provides the cluster launchers too (openmpi-bin, scripts/slurm-local).
+    if std::env::var_os("CI").is_some() {
+        assert_eq!(names, ["volley run", "mpirun", "srun"], "{doc}");
+    }
+    for l in launchers {
+        for key in ["startup_ms", "startup_true_ms", "short_rtt_ns"] {
+            let v = l[key].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v > 0.0, "{key} of {l}");
+        }
+    }
+    assert!(
+        err.contains("rtt / volley"),
+        "the table goes to stderr:\n{err}"
+    );
+}

@@ -4,6 +4,7 @@
 mod am;
 mod coll;
 mod floor;
+mod launchers;
 mod mpi_peer;
 mod progress;
 mod rma;
@@ -31,6 +32,27 @@ pub enum BenchCommand {
     Splitc(SplitcArgs),
     /// The global layer's collectives on 2, 4 and 8 ranks beside Open MPI's (when installed).
     Coll(BenchArgs),
+    /// Start-up time and short round trip of a job under each launcher that works here:
+    /// `volley run`, Open MPI's `mpirun` and Slurm's `srun --mpi=pmix`.
+    Launchers(LaunchersArgs),
+}
+
+/// Options of `volley bench launchers`.
+#[derive(Debug, clap::Args)]
+pub struct LaunchersArgs {
+    /// Write the results as JSON to FILE (`-` for standard output; the table then goes to
+    /// standard error).
+    #[arg(long, value_name = "FILE|-")]
+    json: Option<String>,
+    /// Repetitions; every figure is the median over them.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    reps: u64,
+    /// Scale the round trips (0.01 for a quick smoke run).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Ranks of the start-up job.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=256))]
+    ranks: u64,
 }
 
 /// Options of `volley bench splitc`.
@@ -171,6 +193,31 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 splitc::print_table,
             )
         }
+        BenchCommand::Launchers(a) => {
+            if !(a.scale > 0.0 && a.scale <= 100.0) {
+                eprintln!("volley bench launchers: --scale must be in (0, 100]");
+                return ExitCode::from(2);
+            }
+            let json = match Json::open(a.json.as_deref()) {
+                Ok(j) => j,
+                Err(e) => {
+                    eprintln!("volley bench launchers: {e}");
+                    return ExitCode::from(2);
+                }
+            };
+            match launchers::bench(a.reps as usize, a.scale, a.ranks as usize) {
+                Ok(report) => {
+                    let mut text = Vec::new();
+                    launchers::print_table(&report, &mut text);
+                    let doc = serde_json::to_value(&report).expect("a report serializes");
+                    emit_text(&text, &doc, json)
+                }
+                Err(e) => {
+                    eprintln!("volley bench launchers: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
         BenchCommand::Coll(a) => run_bench(
             "coll",
             a,
@@ -252,6 +299,8 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "progress-granularity" => progress::run(out, scale, reps, progress::Part::Granularity),
         "splitc" => splitc::run(out, scale, reps),
         "coll" => coll::run(out, scale, reps),
+        "launch-probe" => launchers::probe_rank(),
+        "launch-rtt" => launchers::rtt_rank(out, scale as u64),
         other => Err(format!("unknown benchmark {other:?}")),
     };
     match result {
