@@ -2,6 +2,7 @@
 //! document per frame, after a 4-byte big-endian length), and the encoding of the agent's
 //! command-line words.
 
+use super::report::RankAnswer;
 use super::status::RankStatus;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -36,6 +37,8 @@ pub enum ToLauncher {
     },
     /// The agent cannot go on (its ranks are stopped).
     Failed(String),
+    /// The answers of this host's ranks to a [`ToAgent::Report`].
+    Reports(Vec<RankAnswer>),
 }
 
 /// Launcher to agent.
@@ -47,6 +50,8 @@ pub enum ToAgent {
     Exited(usize),
     /// Stop the ranks (SIGTERM, SIGKILL after the grace period) and leave.
     Stop,
+    /// Ask this host's ranks for a hang report and send back their answers.
+    Report,
 }
 
 /// Writes one frame (a single write call, so frames of several threads sharing a locked

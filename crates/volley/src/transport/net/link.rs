@@ -439,7 +439,7 @@ impl Transport for NetLink {
         if attempt > 0 {
             blocked(BLOCKED_DONE);
         }
-        if let Some(c) = self.traffic.get(dest) {
+        if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
             c.sent[ch as usize].bump();
         }
         self.encode_buf.set(buf);
@@ -456,14 +456,14 @@ impl Transport for NetLink {
         loop {
             let next = self.inbox[ch as usize].borrow_mut().pop_front();
             let Some((src, msg)) = next else { break };
-            if let Some(c) = self.traffic.get(src) {
-                c.received[ch as usize].bump();
-            }
             match self.deliver(sink, src, ch, &msg) {
                 Ok(user) => {
                     handled += 1;
                     if user {
                         bump(&self.handled);
+                        if let Some(c) = self.traffic.get(src) {
+                            c.received[ch as usize].bump();
+                        }
                     }
                 }
                 Err(()) => sink.dropped(),

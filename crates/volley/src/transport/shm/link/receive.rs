@@ -537,7 +537,9 @@ impl Links {
                         claimed = ring.quarter_end(head + claimed - 1) - head;
                     }
                     draining.delivering = claimed;
-                    rx.others.bump();
+                    if !h.is(KIND_SYSTEM) {
+                        rx.others.bump();
+                    }
                     let delivered = self.deliver_frame(sink, &batch, src, ch, h, frame);
                     draining.delivering = 0;
                     if h.padded() {
