@@ -91,8 +91,8 @@ fn a_rank_that_never_polls_is_named_by_the_rank_that_waits_for_it() {
     assert_causes(
         &report,
         &[
-            "rank 0 waits: it waits for a reply from rank 1 (rank 1 has taken 0 of the 1 \
-             requests it sent)",
+            "rank 0 waits for a reply from rank 1 (rank 1 has taken 0 of the 1 \
+             requests rank 0 sent it)",
             "rank 1 has been computing for",
             "without polling",
         ],
@@ -113,7 +113,7 @@ fn a_missing_reply_is_named() {
     assert_causes(
         &report,
         &[
-            "rank 0 waits: it waits for a reply from rank 1 (rank 1 handled its 1 requests but \
+            "rank 0 waits for a reply from rank 1 (rank 1 handled its 1 requests but \
            sent only 0 replies",
         ],
     );
@@ -142,7 +142,7 @@ fn a_send_blocked_on_a_full_ring_names_the_rank_that_computes() {
     assert_causes(
         &report,
         &[
-            "rank 0 waits: its send of a request to rank 1 is blocked (the request ring to it \
+            "rank 0 is blocked sending a request to rank 1 (the request ring to it \
              has 64/64 slots in use)",
             "rank 1 has been computing for",
         ],
@@ -156,7 +156,7 @@ fn a_send_blocked_on_a_full_ring_names_the_rank_that_computes() {
 #[test]
 fn sigusr1_to_the_launcher_prints_a_report_and_the_job_goes_on() {
     let report = report_of("no-poll", 3, &[], &[], Ask::Signal);
-    assert_causes(&report, &["rank 0 waits: it waits for a reply from rank 1"]);
+    assert_causes(&report, &["rank 0 waits for a reply from rank 1"]);
 }
 
 #[test]
@@ -170,7 +170,7 @@ fn a_missing_reply_is_named_with_a_progress_thread() {
     );
     assert_causes(
         &report,
-        &["rank 0 waits: it waits for a reply from rank 1 (rank 1 handled its 1 requests"],
+        &["rank 0 waits for a reply from rank 1 (rank 1 handled its 1 requests"],
     );
 }
 
@@ -179,10 +179,7 @@ fn a_rank_that_never_polls_is_named_with_blocking_waits() {
     let report = report_of("no-poll", 3, &[], &[("VOLLEY_WAIT", "block")], Ask::After);
     assert_causes(
         &report,
-        &[
-            "rank 0 waits: it waits for a reply from rank 1",
-            "without polling",
-        ],
+        &["rank 0 waits for a reply from rank 1", "without polling"],
     );
 }
 
@@ -193,7 +190,7 @@ fn the_network_hangs_are_named_over_udp_and_tcp() {
         let report = report_of("no-reply", 3, &per_node, &[("VOLLEY_NET", net)], Ask::After);
         assert_causes(
             &report,
-            &["rank 0 waits: it waits for a reply from rank 1 (rank 1 handled its 1 requests"],
+            &["rank 0 waits for a reply from rank 1 (rank 1 handled its 1 requests"],
         );
         assert!(
             row(&report, 0).contains("waiting in wait_until"),

@@ -160,12 +160,12 @@ fn edges(seen: &[(Seen, String)], a: usize) -> Vec<(usize, String)> {
                 .unwrap_or_default();
             vec![(
                 *peer,
-                format!("its send of a {channel} to rank {peer} is blocked{full}"),
+                format!("is blocked sending a {channel} to rank {peer}{full}"),
             )]
         }
         RankState::Barrier { round, from } => vec![(
             *from,
-            format!("it waits in barrier (round {round}) for rank {from}'s arrival"),
+            format!("waits in barrier (round {round}) for rank {from}'s arrival"),
         )],
         RankState::Waiting | RankState::Finalize => {
             let mut out = Vec::new();
@@ -182,7 +182,7 @@ fn edges(seen: &[(Seen, String)], a: usize) -> Vec<(usize, String)> {
                     };
                     let detail = match theirs {
                         Some((taken, _)) if taken < asked => format!(
-                            "rank {} has taken {taken} of the {asked} requests it sent",
+                            "rank {} has taken {taken} of the {asked} requests rank {a} sent it",
                             p.rank
                         ),
                         Some((taken, replied)) => format!(
@@ -194,7 +194,7 @@ fn edges(seen: &[(Seen, String)], a: usize) -> Vec<(usize, String)> {
                     };
                     out.push((
                         p.rank,
-                        format!("it waits for a reply from rank {} ({detail})", p.rank),
+                        format!("waits for a reply from rank {} ({detail})", p.rank),
                     ));
                 }
             }
@@ -203,7 +203,7 @@ fn edges(seen: &[(Seen, String)], a: usize) -> Vec<(usize, String)> {
                     out.push((
                         o.target,
                         format!(
-                            "it waits for {} to rank {} ({} replies due)",
+                            "waits for {} to rank {} ({} replies due)",
                             o.what, o.target, o.remaining
                         ),
                     ));
@@ -270,7 +270,7 @@ pub fn likely_causes(seen: &[(Seen, String)]) -> Vec<String> {
         let Some((b, why)) = edges(seen, a).into_iter().next().filter(|(b, _)| *b < n) else {
             continue;
         };
-        let mut text = format!("rank {a} waits: {why}");
+        let mut text = format!("rank {a} {why}");
         let mut path = vec![a, b];
         let mut cur = b;
         loop {
@@ -279,7 +279,7 @@ pub fn likely_causes(seen: &[(Seen, String)]) -> Vec<String> {
                 Some((c, why)) if path.contains(&c) => {
                     let _ = write!(
                         text,
-                        "; rank {cur} waits too: {why}: a cycle ({}), nobody can go on",
+                        "; rank {cur} {why}: a cycle ({}), nobody can go on",
                         path.iter()
                             .chain(std::iter::once(&c))
                             .map(|r| r.to_string())
@@ -289,7 +289,7 @@ pub fn likely_causes(seen: &[(Seen, String)]) -> Vec<String> {
                     break;
                 }
                 Some((c, why)) if c < n => {
-                    let _ = write!(text, "; rank {cur} waits too: {why}");
+                    let _ = write!(text, "; rank {cur} {why}");
                     path.push(c);
                     cur = c;
                 }
@@ -371,7 +371,7 @@ mod tests {
         let b = rank(1, RankState::Computing, 12.0);
         let causes = likely_causes(&seen(vec![a, b]));
         assert_eq!(causes.len(), 1, "{causes:?}");
-        assert!(causes[0].starts_with("rank 0 waits: it waits for a reply from rank 1"));
+        assert!(causes[0].starts_with("rank 0 waits for a reply from rank 1"));
         assert!(causes[0].contains("rank 1 has been computing for 12.0 s without polling"));
     }
 
