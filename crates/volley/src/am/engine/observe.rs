@@ -58,6 +58,23 @@ impl Engine {
         out
     }
 
+    /// Every message sent and received so far, by counters alone (the reporter's sampling:
+    /// no ring is read, so no line another core writes is pulled over).
+    pub(crate) fn traffic_total(&self) -> u64 {
+        let mut total = 0;
+        for (rank, &l) in self.local_of.iter().enumerate() {
+            for ch in [Channel::Request, Channel::Reply] {
+                if let Some(t) = self.shm.ring_counts(l as usize, ch) {
+                    total += t.0 + t.1;
+                }
+            }
+            if let Some(t) = self.net.as_ref().and_then(|n| n.peer_traffic(rank)) {
+                total += t.sent.iter().chain(&t.received).sum::<u64>();
+            }
+        }
+        total
+    }
+
     /// Asks the network route to publish its backlogs at its next poll; false without one.
     pub(crate) fn want_backlog(&self) -> bool {
         self.net.as_ref().is_some_and(|n| {

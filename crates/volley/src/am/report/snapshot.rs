@@ -37,7 +37,7 @@ impl Sampler {
     /// Notes which counters moved since the last look.
     pub(super) fn sample(&mut self, engine: &Engine) {
         let now = Instant::now();
-        let traffic = traffic(&engine.peer_reports());
+        let traffic = engine.traffic_total();
         moved(
             &mut self.moving,
             engine.stats.empty_polls.get() + traffic,
@@ -58,14 +58,6 @@ impl Sampler {
         }
         moved(&mut self.handler, key, now);
     }
-}
-
-/// Every message sent and received so far.
-fn traffic(peers: &[PeerReport]) -> u64 {
-    peers
-        .iter()
-        .map(|p| p.sent.iter().chain(&p.received).sum::<u64>())
-        .sum()
 }
 
 /// Notes in `slot` the time `now` if its value changed to `v`.
@@ -136,7 +128,7 @@ pub(super) fn report(
             None if depth > 0 => (RankState::Polling, 0.0),
             None => {
                 let quiet = since(sampler.moving.1);
-                let now_moving = engine.stats.empty_polls.get() + traffic(&peers);
+                let now_moving = engine.stats.empty_polls.get() + engine.traffic_total();
                 if sampler.moving.0 == now_moving && quiet > 0.0 {
                     (RankState::Computing, quiet)
                 } else {

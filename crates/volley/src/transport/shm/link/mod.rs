@@ -169,6 +169,15 @@ impl Links {
         }
     }
 
+    /// Messages sent to and received from local index `l` on `ch` (counters only: see
+    /// [`Links::ring_traffic`]).
+    pub(crate) fn ring_counts(&self, l: usize, ch: Channel) -> Option<(u64, u64)> {
+        let tx = &self.tx.get(l)?.rings[ch as usize];
+        let rx = self.rx[ch as usize].get(l)?;
+        let sent = tx.sent[..3].iter().map(Counter::get).sum();
+        Some((sent, rx.shorts.get() + rx.others.get()))
+    }
+
     /// What this rank exchanged with local index `l` on `ch`, read from any thread (only
     /// counters and shared memory are touched): frames sent and received, and the slots in
     /// use in the ring towards `l` and in the one from it.
