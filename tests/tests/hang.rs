@@ -154,6 +154,18 @@ fn a_send_blocked_on_a_full_ring_names_the_rank_that_computes() {
 }
 
 #[test]
+fn a_handler_that_runs_forever_is_named() {
+    let report = report_of("slow-handler", 3, &[], &[], Ask::After);
+    assert_causes(
+        &report,
+        &[
+            "rank 0 waits for a reply from rank 1",
+            "rank 1 has been running its request handler \"spin\" for",
+        ],
+    );
+}
+
+#[test]
 fn sigusr1_to_the_launcher_prints_a_report_and_the_job_goes_on() {
     let report = report_of("no-poll", 3, &[], &[], Ask::Signal);
     assert_causes(&report, &["rank 0 waits for a reply from rank 1"]);

@@ -7,6 +7,8 @@
 //! - `barrier`: every rank but the last enters a barrier; the last computes forever.
 //! - `full-ring`: rank 0 sends requests to rank 1 without waiting, until its ring is full;
 //!   rank 1 computes forever; the other ranks wait for a flag nobody sets.
+//! - `slow-handler`: rank 0 sends rank 1 a request whose handler computes forever and waits
+//!   for the reply; the other ranks wait for a flag nobody sets.
 //!
 //! None of them ends: the launcher stops them (the tests send it SIGTERM after the report).
 
@@ -28,10 +30,10 @@ fn main() {
     let mode = arg_str(0).unwrap_or_default();
     if !matches!(
         mode.as_str(),
-        "no-poll" | "no-reply" | "barrier" | "full-ring"
+        "no-poll" | "no-reply" | "barrier" | "full-ring" | "slow-handler"
     ) {
         eprint_line(&format!(
-            "hang: unknown mode {mode:?}; expected no-poll, no-reply, barrier or full-ring"
+            "hang: unknown mode {mode:?}; expected no-poll, no-reply, barrier, full-ring or slow-handler"
         ));
         std::process::exit(2);
     }
@@ -43,6 +45,7 @@ fn main() {
         let _ = token.reply_short(done, &[]);
     });
     let ignore = b.request_handler("ignore", |_, _token| {});
+    let spin = b.request_handler("spin", |_, _token| compute_forever());
     // Rank 1 says it computes from now on (one-way), so that rank 0's requests find it
     // computing and not still in the barrier, serving them.
     let away = Arc::new(AtomicBool::new(false));
@@ -69,6 +72,10 @@ fn main() {
         ("no-poll" | "full-ring", 1) => {
             rt.request_short(0, computing, &[]).unwrap();
             compute_forever()
+        }
+        ("slow-handler", 0) => {
+            rt.request_short(1, spin, &[]).unwrap();
+            rt.wait_until(|| answered.load(Ordering::Acquire));
         }
         ("no-reply", 0) => {
             rt.request_short(1, ignore, &[]).unwrap();

@@ -39,11 +39,13 @@ impl<'a> HandlerScope<'a> {
         route: u32,
     ) -> Result<(), ()> {
         let engine = self.engine;
-        // Relaxed: read by the hang reporter only, as a hint of which handler runs.
-        engine.running.store(
-            (ch as u32) << 16 | u32::from(index),
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        // Request handlers only (a reply handler cannot send or wait, so it stalls a rank
+        // only by computing): relaxed, read by the hang reporter as which handler runs.
+        if ch == Channel::Request {
+            engine
+                .running
+                .store(u32::from(index), std::sync::atomic::Ordering::Relaxed);
+        }
         let found = match ch {
             Channel::Request => engine
                 .requests

@@ -74,8 +74,8 @@ pub(crate) struct Engine {
     pub(crate) stats: StatCells,
     /// Handlers running, nested (readable by the hang reporter).
     pub(crate) depth: Counter,
-    /// The handler that started last, `channel << 16 | index` (for the hang report: one
-    /// relaxed store per handler).
+    /// The request handler that started last (for the hang report: one relaxed store per
+    /// request handler; reply handlers, which cannot wait or send, are not named).
     pub(crate) running: AtomicU32,
     /// Where the rank's thread is when it waits long (see `report::activity`).
     pub(crate) activity: Activity,

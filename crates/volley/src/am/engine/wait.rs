@@ -51,7 +51,7 @@ impl Engine {
             };
             if handled == 0 {
                 if backoff.spun_out() {
-                    return self.wait_long(&mut cond, backoff);
+                    return self.wait_long(cond, backoff);
                 }
                 backoff.spin(!self.net_only);
             } else {
@@ -64,7 +64,7 @@ impl Engine {
     /// checks the job's health, and is published as what this rank does meanwhile.
     #[cold]
     #[inline(never)]
-    fn wait_long(&self, cond: &mut impl FnMut() -> bool, mut backoff: Backoff) {
+    fn wait_long(&self, mut cond: impl FnMut() -> bool, mut backoff: Backoff) {
         let _published = LongWait(&self.activity);
         let mut handled = 0;
         loop {
@@ -93,7 +93,7 @@ impl Engine {
             if cond() {
                 return;
             }
-            let Some(h) = self.poll_waiting(cond) else {
+            let Some(h) = self.poll_waiting(&mut cond) else {
                 return;
             };
             handled = h;

@@ -80,17 +80,21 @@ pub(super) fn report(
         Channel::Reply => "reply".to_string(),
     };
     let depth = engine.depth.get();
+    // Only request handlers name themselves (see `HandlerScope::run`): at depth 2 the inner
+    // one is a reply handler inside the named request handler.
     let handler = (depth > 0).then(|| {
         let which = engine.running.load(Ordering::Relaxed);
-        let ch = if which >> 16 == Channel::Reply as u32 {
-            Channel::Reply
-        } else {
-            Channel::Request
-        };
-        let name = engine.names[ch as usize]
-            .get((which & 0xffff) as usize)
+        let name = engine.names[Channel::Request as usize]
+            .get(which as usize)
             .cloned()
             .unwrap_or_else(|| "(unknown)".into());
+        let (name, ch) = match depth {
+            1 => (name, Channel::Request),
+            _ => (
+                format!("(a reply handler, inside \"{name}\")"),
+                Channel::Reply,
+            ),
+        };
         RunningHandler {
             name,
             channel: channel(ch),
