@@ -7,7 +7,7 @@
 //! Each rank gets its end of a socket pair at its start, inherited under the number that
 //! [`volley::am::report::ENV_REPORT_FD`] names.
 
-use serde::{Deserialize, Serialize};
+pub use super::wire::RankAnswer;
 use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -17,15 +17,6 @@ use std::time::{Duration, Instant};
 pub const ANSWER_WITHIN: Duration = Duration::from_secs(2);
 /// The longest answer read (a report of a rank with many busy peers stays far below).
 const MAX_ANSWER: usize = 4 << 20;
-
-/// One rank's answer (travels from agents to the launcher).
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RankAnswer {
-    /// The rank.
-    pub rank: usize,
-    /// Its report (a line of JSON), or why there is none.
-    pub answer: Result<String, String>,
-}
 
 /// The launcher's end of a rank's report socket, and the rank's end until the rank starts.
 pub struct ReportSocket {

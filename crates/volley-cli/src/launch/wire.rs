@@ -2,7 +2,6 @@
 //! document per frame, after a 4-byte big-endian length), and the encoding of the agent's
 //! command-line words.
 
-use super::report::RankAnswer;
 use super::status::RankStatus;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -52,6 +51,15 @@ pub enum ToAgent {
     Stop,
     /// Ask this host's ranks for a hang report and send back their answers.
     Report,
+}
+
+/// One rank's answer (travels from agents to the launcher).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankAnswer {
+    /// The rank.
+    pub rank: usize,
+    /// Its report (a line of JSON), or why there is none.
+    pub answer: Result<String, String>,
 }
 
 /// Writes one frame (a single write call, so frames of several threads sharing a locked
