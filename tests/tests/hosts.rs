@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 
 const RDV_CHECK: &str = env!("CARGO_BIN_EXE_rdv_check");
 const ROUTES: &str = env!("CARGO_BIN_EXE_routes");
+const HANG: &str = env!("CARGO_BIN_EXE_hang");
 
 /// Runs `ip ARGS`; `Err` carries its stderr.
 fn ip(args: &[&str]) -> Result<String, String> {
@@ -788,4 +789,39 @@ fn an_ipv6_launcher_address_reaches_the_agents() {
     ])
     .output();
     out.assert_success();
+}
+
+#[test]
+fn a_hang_report_gathers_the_ranks_of_every_host() {
+    let Some(h) = Hosts::new(2) else { return };
+    // Ranks 0-1 on host 0, 2-3 on host 1: rank 0 waits for a reply from rank 1 (same host),
+    // which never comes; the report comes through the launcher's own ranks' agent and the
+    // other host's alike.
+    let mut job = h.run(4, &[HANG, "no-reply"]).spawn();
+    job.wait_for_lines(4, Duration::from_secs(30), |l| {
+        l.starts_with("hang: rank ") && l.ends_with(" ready")
+    });
+    job.signal(libc::SIGUSR1);
+    let stderr = job.wait_for_stderr(Duration::from_secs(30), |s| {
+        s.contains("volley run: hang report") && s.contains("  likely cause:\n    ")
+    });
+    assert!(job.alive(), "the job ended after the report:\n{stderr}");
+    job.signal(libc::SIGTERM);
+    let _ = job.finish();
+    for rank in 0..4 {
+        let host = h.name(rank / 2).to_string();
+        assert!(
+            stderr.lines().any(|l| {
+                l.split_whitespace().next() == Some(&rank.to_string())
+                    && l.contains("waiting in wait_until")
+                    && l.contains(&format!("(host {host})"))
+            }),
+            "rank {rank} on {host}:\n{stderr}"
+        );
+    }
+    assert!(
+        stderr.contains("rank 0 waits for a reply from rank 1 (rank 1 handled its 1 requests"),
+        "{stderr}"
+    );
+    h.finish();
 }

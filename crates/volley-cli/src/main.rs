@@ -71,6 +71,11 @@ enum Command {
             allow_negative_numbers = true
         )]
         grace: f64,
+        /// Print a hang report (where every rank is, what it waits for, the likely cause) if
+        /// the job still runs this many seconds after the start; SIGUSR1 to the launcher
+        /// prints one at any time. The job goes on either way.
+        #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
+        hang_report_after: Option<f64>,
         /// The program and its arguments.
         #[arg(
             required = true,
@@ -180,8 +185,13 @@ fn main() -> ExitCode {
             rsh,
             launcher_addr,
             grace,
+            hang_report_after,
             mut command,
         } => {
+            if hang_report_after.is_some_and(|s| !(0.0..=1e6).contains(&s)) {
+                eprintln!("volley run: --hang-report-after must be between 0 and 1000000 seconds");
+                return ExitCode::from(2);
+            }
             if ranks_per_node == Some(0) {
                 eprintln!("volley run: --ranks-per-node must be at least 1");
                 return ExitCode::from(2);
@@ -246,6 +256,7 @@ fn main() -> ExitCode {
                 ranks_per_node: ranks_per_node.unwrap_or(ranks).max(1),
                 env: Vec::new(),
                 grace: Duration::from_secs_f64(grace),
+                hang_report_after: hang_report_after.map(Duration::from_secs_f64),
                 program,
                 args: command,
             };

@@ -48,6 +48,7 @@ impl SelfJob {
             bind: self.bind,
             ranks_per_node: self.per_node,
             env: self.env,
+            hang_report_after: None,
             grace: Duration::from_secs(2),
             program: exe.into_os_string(),
             args: args(&out),

@@ -23,6 +23,8 @@
 pub mod am;
 #[cfg(not(loom))]
 pub mod bootstrap;
+#[cfg(not(loom))]
+pub(crate) mod counter;
 /// The critical-section word alone, for the loom model (the rest of `am` is not built then).
 #[cfg(loom)]
 #[path = "am/critical.rs"]

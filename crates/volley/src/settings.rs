@@ -200,6 +200,7 @@ pub const SETTINGS: &[Setting] = &[
     launcher("VOLLEY_HOST_CPUS"),
     launcher("VOLLEY_LAUNCHER"),
     launcher("VOLLEY_BENCH_FLOOR_FD"),
+    launcher("VOLLEY_REPORT_FD"),
 ];
 
 /// A variable the launcher sets for its ranks.

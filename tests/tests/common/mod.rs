@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -487,9 +487,22 @@ impl Job {
             }
         });
         let mut err = child.stderr.take().unwrap();
+        let stderr_seen = Arc::new(Mutex::new(Vec::new()));
+        let seen = stderr_seen.clone();
         let stderr_thread = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = err.read_to_end(&mut buf);
+            let mut chunk = [0u8; 8192];
+            loop {
+                match err.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => seen
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .extend_from_slice(&chunk[..n]),
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let buf = seen.lock().unwrap_or_else(|e| e.into_inner());
             String::from_utf8_lossy(&buf).into_owned()
         });
         Running {
@@ -503,6 +516,7 @@ impl Job {
             stdout_lines: Vec::new(),
             stdout_thread: Some(stdout_thread),
             stderr_thread: Some(stderr_thread),
+            stderr_seen,
             command,
             _guard: guard,
         }
@@ -526,6 +540,8 @@ pub struct Running {
     stdout_lines: Vec<String>,
     stdout_thread: Option<JoinHandle<()>>,
     stderr_thread: Option<JoinHandle<String>>,
+    /// What has come on stderr so far.
+    stderr_seen: Arc<Mutex<Vec<u8>>>,
     command: String,
     _guard: Option<MutexGuard<'static, ()>>,
 }
@@ -573,6 +589,35 @@ impl Running {
                 }
             }
         }
+    }
+
+    /// What the launcher (and the ranks) wrote to stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        let buf = self.stderr_seen.lock().unwrap_or_else(|e| e.into_inner());
+        String::from_utf8_lossy(&buf).into_owned()
+    }
+
+    /// Waits until stderr so far satisfies `pred` and returns it; fails the test (after
+    /// cleaning up) on timeout.
+    pub fn wait_for_stderr(&mut self, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let until = Instant::now() + timeout;
+        loop {
+            let so_far = self.stderr_so_far();
+            if pred(&so_far) {
+                return so_far;
+            }
+            if Instant::now() >= until {
+                self.abort(&format!(
+                    "stderr did not show what was expected in {timeout:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the launcher is still running.
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Sends `sig` to the launcher.

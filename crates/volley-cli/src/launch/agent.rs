@@ -4,7 +4,8 @@
 //! The agent connects back to the launcher, proves it belongs to the job with the secret it
 //! reads from its standard input (never on a command line, where `ps` would show it), serves
 //! a private rendezvous for the ranks of its host and starts them exactly as the local
-//! launcher does ([`super::ranks`]). It forwards its ranks' hellos and exits to the launcher,
+//! launcher does ([`super::ranks`]). It forwards its ranks' hellos, exits and hang-report
+//! answers to the launcher,
 //! hands its ranks the whole job's hellos and the other hosts' exit notices, and stops its
 //! ranks when the launcher says so, when it is signalled, or when the launcher goes away.
 
@@ -307,6 +308,10 @@ fn watch(
             }
             Ok(FromLauncher::Message(ToAgent::Exited(rank))) => rdv.notify_exit(rank),
             Ok(FromLauncher::Message(ToAgent::Stop)) => return Ok(0),
+            Ok(FromLauncher::Message(ToAgent::Report)) => {
+                let answers = super::report::ask(set.report_targets());
+                let _ = up.send(&ToLauncher::Reports(answers));
+            }
             Ok(FromLauncher::Gone(why)) => {
                 return Err(format!("lost the launcher ({why}); stopping the ranks"))
             }

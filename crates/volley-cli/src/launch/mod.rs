@@ -18,11 +18,13 @@ macro_rules! say {
 }
 
 pub mod agent;
+mod diagnose;
 pub mod hosts;
 mod output;
 mod ranks;
 mod rdv;
 pub mod remote;
+mod report;
 mod signals;
 mod status;
 mod wire;
@@ -62,6 +64,9 @@ pub struct LaunchOptions {
     pub env: Vec<(OsString, OsString)>,
     /// Time between SIGTERM and SIGKILL when stopping the job.
     pub grace: Duration,
+    /// Print a hang report this long after the start if the job still runs (SIGUSR1 asks for
+    /// one at any time).
+    pub hang_report_after: Option<Duration>,
     /// The program each rank runs.
     pub program: OsString,
     /// Its arguments.
@@ -176,7 +181,8 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
         ]
     })
     .map_err(LaunchError::Setup)?;
-    let code = match supervise(&mut ranks, &rdv, n) {
+    let mut clock = report::ReportClock::new(opts.hang_report_after);
+    let code = match supervise(&mut ranks, &rdv, n, &mut clock) {
         Ok(()) => 0,
         Err(code) => {
             ranks.stop(opts.grace);
@@ -190,11 +196,24 @@ pub fn launch(opts: &LaunchOptions) -> Result<i32, LaunchError> {
 
 /// Watches the ranks until all have exited 0 (`Ok`) or the job must stop (`Err(exit code)`,
 /// the reason already printed).
-fn supervise(ranks: &mut RankSet, rdv: &rdv::HostRendezvous, n: usize) -> Result<(), i32> {
+fn supervise(
+    ranks: &mut RankSet,
+    rdv: &rdv::HostRendezvous,
+    n: usize,
+    clock: &mut report::ReportClock,
+) -> Result<(), i32> {
     let mut watch = JobWatch::new(n);
     loop {
         if let Some(sig) = signals::received() {
             return Err(watch.interrupted(sig));
+        }
+        if clock.due() {
+            let answers = report::ask(ranks.report_targets());
+            report::print(
+                n,
+                answers.into_iter().map(|a| (a, String::new())).collect(),
+                clock,
+            );
         }
         if let Some(e) = rdv.take_error() {
             say!("volley run: rendezvous failed: {e}; stopping the job");
@@ -215,7 +234,7 @@ fn supervise(ranks: &mut RankSet, rdv: &rdv::HostRendezvous, n: usize) -> Result
         if ended.is_empty() {
             // Until a rank ends, a signal comes or the rendezvous has news (each wakes this
             // sleep); the timeout is only a backstop.
-            signals::wait(SUPERVISE_BACKSTOP);
+            signals::wait(clock.bound(SUPERVISE_BACKSTOP));
         }
     }
 }

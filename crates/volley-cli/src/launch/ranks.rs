@@ -6,6 +6,7 @@
 //! `PR_SET_PDEATHSIG`, so ranks die if their starter is killed outright.
 
 use super::output;
+use super::report::{Asked, ReportSocket};
 use super::status::{RankExit, RankStatus};
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
@@ -15,6 +16,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+use volley::am::report::ENV_REPORT_FD;
 
 /// What every rank of a host runs, and how.
 #[derive(Debug)]
@@ -41,6 +43,9 @@ pub struct RankSet {
     pgid: Pid,
     /// The `--label` copy threads, by rank.
     pumps: Vec<(usize, JoinHandle<()>)>,
+    /// The launcher's ends of the ranks' report sockets, in host order (`None` if one could
+    /// not be made: that rank is then reported silent).
+    reports: Vec<Option<ReportSocket>>,
 }
 
 impl RankSet {
@@ -63,6 +68,7 @@ impl RankSet {
             done: vec![false; ranks.len()],
             pgid: Pid::from_raw(0),
             pumps: Vec::new(),
+            reports: Vec::with_capacity(ranks.len()),
         };
         for (i, &rank) in ranks.iter().enumerate() {
             let mut cmd = Command::new(plan.program);
@@ -78,11 +84,23 @@ impl RankSet {
             if plan.label {
                 cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
             }
+            let mut report = ReportSocket::new().ok();
+            let report_fd = report.as_ref().and_then(ReportSocket::child_fd);
+            if let Some(fd) = report_fd {
+                cmd.env(ENV_REPORT_FD, fd.to_string());
+            }
             let bind_cpu = (plan.bind && !cpus.is_empty()).then(|| cpus[i % cpus.len()]);
             // SAFETY: the closure runs in the child between fork and exec and only makes
-            // async-signal-safe system calls (prctl, getppid, sched_setaffinity).
+            // async-signal-safe system calls (fcntl, prctl, getppid, sched_setaffinity).
             unsafe {
                 cmd.pre_exec(move || {
+                    // The rank's end of its report socket survives the exec (only in this
+                    // child: the parent's copy keeps close-on-exec).
+                    if let Some(fd) = report_fd {
+                        if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                    }
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
@@ -111,6 +129,10 @@ impl RankSet {
             if i == 0 {
                 set.pgid = Pid::from_raw(child.id() as i32);
             }
+            if let Some(r) = &mut report {
+                r.started();
+            }
+            set.reports.push(report);
             if let Some(mut to_rank) = child.stdin.take() {
                 std::thread::spawn(move || {
                     let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to_rank);
@@ -126,6 +148,19 @@ impl RankSet {
             set.children.push((rank, child));
         }
         Ok(set)
+    }
+
+    /// Every rank of this host to ask for a report (those that ended without a socket).
+    pub fn report_targets(&mut self) -> Vec<Asked<'_>> {
+        self.children
+            .iter()
+            .zip(&self.done)
+            .zip(self.reports.iter_mut())
+            .map(|(((rank, _), done), sock)| Asked {
+                rank: *rank,
+                socket: if *done { None } else { sock.as_mut() },
+            })
+            .collect()
     }
 
     /// Ranks still running (not yet reported by [`RankSet::poll`]).

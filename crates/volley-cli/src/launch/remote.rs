@@ -10,6 +10,7 @@
 //! and exit codes as a local job (naming the host).
 
 use super::hosts::{self, Host};
+use super::report::{RankAnswer, ReportClock, ANSWER_WITHIN};
 use super::signals;
 use super::status::{JobWatch, RankExit};
 use super::wire::{
@@ -427,7 +428,8 @@ pub fn launch_hosts(opts: &LaunchOptions, h: &HostOptions) -> Result<i32, Launch
             sent_hellos: false,
         });
     }
-    let code = match supervise(opts.ranks, &mut agents, &events, &h.rsh) {
+    let mut clock = super::report::ReportClock::new(opts.hang_report_after);
+    let code = match supervise(opts.ranks, &mut agents, &events, &h.rsh, &mut clock) {
         Ok(()) => {
             // Every rank has ended: the agents are leaving.
             agents.wait_all(Duration::from_secs(5));
@@ -546,6 +548,54 @@ struct JobState {
     hellos: Vec<Option<Hello>>,
     /// Hellos received from the agents.
     arrived: usize,
+    /// A hang report being gathered from the agents.
+    report: Option<Gathering>,
+}
+
+/// A hang report the launcher is gathering: the agents asked that have not answered yet (by
+/// node), the answers so far (with their host), and when it was asked.
+struct Gathering {
+    waiting: Vec<usize>,
+    answers: Vec<(RankAnswer, String)>,
+    asked: Instant,
+}
+
+impl Gathering {
+    /// Asks every connected agent for its ranks' answers.
+    fn start(agents: &mut Agents) -> Self {
+        agents.broadcast(&ToAgent::Report, None);
+        Self {
+            waiting: agents
+                .list
+                .iter()
+                .filter(|a| a.conn.is_some())
+                .map(|a| a.node)
+                .collect(),
+            answers: Vec::new(),
+            asked: Instant::now(),
+        }
+    }
+
+    /// Whether every agent answered, or the time for answers is over.
+    fn complete(&self) -> bool {
+        self.waiting.is_empty() || self.asked.elapsed() > ANSWER_WITHIN + Duration::from_secs(1)
+    }
+
+    /// The answers, with every rank of an agent that did not answer said to be silent.
+    fn finish(mut self, agents: &Agents) -> Vec<(RankAnswer, String)> {
+        for a in agents
+            .list
+            .iter()
+            .filter(|a| self.waiting.contains(&a.node))
+        {
+            for rank in a.ranks.clone() {
+                let answer = Err("did not answer: its host's agent did not".to_string());
+                self.answers
+                    .push((RankAnswer { rank, answer }, a.host.clone()));
+            }
+        }
+        self.answers
+    }
 }
 
 /// Handles one event; `Err(exit code)` stops the job (the reason already printed).
@@ -618,6 +668,19 @@ fn on_event(ev: Event, agents: &mut Agents, job: &mut JobState) -> Result<(), i3
                     say!("volley run: host {}: {why}; stopping the job", a.host);
                     return Err(1);
                 }
+                ToLauncher::Reports(list) => {
+                    if let Some(g) = &mut job.report {
+                        if let Some(i) = g.waiting.iter().position(|&n| n == a.node) {
+                            g.waiting.swap_remove(i);
+                            let host = a.host.clone();
+                            g.answers.extend(
+                                list.into_iter()
+                                    .filter(|r| a.ranks.contains(&r.rank))
+                                    .map(|r| (r, host.clone())),
+                            );
+                        }
+                    }
+                }
             }
         }
         Event::Closed { conn, why } => {
@@ -647,6 +710,7 @@ fn supervise(
     agents: &mut Agents,
     events: &Receiver<Event>,
     rsh: &str,
+    clock: &mut ReportClock,
 ) -> Result<(), i32> {
     let started = Instant::now();
     let mut job = JobState {
@@ -654,16 +718,25 @@ fn supervise(
         watch: JobWatch::new(n),
         hellos: vec![None; n],
         arrived: 0,
+        report: None,
     };
     loop {
         if let Some(sig) = signals::received() {
             return Err(job.watch.interrupted(sig));
         }
+        if clock.due() && job.report.is_none() {
+            job.report = Some(Gathering::start(agents));
+        }
+        if job.report.as_ref().is_some_and(Gathering::complete) {
+            if let Some(g) = job.report.take() {
+                super::report::print(n, g.finish(agents), clock);
+            }
+        }
         // Everything pending is handled before the remote shells' ends are judged: an agent
         // that joined, reported and left in a hurry has its reports here already.
         // Events and the remote shells' ends wake this at once; the tick serves the checks
         // below that wait for time to pass.
-        let mut next = signals::recv(events, REMOTE_TICK);
+        let mut next = signals::recv(events, clock.bound(REMOTE_TICK));
         loop {
             match next {
                 Ok(ev) => on_event(ev, agents, &mut job)?,

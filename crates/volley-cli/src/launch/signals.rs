@@ -1,6 +1,6 @@
 //! What wakes a supervising loop: Ctrl-C, SIGTERM and SIGHUP to the launcher (remembered in a
-//! flag the loop reads), a rank that ended (SIGCHLD), and news from the launcher's own threads
-//! (the rendezvous, the connections to agents).
+//! flag the loop reads), SIGUSR1 (a hang report is asked for), a rank that ended (SIGCHLD),
+//! and news from the launcher's own threads (the rendezvous, the connections to agents).
 //!
 //! All of them write one byte into a self-pipe, and the loop sleeps in `poll(2)` on its read
 //! end, so it runs when something happened rather than every few milliseconds. A byte written
@@ -17,6 +17,8 @@ use std::time::Duration;
 static RECEIVED: AtomicI32 = AtomicI32::new(0);
 /// How many stopping signals have been received.
 static STOPS: AtomicU32 = AtomicU32::new(0);
+/// Reports asked for with SIGUSR1 and not yet taken.
+static REPORTS: AtomicU32 = AtomicU32::new(0);
 /// The self-pipe's write end, for the signal handlers (-1 until installed).
 static WAKE_WRITE: AtomicI32 = AtomicI32::new(-1);
 /// The self-pipe: (read end, write end).
@@ -44,6 +46,11 @@ extern "C" fn on_stop_signal(sig: libc::c_int) {
     ring();
 }
 
+extern "C" fn on_report(_: libc::c_int) {
+    REPORTS.fetch_add(1, Ordering::Relaxed);
+    ring();
+}
+
 extern "C" fn on_child(_: libc::c_int) {
     ring();
 }
@@ -65,13 +72,19 @@ pub fn install() {
             SaFlags::SA_RESTART | SaFlags::SA_NOCLDSTOP,
             SigSet::empty(),
         );
-        // SAFETY: both handlers only store to an atomic and call `ring`, which is
+        // SAFETY: the handlers only store to an atomic and call `ring`, which is
         // async-signal-safe; the pipe they write to lives as long as the process.
         unsafe {
             for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
                 let _ = sigaction(sig, &stop);
             }
             let _ = sigaction(Signal::SIGCHLD, &child);
+            let report = SigAction::new(
+                SigHandler::Handler(on_report),
+                SaFlags::SA_RESTART,
+                SigSet::empty(),
+            );
+            let _ = sigaction(Signal::SIGUSR1, &report);
         }
         (r, w)
     });
@@ -83,6 +96,11 @@ pub fn received() -> Option<i32> {
         0 => None,
         s => Some(s),
     }
+}
+
+/// Whether a hang report was asked for (SIGUSR1) since the last call.
+pub fn report_asked() -> bool {
+    REPORTS.swap(0, Ordering::Relaxed) > 0
 }
 
 /// How many stopping signals (SIGINT, SIGTERM, SIGHUP) have been received: one received while

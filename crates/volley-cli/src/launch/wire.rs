@@ -36,6 +36,8 @@ pub enum ToLauncher {
     },
     /// The agent cannot go on (its ranks are stopped).
     Failed(String),
+    /// The answers of this host's ranks to a [`ToAgent::Report`].
+    Reports(Vec<RankAnswer>),
 }
 
 /// Launcher to agent.
@@ -47,6 +49,17 @@ pub enum ToAgent {
     Exited(usize),
     /// Stop the ranks (SIGTERM, SIGKILL after the grace period) and leave.
     Stop,
+    /// Ask this host's ranks for a hang report and send back their answers.
+    Report,
+}
+
+/// One rank's answer (travels from agents to the launcher).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankAnswer {
+    /// The rank.
+    pub rank: usize,
+    /// Its report (a line of JSON), or why there is none.
+    pub answer: Result<String, String>,
 }
 
 /// Writes one frame (a single write call, so frames of several threads sharing a locked

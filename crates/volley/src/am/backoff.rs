@@ -62,6 +62,16 @@ impl Backoff {
         }
     }
 
+    /// One step of the spinning phase (the caller checked [`Backoff::spun_out`] first).
+    #[inline(always)]
+    pub(crate) fn spin(&mut self, pause: bool) {
+        self.empty += 1;
+        if pause {
+            // As in `snooze`.
+            std::hint::spin_loop();
+        }
+    }
+
     /// Whether the spinning phase is over (block mode then sleeps instead of yielding).
     #[inline(always)]
     pub(crate) fn spun_out(&self) -> bool {

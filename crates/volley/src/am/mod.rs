@@ -42,6 +42,7 @@ mod engine;
 mod handler;
 mod lease;
 mod progress;
+pub mod report;
 mod runtime;
 mod stats;
 mod watchdog;

@@ -111,6 +111,12 @@ impl ThreadSync {
         }
     }
 
+    /// For the hang report: how many runtime calls the rank thread has made (wrapping), and
+    /// whether it is outside the runtime now.
+    pub(crate) fn rank_thread(&self) -> (u32, bool) {
+        (self.lease.calls(), self.lease.main() == OUTSIDE)
+    }
+
     /// The rank thread enters the runtime: owns the engine on return.
     #[inline]
     pub(crate) fn enter(&self) {

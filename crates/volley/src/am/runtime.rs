@@ -4,6 +4,8 @@ use super::config::Config;
 use super::engine::{Engine, EngineSetup, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
 use super::progress::{ProgressThread, ThreadSync};
+use super::report::reporter::Reporter;
+use super::report::{Doing, OutstandingFn};
 use super::stats::Stats;
 use super::wireup::{bind_network, wire, EndpointInfo, Wired};
 use crate::bootstrap::{BootstrapError, JobInfo, Start};
@@ -42,6 +44,8 @@ pub struct RuntimeBuilder {
     long_guard: Option<Arc<dyn LongGuard>>,
     /// The `VOLLEY_*` settings of the layers above (see [`RuntimeBuilder::settings`]).
     settings: Vec<&'static [Setting]>,
+    /// What layers above add to the hang report (see [`RuntimeBuilder::report_outstanding`]).
+    outstanding: Vec<OutstandingFn>,
 }
 
 impl std::fmt::Debug for RuntimeBuilder {
@@ -101,6 +105,12 @@ impl RuntimeBuilder {
     pub fn settings(&mut self, table: &'static [Setting]) -> &mut Self {
         self.settings.push(table);
         self
+    }
+
+    /// Adds a layer's operations in flight to this rank's hang report (see
+    /// [`super::report`]).
+    pub(crate) fn report_outstanding(&mut self, f: OutstandingFn) {
+        self.outstanding.push(f);
     }
 
     /// Installs the guard that refuses long messages on segments (the one-sided layer's).
@@ -274,6 +284,7 @@ impl RuntimeBuilder {
         let rt = Runtime {
             shared: Arc::new(SharedEngine::new(engine)),
             progress: RefCell::new(None),
+            reporter: RefCell::new(None),
             held: Cell::new(false),
             job,
             barrier_epoch: Cell::new(0),
@@ -291,6 +302,7 @@ impl RuntimeBuilder {
         if thread {
             *rt.progress.borrow_mut() = Some(ProgressThread::start(rt.shared.clone()));
         }
+        *rt.reporter.borrow_mut() = Reporter::from_env(rt.shared.clone(), self.outstanding);
         Ok(rt)
     }
 }
@@ -326,6 +338,8 @@ pub struct Runtime {
     shared: Arc<SharedEngine>,
     /// The progress thread, in thread mode (stopped at finalize or drop).
     progress: RefCell<Option<ProgressThread>>,
+    /// The hang reporter, when `volley run` started this rank (stopped at drop).
+    reporter: RefCell<Option<Reporter>>,
     /// Whether this (the rank's) thread owns the engine, in thread mode: calls made
     /// while it does (a wait's condition that sends, say) do not take it again.
     held: Cell<bool>,
@@ -610,7 +624,8 @@ impl Runtime {
             let peer = (self.rank() + dist) % size;
             self.engine()
                 .send_system(peer, SystemOp::Barrier, &[epoch, round as u64]);
-            self.engine().await_barrier_arrival(epoch, round);
+            let from = (self.rank() + size - dist) % size;
+            self.engine().await_barrier_arrival(epoch, round, from);
             dist *= 2;
             round += 1;
         }
@@ -694,11 +709,13 @@ impl Runtime {
         for peer in peers() {
             engine.send_system(peer, SystemOp::Finalize, &[]);
         }
-        engine.wait_until(|| engine.finalized_peers.get() >= others);
-        for peer in peers() {
-            engine.send_system(peer, SystemOp::FinalizeAck, &[]);
-        }
-        engine.wait_until(|| engine.finalize_acks.get() >= others);
+        engine.waiting_for(Doing::Finalize, || {
+            engine.wait_until(|| engine.finalized_peers.get() >= others);
+            for peer in peers() {
+                engine.send_system(peer, SystemOp::FinalizeAck, &[]);
+            }
+            engine.wait_until(|| engine.finalize_acks.get() >= others);
+        });
         // Nothing more will arrive that needs a handler: stop the progress thread (it may
         // need the engine to finish its round, so let go first). The rest runs on this thread alone.
         drop(entered);
@@ -767,5 +784,6 @@ impl Drop for Runtime {
         if let Some(mut progress) = self.progress.get_mut().take() {
             progress.stop();
         }
+        drop(self.reporter.get_mut().take());
     }
 }

@@ -1,9 +1,9 @@
 //! Per-rank counters that make the runtime's behaviour checkable.
 
 use super::handler::MessageClass;
+use crate::counter::{Counter, Tally};
 use crate::transport::net::NetStats;
 use crate::transport::Channel;
-use std::cell::Cell;
 use std::fmt;
 
 /// A snapshot of one rank's counters.
@@ -147,21 +147,39 @@ impl fmt::Display for Stats {
     }
 }
 
-/// The live counters (single-threaded: the runtime is not `Sync`).
+/// The live counters: written by the engine's owner only, readable by the hang reporter
+/// (see [`Counter`]).
 #[derive(Debug, Default)]
 pub(crate) struct StatCells {
-    sent: [[Cell<u64>; 3]; 2],
-    handled: [[Cell<u64>; 3]; 2],
-    pub(crate) polls: Cell<u64>,
-    pub(crate) empty_polls: Cell<u64>,
-    pub(crate) blocked_sends: Cell<u64>,
-    pub(crate) dropped: Cell<u64>,
-    pub(crate) max_nesting: Cell<u64>,
-    pub(crate) system_sent: Cell<u64>,
+    sent: [[Tally; 3]; 2],
+    handled: [[Tally; 3]; 2],
+    pub(crate) polls: Tally,
+    pub(crate) empty_polls: Counter,
+    pub(crate) blocked_sends: Tally,
+    pub(crate) dropped: Tally,
+    pub(crate) max_nesting: Tally,
+    pub(crate) system_sent: Tally,
 }
 
-pub(crate) fn bump(c: &Cell<u64>) {
-    c.set(c.get() + 1);
+pub(crate) fn bump(c: &impl Bump) {
+    c.bump();
+}
+
+/// What `bump` adds one to.
+pub(crate) trait Bump {
+    fn bump(&self);
+}
+
+impl Bump for Counter {
+    fn bump(&self) {
+        Counter::bump(self);
+    }
+}
+
+impl Bump for Tally {
+    fn bump(&self) {
+        Tally::bump(self);
+    }
 }
 
 impl StatCells {
@@ -174,7 +192,7 @@ impl StatCells {
     }
 
     pub(crate) fn snapshot(&self) -> Stats {
-        let grid = |g: &[[Cell<u64>; 3]; 2]| g.each_ref().map(|row| row.each_ref().map(Cell::get));
+        let grid = |g: &[[Tally; 3]; 2]| g.each_ref().map(|row| row.each_ref().map(Tally::get));
         Stats {
             sent: grid(&self.sent),
             handled: grid(&self.handled),

@@ -45,6 +45,8 @@ struct Slot {
     staging: Mutex<Vec<u8>>,
     /// Details of the first refusal: rank, offset, length, segment length.
     err: [AtomicU64; 4],
+    /// The rank the operation went to last (for the hang report).
+    target: AtomicU64,
 }
 
 /// What one rank made of a symmetric allocation: the segment id it got (`None`: no room),
@@ -180,10 +182,40 @@ impl Shared {
         }
     }
 
-    pub(crate) fn add_remaining(&self, slot: u32, n: u64) {
+    /// Expects `n` more replies on `slot`, from `target`.
+    pub(crate) fn add_remaining(&self, slot: u32, n: u64, target: usize) {
+        self.aim(slot, target);
         self.slots[slot as usize]
             .remaining
             .fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Notes that `slot`'s operation goes to `target` (for the hang report).
+    pub(crate) fn aim(&self, slot: u32, target: usize) {
+        self.slots[slot as usize]
+            .target
+            .store(target as u64, Ordering::Relaxed);
+    }
+
+    /// The operations in flight, for the hang report: for each slot that waits for replies,
+    /// the rank it last went to and the replies it waits for.
+    pub(crate) fn outstanding(&self, out: &mut Vec<crate::am::report::Outstanding>) {
+        for (i, s) in self.slots.iter().enumerate() {
+            let remaining = s.remaining.load(Ordering::Relaxed);
+            if remaining == 0 {
+                continue;
+            }
+            let what = if i as u32 == IMPLICIT_SLOT {
+                "one-sided operations (implicit, to sync)"
+            } else {
+                "one-sided operation"
+            };
+            out.push(crate::am::report::Outstanding {
+                what: what.into(),
+                target: s.target.load(Ordering::Relaxed) as usize,
+                remaining,
+            });
+        }
     }
 
     pub(crate) fn add_remaining_neg(&self, slot: u32, n: u64) {

@@ -680,7 +680,7 @@ impl<'rt> Rma<'rt> {
         } else {
             data.len().div_ceil(frag).max(1)
         };
-        self.shared.add_remaining(slot, pieces as u64);
+        self.shared.add_remaining(slot, pieces as u64, target.rank);
         for i in 0..pieces {
             let mut f = Frag {
                 id: target.id as u64,
@@ -882,7 +882,7 @@ impl<'rt> Rma<'rt> {
             });
         }
         let slot = self.take_slot()?;
-        self.shared.add_remaining(slot, 1);
+        self.shared.add_remaining(slot, 1, target.rank);
         let args = [
             target.id as u64,
             target.key,
@@ -1032,7 +1032,7 @@ impl<'rt> Rma<'rt> {
         }
         let (off, len) = (data_offset as u64, data.len() as u64);
         let slot = self.take_slot()?;
-        self.shared.add_remaining(slot, 1);
+        self.shared.add_remaining(slot, 1, target.rank);
         let args = [
             target.id as u64,
             target.key,

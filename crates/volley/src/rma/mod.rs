@@ -219,6 +219,8 @@ impl Rma<'_> {
         // Attached as the runtime is built, before a progress thread can run the handlers.
         let s = shared.clone();
         b.after_build(move |mem| s.attach(mem));
+        let s = shared.clone();
+        b.report_outstanding(Box::new(move |out| s.outstanding(out)));
         b.guard_long_messages(Arc::new(SegmentGuard));
         RmaSetup {
             shared,
@@ -610,6 +612,7 @@ impl<'rt> Rma<'rt> {
         let frag = self.rt.max_medium();
         let pieces = buf.len().div_ceil(frag).max(1);
         self.shared.arm(slot, pieces as u64, buf.len());
+        self.shared.aim(slot, target.rank);
         for i in 0..pieces {
             let start = (i * frag).min(buf.len());
             let n = (buf.len() - start).min(frag);
@@ -666,7 +669,7 @@ impl<'rt> Rma<'rt> {
             return Ok(atomic::apply(word, op, operand, compare));
         }
         let slot = self.take_slot()?;
-        self.shared.add_remaining(slot, 1);
+        self.shared.add_remaining(slot, 1, target.rank);
         let args = [
             target.id as u64,
             target.key,

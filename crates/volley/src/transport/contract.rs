@@ -14,7 +14,8 @@
 //! - [`Transport::send`] returns once the message is on its way and `msg`'s buffers may be
 //!   reused. While the transport cannot take it (no credit, a full window, no free buffer),
 //!   it calls `blocked` with 0, 1, 2, ... (so the caller knows when a wait begins), which
-//!   lets the receiver catch up (the AM layer polls and backs off), and tries again.
+//!   lets the receiver catch up (the AM layer polls and backs off), and tries again; once
+//!   the message went through after such a wait, it calls `blocked(BLOCKED_DONE)`.
 //! - A long payload lies in the target's segment at its offset before its handler runs, and
 //!   never where the [`LongGuard`] refuses it.
 //! - Direct memory access (mapped segments of peers, for one-sided operations without a
@@ -26,6 +27,10 @@ use crate::error::Refusal;
 /// `Inbound::route` of a message that came through the network: a reply goes back the same
 /// way.
 pub(crate) const REMOTE: u32 = u32::MAX;
+
+/// The `attempt` a transport passes to a send's `blocked` callback once the send that waited
+/// has gone through (never for a send that did not wait), so the caller knows the wait ended.
+pub(crate) const BLOCKED_DONE: u32 = u32::MAX;
 
 /// The class of an Active Message, as every transport carries it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,9 @@
 //! memory (a rank's loopback rings) and the network route over UDP and over TCP. A new
 //! transport adds a harness and one line.
 
-use super::contract::{Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport};
+use super::contract::{
+    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, BLOCKED_DONE,
+};
 use super::net::contract_tests::{connect_all, LOCAL};
 use super::net::link::{NetLink, Placement};
 use super::net::poll_policy::PollPolicy;
@@ -404,7 +406,8 @@ pub(crate) fn a_refused_handler_is_dropped_and_counted<H: Harness>() {
 }
 
 /// A sender that outruns its receiver is told through `blocked`, counting up from 0 in each
-/// wait; once the receiver catches up everything arrives, in order, once.
+/// wait and then `BLOCKED_DONE` once the message went through; once the receiver catches up
+/// everything arrives, in order, once.
 pub(crate) fn a_full_transport_blocks_until_the_receiver_catches_up<H: Harness>() {
     let pair = H::pair(None);
     let a = &pair.sender;
@@ -420,8 +423,17 @@ pub(crate) fn a_full_transport_blocks_until_the_receiver_catches_up<H: Harness>(
             std::slice::from_ref(&i),
             &payload,
         );
-        let mut next = 0;
+        let (mut next, mut done) = (0, 0);
         a.send(peer, m, |attempt| {
+            if attempt == BLOCKED_DONE {
+                assert!(
+                    next > 0,
+                    "a send that did not wait said it was done waiting"
+                );
+                done += 1;
+                return;
+            }
+            assert_eq!(done, 0, "an attempt after the wait was done");
             assert_eq!(attempt, next, "attempts count up from 0");
             next += 1;
             waits += u64::from(attempt == 0);
@@ -429,6 +441,11 @@ pub(crate) fn a_full_transport_blocks_until_the_receiver_catches_up<H: Harness>(
             pair.receiver().poll(Channel::Request, &sink, || false);
         })
         .unwrap();
+        assert_eq!(
+            done,
+            u32::from(next > 0),
+            "a wait ends with one BLOCKED_DONE"
+        );
     }
     a.flush();
     assert!(

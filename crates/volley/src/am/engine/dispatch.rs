@@ -39,6 +39,13 @@ impl<'a> HandlerScope<'a> {
         route: u32,
     ) -> Result<(), ()> {
         let engine = self.engine;
+        // Request handlers only (a reply handler cannot send or wait, so it stalls a rank
+        // only by computing): relaxed, read by the hang reporter as which handler runs.
+        if ch == Channel::Request {
+            engine
+                .running
+                .store(u32::from(index), std::sync::atomic::Ordering::Relaxed);
+        }
         let found = match ch {
             Channel::Request => engine
                 .requests
@@ -131,11 +138,8 @@ impl Sink for Engine {
         args: &'s [u64],
     ) -> bool {
         batch.short.args = args;
-        let ran = batch.scope.run(ch, handler, &batch.short, src).is_ok();
-        if ran {
-            self.stats.handled(ch, MessageClass::Short);
-        }
-        ran
+        // Counted by the ring (see `Links::short_counts`).
+        batch.scope.run(ch, handler, &batch.short, src).is_ok()
     }
 
     #[inline(always)]
@@ -151,9 +155,7 @@ impl Sink for Engine {
         let scope = HandlerScope::enter(self);
         let ran = scope.run(ch, handler, &msg, src).is_ok();
         drop(scope);
-        if ran {
-            self.stats.handled(ch, MessageClass::Short);
-        }
+        // Counted by the ring (see `Links::short_counts`).
         ran
     }
 

@@ -1,6 +1,7 @@
 //! Job control: runtime-internal messages (barrier, finalize), the launcher's health reports,
 //! fatal ring corruption, the watchdog and the statistics.
 
+use super::super::report::Doing;
 use super::super::stats::{NetworkStats, Stats};
 #[cfg(test)]
 use super::super::watchdog::Watchdog;
@@ -106,10 +107,14 @@ impl Engine {
         }
     }
 
-    /// Takes one barrier arrival for (epoch, round), waiting for it.
-    pub(crate) fn await_barrier_arrival(&self, epoch: u64, round: usize) {
+    /// Takes one barrier arrival for (epoch, round), from rank `from`, waiting for it.
+    pub(crate) fn await_barrier_arrival(&self, epoch: u64, round: usize, from: usize) {
         let c = &self.barrier_arrivals[(epoch & 1) as usize][round];
-        self.wait_until(|| c.get() > 0);
+        let purpose = Doing::Barrier {
+            round: round as u32,
+            from: from as u32,
+        };
+        self.waiting_for(purpose, || self.wait_until(|| c.get() > 0));
         c.set(c.get() - 1);
     }
 
@@ -124,6 +129,11 @@ impl Engine {
     /// All counters of this rank.
     pub(crate) fn stats(&self) -> Stats {
         let mut stats = self.stats.snapshot();
+        let (sent, handled) = self.shm.short_counts();
+        for ch in 0..2 {
+            stats.sent[ch][0] += sent[ch];
+            stats.handled[ch][0] += handled[ch];
+        }
         if let Some(sync) = self.thread_sync() {
             stats.progress = sync.stats();
         }

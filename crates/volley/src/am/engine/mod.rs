@@ -18,6 +18,7 @@
 
 mod dispatch;
 mod job;
+mod observe;
 mod receive;
 mod send;
 mod setup;
@@ -30,15 +31,18 @@ use super::backoff::Backoff;
 use super::critical::CriticalState;
 use super::handler::{ReplyFn, RequestFn};
 use super::progress::ThreadSync;
+use super::report::{Activity, Doing};
 use super::stats::StatCells;
 use super::watchdog::Watchdog;
 use super::wireup::Watch;
+use crate::counter::Counter;
 use crate::transport::contract::Transport;
 use crate::transport::net::link::NetLink;
 use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
+use std::sync::atomic::AtomicU32;
 
 pub(crate) use crate::transport::contract::REMOTE;
 
@@ -54,15 +58,30 @@ pub(crate) struct Engine {
     shm: Links,
     /// The network route, when some peers are on other nodes.
     net: Option<NetLink>,
+    /// Its transport's name (`"udp"`, `"tcp"`; empty without one), for the hang report.
+    net_kind: &'static str,
+    /// The destination of the network send in progress (a blocked one names it).
+    net_dest: Cell<usize>,
     /// The wait state of a blocked send, by channel (at most one per channel at a time: a
     /// send blocked on requests runs request handlers, whose replies may block in turn, but
     /// reply handlers cannot send).
     blocked_waits: [Cell<Backoff>; 2],
-    /// Handler tables by index (the names stay with the builder and the watchdog).
+    /// Handler tables by index.
     requests: Vec<Box<RequestFn>>,
     replies: Vec<Box<ReplyFn>>,
+    /// Handler names by channel and index, for the hang report.
+    pub(crate) names: [Vec<String>; 2],
     pub(crate) stats: StatCells,
-    depth: Cell<u64>,
+    /// Handlers running, nested (readable by the hang reporter).
+    pub(crate) depth: Counter,
+    /// The request handler that started last (for the hang report: one relaxed store per
+    /// request handler; reply handlers, which cannot wait or send, are not named).
+    pub(crate) running: AtomicU32,
+    /// Where the rank's thread is when it waits long (see `report::activity`).
+    pub(crate) activity: Activity,
+    /// What a wait that spins out is for: a plain wait unless a barrier, finalize or blocked
+    /// send says otherwise around its wait.
+    purpose: Cell<Doing>,
     /// Critical sections of the rank thread: no handler runs while one is open (except on
     /// the progress thread while it holds the word's busy bit; the section waits for those).
     critical: CriticalState,

@@ -3,10 +3,11 @@
 
 use super::super::backoff::Backoff;
 use super::super::handler::MessageClass;
+use super::super::report::Doing;
 use super::super::stats::bump;
 use super::{Engine, SystemOp};
 use crate::error::{Error, Result};
-use crate::transport::contract::{Class, Outbound, SendRefused, Transport, REMOTE};
+use crate::transport::contract::{Class, Outbound, SendRefused, Transport, BLOCKED_DONE, REMOTE};
 use crate::transport::shm::MEDIUM_MAX;
 use crate::transport::Channel;
 use crate::MAX_ARGS;
@@ -106,12 +107,15 @@ impl Engine {
         };
         // A local index has its rings; REMOTE (u32::MAX) has none: one compare tells the
         // route and bounds the index.
+        // Through shared memory the ring counts it (see `Links::short_counts`).
         let sent = match self.shm.peer(route as usize) {
             Some(peer) => self.shm.send(peer, msg(), self.blocked(route as usize, ch)),
-            None => self.send_net(dest, msg()),
+            None => {
+                self.stats.sent(ch, MessageClass::Short);
+                self.send_net(dest, msg())
+            }
         };
         debug_assert!(sent.is_ok(), "a short message is never refused");
-        self.stats.sent(ch, MessageClass::Short);
         Ok(())
     }
 
@@ -227,7 +231,11 @@ impl Engine {
             .as_ref()
             .expect("a rank off this node implies a network route");
         let requests = msg.ch == Channel::Request;
+        self.net_dest.set(dest);
         net.send(dest, msg, |attempt| {
+            if attempt == BLOCKED_DONE {
+                return self.wait_blocked(REMOTE as usize, msg.ch, attempt);
+            }
             // The transport took in what arrived; run it, then wait as any blocked send does.
             self.poll_net(requests, false);
             self.wait_blocked(REMOTE as usize, msg.ch, attempt);
@@ -247,6 +255,10 @@ impl Engine {
     #[cold]
     #[inline(never)]
     fn wait_blocked(&self, route: usize, ch: Channel, attempt: u32) {
+        if attempt == BLOCKED_DONE {
+            self.activity.end();
+            return;
+        }
         if route == self.me_local && self.handlers_held() {
             self.self_deadlock();
         }
@@ -258,8 +270,23 @@ impl Engine {
             }
             _ => state.get(),
         };
+        if backoff.spun_out() {
+            self.activity.begin(Doing::SendBlocked {
+                peer: self.blocked_peer(route) as u32,
+                ch,
+            });
+        }
         self.wait_step(ch, &mut backoff);
         state.set(backoff);
+    }
+
+    /// The rank a blocked send to `route` waits for: the rank of that local index, or, for
+    /// the network, the destination of the send that blocked (kept by `send_net`).
+    fn blocked_peer(&self, route: usize) -> usize {
+        match self.shm.rank_of(route) {
+            Some(rank) => rank,
+            None => self.net_dest.get(),
+        }
     }
 
     /// One step of a blocked send: a blocked request polls everything, a blocked reply polls

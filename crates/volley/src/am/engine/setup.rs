@@ -4,11 +4,13 @@
 use super::super::critical::CriticalState;
 use super::super::handler::{ReplyFn, RequestFn};
 use super::super::progress::ThreadSync;
+use super::super::report::{Activity, Doing};
 use super::super::stats::StatCells;
 use super::super::watchdog::Watchdog;
 use super::super::wireup::Watch;
 use super::job::net_failed;
 use super::{Engine, REMOTE};
+use crate::counter::Counter;
 use crate::transport::contract::LongGuard;
 use crate::transport::net::link::{NetLink, Placement};
 use crate::transport::net::poll_policy::PollPolicy;
@@ -18,6 +20,7 @@ use crate::transport::shm::link::Links;
 use crate::transport::shm::wake_fd::WakeFd;
 use crate::transport::shm::Region;
 use std::cell::Cell;
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 
 /// What the runtime hands the engine: how peers are reached and how to wait.
@@ -105,11 +108,11 @@ impl Engine {
         } else {
             poll_policy
         };
-        let watchdog = watchdog.map(|limit| {
-            let req = requests.iter().map(|(n, _)| n.clone()).collect();
-            let rep = replies.iter().map(|(n, _)| n.clone()).collect();
-            Watchdog::start(me, limit, [req, rep])
-        });
+        let names: [Vec<String>; 2] = [
+            requests.iter().map(|(n, _)| n.clone()).collect(),
+            replies.iter().map(|(n, _)| n.clone()).collect(),
+        ];
+        let watchdog = watchdog.map(|limit| Watchdog::start(me, limit, names.clone()));
         let mut requests: Vec<Box<RequestFn>> = requests.into_iter().map(|(_, f)| f).collect();
         let mut replies: Vec<Box<ReplyFn>> = replies.into_iter().map(|(_, f)| f).collect();
         if let Some(w) = &watchdog {
@@ -118,6 +121,7 @@ impl Engine {
             requests = w.watch_requests(requests);
             replies = w.watch_replies(replies);
         }
+        let net_kind = net.as_ref().map_or("", |t| t.kind().name());
         let has_launcher = !matches!(watch, Watch::Nothing);
         let net = net.map(|t| {
             let fail = Box::new(move |e| net_failed(me, has_launcher, e));
@@ -130,11 +134,17 @@ impl Engine {
             local_of,
             me_local,
             net,
+            net_kind,
+            net_dest: Cell::new(0),
             blocked_waits: Default::default(),
             requests,
             replies,
+            names,
             stats: StatCells::default(),
-            depth: Cell::new(0),
+            depth: Counter::default(),
+            running: AtomicU32::new(0),
+            activity: Activity::new(),
+            purpose: Cell::new(Doing::Wait),
             critical: CriticalState::default(),
             serving: Cell::new(false),
             early_exits: Cell::new(0),

@@ -2,6 +2,7 @@
 //! to do (block mode, the progress thread).
 
 use super::super::backoff::Backoff;
+use super::super::report::{Doing, LongWait};
 use super::{Engine, Served};
 use crate::transport::contract::Transport;
 use crate::transport::shm::doorbell::SleepOn;
@@ -36,7 +37,8 @@ impl Engine {
         }
     }
 
-    /// Polls until `cond` holds.
+    /// Polls until `cond` holds. The spinning part is here, inline; a wait that spins out
+    /// goes on in [`Engine::wait_long`], which publishes it for the hang report.
     #[inline]
     pub(crate) fn wait_until(&self, mut cond: impl FnMut() -> bool) {
         // A wait whose condition already holds polls nothing: what this rank queued for the
@@ -48,6 +50,27 @@ impl Engine {
                 return;
             };
             if handled == 0 {
+                if backoff.spun_out() {
+                    return self.wait_long(cond, backoff);
+                }
+                backoff.spin(!self.net_only);
+            } else {
+                backoff.reset();
+            }
+        }
+    }
+
+    /// The rest of a wait that spun out: yields (or, in block mode, sleeps) between polls,
+    /// checks the job's health, and is published as what this rank does meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn wait_long(&self, mut cond: impl FnMut() -> bool, mut backoff: Backoff) {
+        let _published = LongWait(&self.activity);
+        let mut handled = 0;
+        loop {
+            if handled == 0 {
+                // Again each time: a blocked send inside a handler may have ended its own.
+                self.activity.begin(self.purpose.get());
                 if self.block && backoff.spun_out() {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).
@@ -67,7 +90,22 @@ impl Engine {
             } else {
                 backoff.reset();
             }
+            if cond() {
+                return;
+            }
+            let Some(h) = self.poll_waiting(&mut cond) else {
+                return;
+            };
+            handled = h;
         }
+    }
+
+    /// Runs `f` (which waits) as a wait for `purpose`, for the hang report.
+    pub(crate) fn waiting_for<R>(&self, purpose: Doing, f: impl FnOnce() -> R) -> R {
+        let before = self.purpose.replace(purpose);
+        let r = f();
+        self.purpose.set(before);
+        r
     }
 
     /// Block mode: sleeps in the kernel until traffic arrives (or a bounded time passes; the

@@ -9,12 +9,14 @@
 use super::frame;
 use super::poll_policy::{NetPollState, PollPolicy};
 use super::{NetError, NetStats, NetTransport, MAX_MESSAGE};
+use crate::counter::Counter;
 use crate::transport::contract::{
-    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, REMOTE,
+    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, BLOCKED_DONE, REMOTE,
 };
 use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -54,6 +56,28 @@ pub(crate) struct LinkStats {
     pub(crate) interval: u64,
 }
 
+/// One peer's counters (see [`NetLink::peer_traffic`]).
+#[derive(Debug, Default)]
+struct PeerCounters {
+    sent: [Counter; 2],
+    received: [Counter; 2],
+    unacked: Counter,
+    queued_bytes: Counter,
+}
+
+/// One peer's network traffic as [`NetLink::peer_traffic`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NetTraffic {
+    /// Messages sent to it, by channel.
+    pub(crate) sent: [u64; 2],
+    /// Messages from it handed to handlers, by channel.
+    pub(crate) received: [u64; 2],
+    /// What it has not acknowledged (see [`super::Backlog::unacked`]).
+    pub(crate) unacked: u64,
+    /// Bytes queued towards it that have not left this rank.
+    pub(crate) queued_bytes: u64,
+}
+
 /// The network route of one rank: its transport and what arrived that no handler has run
 /// for yet.
 pub(crate) struct NetLink {
@@ -77,6 +101,11 @@ pub(crate) struct NetLink {
     handled: Cell<u64>,
     /// Peers that left normally: a broken connection to them is no failure.
     departed: Vec<Cell<bool>>,
+    /// Per peer, readable by the hang reporter: messages sent and delivered by channel, and
+    /// the transport's backlog towards it (see [`NetLink::peer_traffic`]).
+    traffic: Vec<PeerCounters>,
+    /// The hang reporter asks for the backlogs: the next network poll publishes them.
+    backlog_wanted: AtomicBool,
     placement: Placement,
     /// Ends the rank on a failure it cannot recover from (the job's policy, not ours); it
     /// must not return.
@@ -121,6 +150,8 @@ impl NetLink {
             sent: Cell::new(0),
             handled: Cell::new(0),
             departed: (0..size).map(|_| Cell::new(false)).collect(),
+            traffic: (0..size).map(|_| PeerCounters::default()).collect(),
+            backlog_wanted: AtomicBool::new(false),
             placement,
             fail,
         }
@@ -144,6 +175,9 @@ impl NetLink {
         self.last_flush.set(now);
         self.unflushed.set(false);
         let result = self.transport.borrow_mut().progress(now, &mut scratch);
+        if self.backlog_wanted.load(Ordering::Relaxed) {
+            self.publish_backlog();
+        }
         bump(&self.polls);
         if scratch.is_empty() {
             bump(&self.empty_polls);
@@ -161,6 +195,42 @@ impl NetLink {
         if let Err(e) = result {
             self.peer_failed(e);
         }
+    }
+
+    /// Publishes every peer's backlog for the hang reporter.
+    #[cold]
+    fn publish_backlog(&self) {
+        let t = self.transport.borrow();
+        for (peer, c) in self.traffic.iter().enumerate() {
+            let b = t.backlog(peer);
+            c.unacked.set(b.unacked);
+            c.queued_bytes.set(b.queued_bytes);
+        }
+        // Release: the values above are visible to the reporter that sees the flag clear.
+        self.backlog_wanted.store(false, Ordering::Release);
+    }
+
+    /// Asks the next network poll to publish the backlogs (see [`NetLink::backlog_fresh`]).
+    pub(crate) fn want_backlog(&self) {
+        self.backlog_wanted.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the backlogs were published since [`NetLink::want_backlog`] (otherwise they
+    /// are as of an earlier poll: this rank has not polled the network since).
+    pub(crate) fn backlog_fresh(&self) -> bool {
+        // Acquire: pairs with the release in `publish_backlog`.
+        !self.backlog_wanted.load(Ordering::Acquire)
+    }
+
+    /// What this rank exchanged with `peer` through the network, read from any thread.
+    pub(crate) fn peer_traffic(&self, peer: usize) -> Option<NetTraffic> {
+        let c = self.traffic.get(peer)?;
+        Some(NetTraffic {
+            sent: c.sent.each_ref().map(Counter::get),
+            received: c.received.each_ref().map(Counter::get),
+            unacked: c.unacked.get(),
+            queued_bytes: c.queued_bytes.get(),
+        })
     }
 
     /// Whether a send left something queued since the last flush.
@@ -366,6 +436,12 @@ impl Transport for NetLink {
                 Err(e) => self.failed(e),
             }
         }
+        if attempt > 0 {
+            blocked(BLOCKED_DONE);
+        }
+        if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
+            c.sent[ch as usize].bump();
+        }
         self.encode_buf.set(buf);
         if class != Class::System {
             bump(&self.sent);
@@ -385,6 +461,9 @@ impl Transport for NetLink {
                     handled += 1;
                     if user {
                         bump(&self.handled);
+                        if let Some(c) = self.traffic.get(src) {
+                            c.received[ch as usize].bump();
+                        }
                     }
                 }
                 Err(()) => sink.dropped(),

@@ -186,4 +186,19 @@ pub trait NetTransport: std::fmt::Debug + Send {
 
     /// Counters.
     fn stats(&self) -> NetStats;
+
+    /// What this rank sent `peer` that has not left it for good (for the hang report).
+    fn backlog(&self, peer: usize) -> Backlog {
+        let _ = peer;
+        Backlog::default()
+    }
+}
+
+/// What a transport holds for one peer (see [`NetTransport::backlog`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// UDP: datagrams sent and not yet acknowledged; TCP: 0 (the kernel acknowledges).
+    pub unacked: u64,
+    /// Bytes queued and not yet handed to the kernel (UDP: not yet packed into datagrams).
+    pub queued_bytes: u64,
 }

@@ -200,6 +200,29 @@ impl<'a> RingRef<'a> {
         let _ = pos;
     }
 
+    /// Slots from the consumer's last credit return up to the end of the last frame published
+    /// after it: what the producer cannot reuse yet. Reads only atomics, from any thread (the
+    /// hang report); a frame published meanwhile may or may not be counted.
+    #[cfg(not(loom))]
+    pub fn slots_in_use(&self) -> u64 {
+        let size = self.slot_count();
+        let start = self.ctl.consumed.load(Ordering::Acquire);
+        let mut pos = start;
+        while pos - start < size {
+            let word = self.slot(pos).header.load(Ordering::Acquire);
+            if seq_of(word) != seq_for(pos) {
+                break;
+            }
+            let nslots = FrameHeader::claimed_slots(word).clamp(1, size);
+            pos = if word & super::frame::PADDED != 0 {
+                self.quarter_end(pos + nslots - 1)
+            } else {
+                pos + nslots
+            };
+        }
+        (pos - start).min(size)
+    }
+
     /// Makes the frame at `pos` visible to the consumer.
     #[inline(always)]
     pub fn publish(&self, pos: u64, header: u64) {

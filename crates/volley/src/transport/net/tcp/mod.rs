@@ -478,6 +478,16 @@ impl NetTransport for TcpTransport {
         self.leave(now, deadline)
     }
 
+    fn backlog(&self, peer: usize) -> super::Backlog {
+        match self.slot.get(peer).and_then(|&i| self.conns.get(i)) {
+            Some(conn) => super::Backlog {
+                unacked: 0,
+                queued_bytes: conn.tx.queued() as u64,
+            },
+            None => super::Backlog::default(),
+        }
+    }
+
     fn stats(&self) -> NetStats {
         self.stats
     }

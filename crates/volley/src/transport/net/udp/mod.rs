@@ -707,6 +707,22 @@ impl NetTransport for UdpTransport {
         }
     }
 
+    fn backlog(&self, peer: usize) -> super::Backlog {
+        let Some(link) = self
+            .slots
+            .get(peer)
+            .copied()
+            .flatten()
+            .map(|i| &self.links[i])
+        else {
+            return super::Backlog::default();
+        };
+        super::Backlog {
+            unacked: link.peer.in_flight() as u64,
+            queued_bytes: link.peer.queued_bytes() as u64,
+        }
+    }
+
     fn stats(&self) -> NetStats {
         let mut s = self.counters;
         for l in &self.links {

@@ -30,6 +30,7 @@ use super::frame::{FrameKey, KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED};
 use super::ring::{Consumer, Producer, RingRef};
 use super::wake_fd::WakeFd;
 use super::Region;
+use crate::counter::Counter;
 use crate::transport::contract::LongGuard;
 use crate::transport::Channel;
 use std::cell::Cell;
@@ -80,6 +81,22 @@ impl std::fmt::Debug for Links {
     }
 }
 
+/// One ring pair's traffic as [`Links::ring_traffic`] reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RingTraffic {
+    /// Messages sent into the ring towards the peer (the runtime's own not counted).
+    pub(crate) sent: u64,
+    /// Messages taken from the ring from the peer (short ones once their handler ran).
+    pub(crate) received: u64,
+    /// Slots per ring.
+    pub(crate) slots: u64,
+    /// Slots of the ring towards the peer that it has not credited back (sent and not yet
+    /// consumed, or consumed within the last quarter ring): `slots` means full.
+    pub(crate) out_in_use: u64,
+    /// The same for the ring from the peer, as this rank has credited it.
+    pub(crate) in_in_use: u64,
+}
+
 /// Words between a frame's header and its arguments, by frame kind.
 #[inline(always)]
 fn extra_words(kind: u8) -> usize {
@@ -123,6 +140,7 @@ impl Links {
                 rings: [Channel::Request, Channel::Reply].map(|ch| TxRing {
                     ring: view(region.ring(me, ch)),
                     producer: Cell::new(Producer::new(slots)),
+                    sent: Default::default(),
                 }),
                 bell,
             })
@@ -149,6 +167,49 @@ impl Links {
             ranks: ranks.to_vec(),
             guard,
         }
+    }
+
+    /// Messages sent to and received from local index `l` on `ch` (counters only: see
+    /// [`Links::ring_traffic`]).
+    pub(crate) fn ring_counts(&self, l: usize, ch: Channel) -> Option<(u64, u64)> {
+        let tx = &self.tx.get(l)?.rings[ch as usize];
+        let rx = self.rx[ch as usize].get(l)?;
+        let sent = tx.sent[..3].iter().map(Counter::get).sum();
+        Some((sent, rx.shorts.get() + rx.others.get()))
+    }
+
+    /// What this rank exchanged with local index `l` on `ch`, read from any thread (only
+    /// counters and shared memory are touched): frames sent and received, and the slots in
+    /// use in the ring towards `l` and in the one from it.
+    pub(crate) fn ring_traffic(&self, l: usize, ch: Channel) -> Option<RingTraffic> {
+        let tx = &self.tx.get(l)?.rings[ch as usize];
+        let rx = self.rx[ch as usize].get(l)?;
+        Some(RingTraffic {
+            sent: tx.sent[..3].iter().map(Counter::get).sum(),
+            received: rx.shorts.get() + rx.others.get(),
+            slots: tx.ring.slot_count(),
+            out_in_use: tx.ring.slots_in_use(),
+            in_in_use: rx.ring.slots_in_use(),
+        })
+    }
+
+    /// Short messages sent and short messages handled through the rings, by channel (the
+    /// rings count them, not the engine, so a message pays for one count).
+    pub(crate) fn short_counts(&self) -> ([u64; 2], [u64; 2]) {
+        let sent = [Channel::Request, Channel::Reply].map(|ch| {
+            self.tx
+                .iter()
+                .map(|p| p.rings[ch as usize].sent[0].get())
+                .sum()
+        });
+        let handled = [Channel::Request, Channel::Reply]
+            .map(|ch| self.rx[ch as usize].iter().map(|r| r.shorts.get()).sum());
+        (sent, handled)
+    }
+
+    /// The global rank of local index `l`, if there is one.
+    pub(crate) fn rank_of(&self, l: usize) -> Option<usize> {
+        self.ranks.get(l).copied()
     }
 
     /// How many ranks the links reach (this one included).

@@ -9,6 +9,7 @@ use super::super::frame::{
 use super::super::ring::{Consumer, RingRef, CREDIT_HINT_WORD, SLOT_BYTES};
 use super::super::{path_marks, PoolFlags, MEDIUM_MAX};
 use super::{extra_words, Links};
+use crate::counter::Counter;
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::contract::{Body, Class, Inbound, Sink};
 use crate::transport::Channel;
@@ -87,6 +88,10 @@ pub(super) struct RxRing {
     pub(super) src_rank: usize,
     pub(super) ring: RingRef<'static>,
     pub(super) consumer: Cell<Consumer>,
+    /// Short messages from this ring whose handler ran (the statistics count them here, not
+    /// in the engine), and other frames taken from it (readable by the hang reporter).
+    pub(super) shorts: Counter,
+    pub(super) others: Counter,
 }
 
 impl RxRing {
@@ -105,6 +110,8 @@ impl RxRing {
             src_rank,
             ring,
             consumer: Cell::new(consumer),
+            shorts: Counter::default(),
+            others: Counter::default(),
         }
     }
 
@@ -443,6 +450,7 @@ impl Links {
             self.retire_served(rx, ch, h);
             return HeadFrame::Ran(0);
         }
+        rx.shorts.bump();
         if ch == Channel::Reply {
             // Marked for retirement before `stop` runs: a condition that polls retires it
             // there, instead of running its handler again.
@@ -501,6 +509,7 @@ impl Links {
                 draining.consumer.retire_one();
                 if sink.run_short(&mut batch, ch, src as u32, h.handler(), args) {
                     handled += 1;
+                    rx.shorts.bump();
                 } else {
                     sink.dropped();
                 }
@@ -528,6 +537,9 @@ impl Links {
                         claimed = ring.quarter_end(head + claimed - 1) - head;
                     }
                     draining.delivering = claimed;
+                    if !h.is(KIND_SYSTEM) {
+                        rx.others.bump();
+                    }
                     let delivered = self.deliver_frame(sink, &batch, src, ch, h, frame);
                     draining.delivering = 0;
                     if h.padded() {

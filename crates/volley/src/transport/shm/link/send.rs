@@ -3,11 +3,15 @@
 //! the medium buffers a large medium payload travels in.
 
 use super::super::doorbell::Ordering as BellOrder;
-use super::super::frame::{FrameHeader, FrameKey, KIND_WORDS, PADDED};
+use super::super::frame::{
+    FrameHeader, FrameKey, KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED, KIND_WORDS, PADDED,
+};
 use super::super::path_marks;
 use super::super::ring::{Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, MAX_HINTED_ARGS};
 use super::messages::ShmPeer;
 use super::Links;
+use crate::counter::Counter;
+use crate::transport::contract::BLOCKED_DONE;
 use crate::transport::Channel;
 use std::cell::Cell;
 
@@ -38,6 +42,17 @@ impl Outgoing {
     }
 }
 
+/// Which of [`TxRing::sent`] counts a frame of `kind` (known where a send is inlined).
+#[inline(always)]
+fn sent_class(kind: u8) -> usize {
+    match kind {
+        KIND_WORDS => 0,
+        KIND_MEDIUM_INLINE | KIND_MEDIUM_POOLED => 1,
+        KIND_LONG => 2,
+        _ => 3,
+    }
+}
+
 /// The words of a frame after its header, which the layer above writes into the slots
 /// [`Links::send_frame`] reserved for it.
 pub(super) trait FrameBody {
@@ -60,6 +75,9 @@ pub(crate) struct TxPeer {
 pub(super) struct TxRing {
     pub(super) ring: RingRef<'static>,
     pub(super) producer: Cell<Producer>,
+    /// Frames published into this ring by class: short, medium, long, the runtime's own
+    /// (the statistics' count of shorts sent through shared memory, and the hang report's).
+    pub(super) sent: [Counter; 4],
 }
 
 impl TxRing {
@@ -217,6 +235,7 @@ impl Links {
                 ring.publish(pos, out.header().encode(pos, self.key));
             }
         }
+        tx.sent[sent_class(out.kind)].bump();
         if out.kind == KIND_WORDS {
             path_marks::mark(ch, path_marks::Point::Published);
         }
@@ -245,6 +264,9 @@ impl Links {
         loop {
             // The state is re-read each time: nothing depends on what ran meanwhile.
             if let Some(pos) = tx.reserve(nslots, self.key) {
+                if attempt > 0 {
+                    blocked(BLOCKED_DONE);
+                }
                 return pos;
             }
             blocked(attempt);
@@ -261,6 +283,9 @@ impl Links {
             let start = self.pool_next[ch as usize].get();
             if let Some(idx) = flags.claim(ch, start, self.pool_bufs) {
                 self.pool_next[ch as usize].set(idx + 1);
+                if attempt > 0 {
+                    blocked(BLOCKED_DONE);
+                }
                 return idx;
             }
             blocked(attempt);
