@@ -61,6 +61,10 @@ fn bench_am_reports_every_figure_as_json() {
         "am_flood_ns_per_msg",
         "am_flood_2way_ns_per_msg",
         "o_send_ns",
+        "long_gbps_1MiB",
+        "memcpy_gbps",
+        "memcpy_pingpong_gbps",
+        "long_stream_gbps_1MiB",
     ] {
         let v = doc[key].as_f64().unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
@@ -106,6 +110,17 @@ fn bench_am_reports_every_figure_as_json() {
         bare.is_finite() && bare > 0.0,
         "bare_am_rtt_ns = {bare} in {doc}"
     );
+    // The bulk floors and their ratios: the long round trip beside the memcpy of the same run.
+    for key in [
+        "long_gbps_1MiB_over_memcpy",
+        "long_gbps_1MiB_over_memcpy_pingpong",
+    ] {
+        let ratio = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(ratio.is_finite() && ratio > 0.0, "{key}: {doc}");
+    }
+    assert!(err.contains("memcpy_gbps (floor)"), "{err}");
+    // The raw socket stream is the network runs' alone.
+    assert!(doc["raw_stream_gbps"].is_null(), "{doc}");
     for key in [
         "am_short_rtt_over_floor",
         "am_flood_over_floor",
@@ -140,6 +155,12 @@ fn bench_rma_reports_both_paths_as_json() {
         assert!(x.is_finite() && x > 0.0, "{what} = {v} in {doc}");
     };
     positive(&doc["memcpy_gbps"], "memcpy_gbps");
+    // The AM path's 1 MiB figures at the top level too, beside the floor.
+    for key in ["am_put_gbps_1MiB", "am_get_gbps_1MiB"] {
+        positive(&doc[key], key);
+    }
+    assert_eq!(doc["am_put_gbps_1MiB"], doc["am"]["put_gbps_1MiB"], "{doc}");
+    assert_eq!(doc["am_get_gbps_1MiB"], doc["am"]["get_gbps_1MiB"], "{doc}");
     for path in [&doc, &doc["am"]] {
         for key in ["put_gbps_1MiB", "get_gbps_1MiB", "fadd_ns"] {
             positive(&path[key], key);
@@ -316,6 +337,9 @@ fn bench_am_over_each_network_reports_its_floor() {
             "am_short_rtt_ns",
             "am_flood_ns_per_msg",
             "long_gbps_1MiB",
+            "memcpy_gbps",
+            "raw_stream_gbps",
+            "long_stream_gbps_1MiB",
         ] {
             let v = doc[key].as_f64().unwrap_or(f64::NAN);
             assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
@@ -323,6 +347,11 @@ fn bench_am_over_each_network_reports_its_floor() {
         assert!(doc["am_medium_rtt_ns"]
             .as_array()
             .is_some_and(|a| a.len() == 6));
+        let ratio = doc["ratios"]["long_stream_gbps_1MiB_over_raw_stream"]
+            .as_f64()
+            .unwrap_or(f64::NAN);
+        assert!(ratio.is_finite() && ratio > 0.0, "{doc}");
+        assert!(err.contains("raw_stream_gbps (floor)"), "{err}");
         // The bare ring reference is shared memory's alone.
         assert!(doc["bare_am_rtt_ns"].is_null(), "{doc}");
         assert!(doc["ratios"]["bare_am_rtt_over_floor"].is_null(), "{doc}");

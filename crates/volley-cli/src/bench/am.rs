@@ -69,6 +69,21 @@ pub struct AmRep {
     pub o_recv_ns: Option<f64>,
     /// LogP send overhead.
     pub o_send_ns: f64,
+    /// Rank 0 copying 1 MiB between two buffers of its own, GB/s, right before the long
+    /// round trips.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_gbps: Option<f64>,
+    /// The long round trip's data movement with no runtime (shared memory only): 2 MiB per
+    /// round trip of a memcpy ping-pong between the two ranks, GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_pingpong_gbps: Option<f64>,
+    /// A one-way stream of 1 MiB long requests, GB/s.
+    #[serde(
+        rename = "long_stream_gbps_1MiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub long_stream_gbps_1mib: Option<f64>,
 }
 
 /// What the shared-memory blocks measure beside the short round trip and the flood: medians
@@ -116,6 +131,9 @@ impl Medians for AmRep {
             am_flood_2way_ns_per_msg: med(|r| r.am_flood_2way_ns_per_msg),
             o_recv_ns: median_opt(reps.iter().map(|r| r.o_recv_ns)),
             o_send_ns: med(|r| r.o_send_ns),
+            memcpy_gbps: median_opt(reps.iter().map(|r| r.memcpy_gbps)),
+            memcpy_pingpong_gbps: median_opt(reps.iter().map(|r| r.memcpy_pingpong_gbps)),
+            long_stream_gbps_1mib: median_opt(reps.iter().map(|r| r.long_stream_gbps_1mib)),
         }
     }
 }
@@ -131,6 +149,27 @@ pub struct AmRatios {
     pub bare_am_rtt_over_floor: Option<f64>,
     /// Short round trip over the bare ring reference (shared memory only; null otherwise).
     pub am_short_rtt_over_bare: Option<f64>,
+    /// `long_gbps_1MiB` over `memcpy_gbps`.
+    #[serde(
+        rename = "long_gbps_1MiB_over_memcpy",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub long_over_memcpy: Option<f64>,
+    /// `long_gbps_1MiB` over `memcpy_pingpong_gbps` (shared memory only).
+    #[serde(
+        rename = "long_gbps_1MiB_over_memcpy_pingpong",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub long_over_memcpy_pingpong: Option<f64>,
+    /// `long_stream_gbps_1MiB` over `raw_stream_gbps` (network only).
+    #[serde(
+        rename = "long_stream_gbps_1MiB_over_raw_stream",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub long_stream_over_raw_stream: Option<f64>,
 }
 
 /// The whole benchmark's results: the medians over the repetitions (ns unless named
@@ -150,6 +189,25 @@ pub struct AmReport {
     /// Long round trip bandwidth at 1 MiB, GB/s (the payload travels both ways).
     #[serde(rename = "long_gbps_1MiB")]
     pub long_gbps_1mib: f64,
+    /// The bulk floor: rank 0 copying 1 MiB between two buffers of its own, in the same run
+    /// (median of the repetitions), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_gbps: Option<f64>,
+    /// The long round trip's data movement without a runtime: a memcpy ping-pong of 1 MiB
+    /// each way between the two ranks (shared memory only), GB/s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_pingpong_gbps: Option<f64>,
+    /// A one-way stream of 1 MiB long requests, GB/s.
+    #[serde(
+        rename = "long_stream_gbps_1MiB",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub long_stream_gbps_1mib: Option<f64>,
+    /// The network's stream floor: 1 MiB messages streamed over raw sockets between two
+    /// processes pinned like the ranks, measured before the job, GB/s (UDP and TCP only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_stream_gbps: Option<f64>,
     /// LogP receive overhead (absent when no repetition kept a sample).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub o_recv_ns: Option<f64>,
@@ -217,6 +275,8 @@ struct Bench {
     floor_done: Cell<u64>,
     /// Round trips done so far on the bare ring reference's rings (in the same memory file).
     bare_done: Cell<u64>,
+    /// Round trips done so far by the memcpy ping-pong (in the same memory file).
+    copy_done: Cell<u64>,
 }
 
 fn spin_for(d: Duration) {
@@ -283,6 +343,7 @@ impl Bench {
             floor,
             floor_done: Cell::new(0),
             bare_done: Cell::new(0),
+            copy_done: Cell::new(0),
         }
     }
 
@@ -328,6 +389,22 @@ impl Bench {
         self.rt
             .wait_until(|| self.pongs.load(Ordering::Relaxed) >= target);
         t0.elapsed().as_nanos() as f64
+    }
+
+    /// Streams `n` long requests of `payload` to rank 1 (whose handler only counts), then a
+    /// ping; returns GB/s until the ping's reply.
+    fn long_stream(&self, payload: &[u8], n: u64) -> f64 {
+        let target = self.pongs.load(Ordering::Relaxed) + 1;
+        let t0 = Instant::now();
+        for _ in 0..n {
+            self.rt
+                .request_long(1, self.sink, &[], payload, 0)
+                .expect("long stream");
+        }
+        self.rt.request_short(1, self.ping, &[]).expect("ping");
+        self.rt
+            .wait_until(|| self.pongs.load(Ordering::Relaxed) >= target);
+        (n as usize * payload.len()) as f64 / t0.elapsed().as_nanos() as f64
     }
 
     /// One repetition; the figures are rank 0's (rank 1's are left at their defaults).
@@ -395,6 +472,19 @@ impl Bench {
                 });
             }
         }
+        // The long round trip's data movement without a runtime, between the same two
+        // processes (shared memory only).
+        if let Some(f) = self.floor.as_ref() {
+            let (base, n) = (self.copy_done.get(), self.iters(300));
+            self.copy_done.set(base + n);
+            if me == 0 {
+                let src = vec![9u8; floor::COPY_BYTES];
+                let ns = f.copy_ping(&src, base, n);
+                r.memcpy_pingpong_gbps = Some(2.0 * floor::COPY_BYTES as f64 / ns);
+            } else {
+                f.copy_echo(base, n);
+            }
+        }
         // Phase 1: the other round trips, driven by rank 0.
         *phase += 1;
         if me == 0 {
@@ -416,6 +506,7 @@ impl Bench {
                 medium.push(SizeRtt { size, rtt_ns: ns });
             }
             r.am_medium_rtt_ns = medium;
+            r.memcpy_gbps = Some(floor::memcpy_gbps(self.iters(300)));
             let mut long = Vec::new();
             for &size in &LONG_SIZES {
                 let buf = vec![9u8; size];
@@ -432,6 +523,9 @@ impl Bench {
                 long.push(SizeRtt { size, rtt_ns: ns });
             }
             r.am_long_rtt_ns = long;
+            let payload = vec![9u8; 1 << 20];
+            let n = self.iters(300);
+            r.long_stream_gbps_1mib = Some(self.long_stream(&payload, n));
             self.end_phase();
         } else {
             self.serve(*phase);
@@ -557,6 +651,9 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             let iters = ((50_000.0 * scale) as u64).max(100);
             // 8 bytes: the payload of a one-argument short message.
             let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
+            // 1 MiB messages, as many as the long stream sends.
+            let count = ((300.0 * scale * NETWORK_SCALE) as u64).max(10);
+            let stream = floor::socket_stream_gbps(kind, count, reps.max(3))?;
             let runs = super::run_ranks::<Reps<AmRep>>(
                 "am",
                 2,
@@ -565,9 +662,11 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
                 transport,
                 &[],
             )?;
-            (runs, Some(ns))
+            (runs, Some((ns, stream)))
         }
     };
+    let raw_stream_gbps = socket_floor.map(|f| f.1);
+    let socket_floor = socket_floor.map(|f| f.0);
     let m = runs.medians()?;
     let blocks = m.blocks.as_ref();
     let (floor_key, floor) = match transport {
@@ -593,11 +692,17 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         .iter()
         .find(|e| e.size == 1 << 20)
         .map_or(f64::NAN, |e| e.rtt_ns);
+    let long_gbps_1mib = 2.0 * (1u64 << 20) as f64 / long_1mib;
+    let over = |a: Option<f64>, b: Option<f64>| Some(a? / b?).filter(|x| x.is_finite());
     Ok(AmReport {
         am_short_rtt_ns: rtt,
         am_flood_ns_per_msg: m.am_flood_ns_per_msg,
         am_flood_2way_ns_per_msg: m.am_flood_2way_ns_per_msg,
-        long_gbps_1mib: 2.0 * (1u64 << 20) as f64 / long_1mib,
+        long_gbps_1mib,
+        memcpy_gbps: m.memcpy_gbps,
+        memcpy_pingpong_gbps: m.memcpy_pingpong_gbps,
+        long_stream_gbps_1mib: m.long_stream_gbps_1mib,
+        raw_stream_gbps,
         o_recv_ns: m.o_recv_ns,
         o_send_ns: m.o_send_ns,
         l_ns: m.o_recv_ns.map(|or| rtt / 2.0 - m.o_send_ns - or),
@@ -611,6 +716,9 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             am_flood_over_floor: over_floor(|b| b.am_flood_over_floor, m.am_flood_ns_per_msg),
             bare_am_rtt_over_floor: blocks.and_then(|b| known(b.bare_am_rtt_over_floor)),
             am_short_rtt_over_bare: blocks.and_then(|b| known(b.am_short_rtt_over_bare)),
+            long_over_memcpy: over(Some(long_gbps_1mib), m.memcpy_gbps),
+            long_over_memcpy_pingpong: over(Some(long_gbps_1mib), m.memcpy_pingpong_gbps),
+            long_stream_over_raw_stream: over(m.long_stream_gbps_1mib, raw_stream_gbps),
         },
         am_medium_rtt_ns: m.am_medium_rtt_ns,
         am_long_rtt_ns: m.am_long_rtt_ns,
@@ -724,6 +832,48 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
         w,
         "  {:<28} {:>10.2} GB/s (1 MiB long, both ways)",
         "long_gbps_1MiB", r.long_gbps_1mib
+    );
+    let gbps = |w: &mut dyn Write, name: &str, v: Option<f64>, note: String| {
+        if let Some(v) = v {
+            let _ = writeln!(w, "  {name:<28} {v:>10.2} GB/s {note}");
+        }
+    };
+    let times = |x: Option<f64>, what: &str, target: &str| {
+        x.map_or(String::new(), |x| format!("(long {x:.2} x {what}{target})"))
+    };
+    let ratios = &r.ratios;
+    gbps(
+        w,
+        "memcpy_gbps (floor)",
+        r.memcpy_gbps,
+        format!(
+            "rank 0 copying 1 MiB between two buffers of its own {}",
+            times(ratios.long_over_memcpy, "this", ", target >= 0.80")
+        ),
+    );
+    gbps(
+        w,
+        "memcpy_pingpong_gbps",
+        r.memcpy_pingpong_gbps,
+        format!(
+            "1 MiB memcpy each way between the two ranks, no runtime {}",
+            times(ratios.long_over_memcpy_pingpong, "this", "")
+        ),
+    );
+    gbps(
+        w,
+        "raw_stream_gbps (floor)",
+        r.raw_stream_gbps,
+        "1 MiB messages streamed over raw sockets, measured before the job".into(),
+    );
+    let over_raw = ratios
+        .long_stream_over_raw_stream
+        .map_or(String::new(), |x| format!(" ({x:.2} x raw_stream_gbps)"));
+    gbps(
+        w,
+        "long_stream_gbps_1MiB",
+        r.long_stream_gbps_1mib,
+        format!("1 MiB long requests, one way{over_raw}"),
     );
 }
 

@@ -58,7 +58,9 @@ pub struct SharedLines {
 impl SharedLines {
     /// The variable that names the descriptor in a rank's environment.
     pub const ENV: &'static str = "VOLLEY_BENCH_FLOOR_FD";
-    const LEN: usize = 4096;
+    /// The lines and the bare rings in the first page, then the copy ping-pong's two lines
+    /// and its two buffers (pages are committed only where a copy touches them).
+    const LEN: usize = COPY_BUFFERS_AT + 2 * COPY_BYTES;
 
     /// Creates the memory file, inheritable by the ranks (no close-on-exec).
     pub fn create() -> Result<Self, String> {
@@ -223,6 +225,89 @@ pub fn bare_echo(rings: &BareRings, base: u64, iters: u64) {
     }
 }
 
+/// Bytes each copy of the memcpy ping-pong moves (the long round trip's size).
+pub const COPY_BYTES: usize = 1 << 20;
+/// Where the copy ping-pong's two lines lie in the memory file.
+const COPY_LINES_AT: usize = 4096;
+/// Where its two buffers start.
+const COPY_BUFFERS_AT: usize = 8192;
+
+impl SharedLines {
+    /// The copy ping-pong's lines and its two buffers (`a`: written by the measuring side,
+    /// `b`: by the answering side).
+    fn copy_parts(&self) -> (&[Line; 2], *mut u8, *mut u8) {
+        let base = self.lines.cast::<u8>().cast_mut();
+        // SAFETY: both lines and both buffers lie inside the mapping (LEN covers them), the
+        // lines 64-byte aligned and zero-filled at creation (valid atomics); the mapping
+        // lives as long as `self`.
+        unsafe {
+            let lines = &*base.add(COPY_LINES_AT).cast::<[Line; 2]>();
+            let a = base.add(COPY_BUFFERS_AT);
+            (lines, a, a.add(COPY_BYTES))
+        }
+    }
+
+    /// Measuring side of the memcpy ping-pong, the data movement of a long Active Message
+    /// round trip with no runtime around it: this side copies `src` (`COPY_BYTES`, a buffer of
+    /// its own) into buffer `a` and publishes the round's number; the other side
+    /// ([`SharedLines::copy_echo`]) copies `a` into `b` and answers. Rounds are numbered after
+    /// `base`, as in [`ping`]. Returns ns per round trip (two copies of `COPY_BYTES` between
+    /// the two CPUs), the first tenth excluded as warm-up.
+    pub fn copy_ping(&self, src: &[u8], base: u64, iters: u64) -> f64 {
+        assert_eq!(
+            src.len(),
+            COPY_BYTES,
+            "copy_ping: the source is one copy's size"
+        );
+        let (lines, a, _) = self.copy_parts();
+        let warm = (iters / 10).max(1);
+        let mut t0 = Instant::now();
+        for i in base + 1..=base + iters {
+            if i == base + warm {
+                t0 = Instant::now();
+            }
+            // SAFETY: `a` holds COPY_BYTES bytes of the mapping; the answering side reads it
+            // only between our release of round i and its answer, while we wait.
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), a, COPY_BYTES) };
+            lines[0].v.store(i, Ordering::Release);
+            while lines[1].v.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+        }
+        t0.elapsed().as_nanos() as f64 / (iters - warm + 1) as f64
+    }
+
+    /// Answering side of [`SharedLines::copy_ping`] with the same `base` and `iters`.
+    pub fn copy_echo(&self, base: u64, iters: u64) {
+        let (lines, a, b) = self.copy_parts();
+        for i in base + 1..=base + iters {
+            while lines[0].v.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
+            // SAFETY: both buffers hold COPY_BYTES bytes of the mapping and do not overlap;
+            // the measuring side does not write `a` until we answer, and only we write `b`.
+            unsafe { std::ptr::copy_nonoverlapping(a, b, COPY_BYTES) };
+            lines[1].v.store(i, Ordering::Release);
+        }
+    }
+}
+
+/// One process copying `COPY_BYTES` between two buffers of its own, `iters` times after a
+/// tenth as warm-up: GB/s.
+pub fn memcpy_gbps(iters: u64) -> f64 {
+    let src = vec![5u8; COPY_BYTES];
+    let mut dst = vec![0u8; COPY_BYTES];
+    for _ in 0..(iters / 10).max(1) {
+        dst.copy_from_slice(std::hint::black_box(&src));
+    }
+    let t0 = Instant::now();
+    for _ in 0..iters {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    (iters as usize * COPY_BYTES) as f64 / t0.elapsed().as_nanos() as f64
+}
+
 impl Drop for SharedLines {
     fn drop(&mut self) {
         // SAFETY: unmapping our own mapping (no reference outlives `self`) and closing our
@@ -334,6 +419,49 @@ pub fn socket_rtt_ns(
         // SAFETY: reaping our own child.
         unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
         samples.push(ns);
+    }
+    crate::affinity::restore(&saved);
+    Ok(super::median(&mut samples))
+}
+
+/// GB/s of a stream of 1 MiB messages over raw loopback sockets
+/// ([`volley::transport::net::stream_floor`]) from one process to another, pinned like the
+/// ranks (median of `reps` runs of `count` messages). Must be called before the process starts
+/// any thread (it forks).
+pub fn socket_stream_gbps(kind: SocketFloor, count: u64, reps: usize) -> Result<f64, String> {
+    use volley::transport::net::stream_floor;
+    let cpus = crate::affinity::allowed_cpus();
+    let saved = crate::affinity::current();
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let (mut a, mut b) = stream_floor::stream_pair(kind)
+            .map_err(|e| format!("network stream floor: sockets: {e}"))?;
+        let parent = std::process::id();
+        // SAFETY: called before any thread exists; the child only uses its socket and exits.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err("network stream floor: fork failed".into());
+        }
+        if pid == 0 {
+            die_with_parent(parent);
+            if cpus.len() >= 2 {
+                crate::affinity::pin(cpus[1]);
+            }
+            // An error means the sending side went away: nothing left to take.
+            let _ = b.sink(count);
+            // SAFETY: leave the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        drop(b);
+        if let Some(&c) = cpus.first() {
+            crate::affinity::pin(c);
+        }
+        let gbps = a
+            .stream(count)
+            .map_err(|e| format!("network stream floor: {e}"))?;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        samples.push(gbps);
     }
     crate::affinity::restore(&saved);
     Ok(super::median(&mut samples))

@@ -793,11 +793,12 @@ impl<'rt> Rma<'rt> {
         }
         let h = self.handlers.mem.put_flag;
         let extra = [foff, flag_value];
+        let in_place = self.put_in_place(target, off, data, Some(foff));
         if implicit {
-            return self.send_fragments((target, h), off, data, false, IMPLICIT_SLOT, extra);
+            return self.send_fragments((target, h), off, data, in_place, IMPLICIT_SLOT, extra);
         }
         let slot = self.take_slot()?;
-        if let Err(e) = self.send_fragments((target, h), off, data, false, slot, extra) {
+        if let Err(e) = self.send_fragments((target, h), off, data, in_place, slot, extra) {
             return Err(self.abandon_slot(slot, target, off, len, e));
         }
         self.finish_slot(slot, target, off, len).map(drop)
@@ -991,15 +992,18 @@ impl<'rt> Rma<'rt> {
         handler: SignalHandler,
         slot: u32,
     ) -> Result<()> {
-        let in_place = self.direct(target.rank);
-        if in_place {
+        let in_place = if self.direct(target.rank) {
             let _e = self.rt.enter_local();
             let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` lies in the target's segment (checked).
             unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
             // Release: the request published next makes the data visible to the handler.
             fence(Ordering::Release);
-        }
+            true
+        } else {
+            let _e = self.rt.enter();
+            self.put_in_place(target, off, data, None)
+        };
         self.send_fragments((target, handler.0), off, data, in_place, slot, [0, 0])
     }
 

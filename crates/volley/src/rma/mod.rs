@@ -21,8 +21,9 @@
 //!   message, no target involvement;
 //! - **am**: requests to handlers at the target, which check and apply them (puts and gets in
 //!   64 KiB fragments, atomics one after another) and reply with the status, the data or the old
-//!   value. This is the path for transports that cannot map the target; forcing it on shared
-//!   memory tests it today.
+//!   value. This is the path for transports that cannot map the target. To a rank of this node
+//!   a put or get still asks the target's handler, but moves its bytes with one copy between
+//!   the caller's buffer and the mapped segment ([`in_place`]).
 //!
 //! On top of these, [seed 002's memory-based operations](memops): write with flag
 //! ([`Rma::put_with_flag`]), memory-based FIFOs ([`Rma::fifo_create`], [`Rma::fifo_enqueue`],
@@ -45,6 +46,7 @@
 
 mod atomic;
 mod handlers;
+mod in_place;
 pub mod memops;
 mod own;
 pub mod segment;
@@ -150,6 +152,9 @@ pub struct Event<'a> {
     state: EventState,
     /// A get's buffer, filled from its completion slot when the get completes.
     dest: Option<&'a mut [u8]>,
+    /// An in-place get's bytes in the target's mapped segment, copied into `dest` once the
+    /// target has accepted the get.
+    src: Option<*mut u8>,
 }
 
 #[derive(Debug)]
@@ -550,7 +555,8 @@ impl<'rt> Rma<'rt> {
         }
         let slot = self.take_slot()?;
         let put = (target, self.handlers.mem.put);
-        if let Err(e) = self.send_fragments(put, off, data, false, slot, [0, 0]) {
+        let in_place = self.put_in_place(target, off, data, None);
+        if let Err(e) = self.send_fragments(put, off, data, in_place, slot, [0, 0]) {
             return Err(self.abandon_slot(slot, target, off, len, e));
         }
         Ok(self.pending(slot, target, off, len))
@@ -564,11 +570,12 @@ impl<'rt> Rma<'rt> {
             return self.put_direct(target, offset as u64, data);
         }
         let put = (target, self.handlers.mem.put);
+        let in_place = self.put_in_place(target, offset as u64, data, None);
         self.send_fragments(
             put,
             offset as u64,
             data,
-            false,
+            in_place,
             handlers::IMPLICIT_SLOT,
             [0, 0],
         )
@@ -609,13 +616,23 @@ impl<'rt> Rma<'rt> {
             return Ok(self.done(None));
         }
         let slot = self.take_slot()?;
+        // In place: one empty fragment that asks the target to check the whole range; the
+        // bytes are copied from its mapped segment when the get completes.
+        let src = self.admit_in_place(target, off, len, Perms::READ);
         let frag = self.rt.max_medium();
-        let pieces = buf.len().div_ceil(frag).max(1);
-        self.shared.arm(slot, pieces as u64, buf.len());
+        let pieces = match src {
+            Some(_) => 1,
+            None => buf.len().div_ceil(frag).max(1),
+        };
+        let staged = if src.is_some() { 0 } else { buf.len() };
+        self.shared.arm(slot, pieces as u64, staged);
         self.shared.aim(slot, target.rank);
         for i in 0..pieces {
             let start = (i * frag).min(buf.len());
-            let n = (buf.len() - start).min(frag);
+            let n = match src {
+                Some(_) => 0,
+                None => (buf.len() - start).min(frag),
+            };
             let args = [
                 target.id as u64,
                 target.key,
@@ -635,6 +652,7 @@ impl<'rt> Rma<'rt> {
         }
         let mut ev = self.pending(slot, target, off, len);
         ev.dest = Some(buf);
+        ev.src = src;
         Ok(ev)
     }
 
@@ -765,6 +783,7 @@ impl<'rt> Rma<'rt> {
             rma: self,
             state: EventState::Done(err),
             dest: None,
+            src: None,
         }
     }
 
@@ -778,6 +797,7 @@ impl<'rt> Rma<'rt> {
                 len,
             },
             dest: None,
+            src: None,
         }
     }
 }
@@ -838,8 +858,18 @@ impl Event<'_> {
                 let shared = &self.rma.shared;
                 self.rma.rt.wait_until(|| shared.remaining(slot) == 0);
                 let err = shared.error(slot);
-                if let (None, Some(buf)) = (&err, self.dest.take()) {
-                    shared.take_data(slot, buf);
+                match (&err, self.dest.take(), self.src) {
+                    (None, Some(buf), Some(src)) => {
+                        // Acquire: pairs with the writer's release (fence or flag) before
+                        // our reads, as on the direct path.
+                        fence(Ordering::Acquire);
+                        // SAFETY: `src..src + buf.len()` lies in the target's mapped segment
+                        // (checked when the get was issued, and accepted by the target);
+                        // `buf` is the caller's, borrowed until now.
+                        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+                    }
+                    (None, Some(buf), None) => shared.take_data(slot, buf),
+                    _ => {}
                 }
                 self.rma.free_slots.borrow_mut().push(slot);
                 let _ = (target, offset, len);

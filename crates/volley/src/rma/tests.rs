@@ -1,6 +1,8 @@
 //! Single-rank tests of both paths (the loopback rings carry the AM path).
 
 use super::*;
+use crate::am::MessageClass;
+use crate::transport::Channel;
 
 /// The atomic word, clear of the put data.
 const W: usize = 250_000;
@@ -314,4 +316,107 @@ fn every_operation_after_finalize_is_refused_on_both_paths() {
             "{path:?}: an atomic or flag after finalize landed"
         );
     }
+}
+
+/// Medium messages sent on the request channel so far.
+fn medium_requests(rt: &Runtime) -> u64 {
+    rt.stats().sent[Channel::Request as usize][MessageClass::Medium as usize]
+}
+
+#[test]
+fn the_am_path_moves_bulk_data_within_a_node_with_one_request() {
+    let (rt, setup) = setup(RmaPath::ActiveMessages);
+    let rma = setup.attach(&rt);
+    let seg = rma.alloc_symmetric(3 << 20, Perms::ALL).unwrap().on(0);
+    let data: Vec<u8> = (0..(1u32 << 20) + 5)
+        .map(|i| (i * 13 + i / 509) as u8)
+        .collect();
+    let mediums = medium_requests(&rt);
+    // Unaligned on both sides: the segment offset and the caller's buffer.
+    rma.put(seg, 7, &data[3..]).unwrap();
+    let mut back = vec![0u8; data.len()];
+    rma.get(seg, 7, &mut back[1..data.len() - 2]).unwrap();
+    assert!(
+        back[1..data.len() - 2] == data[3..],
+        "get returned other bytes"
+    );
+    assert_eq!(
+        medium_requests(&rt),
+        mediums,
+        "the bytes went through medium messages instead of one copy"
+    );
+    // Non-blocking and implicit forms go the same way.
+    let ev = rma.put_nb(seg, 1 << 20, &data).unwrap();
+    ev.wait().unwrap();
+    rma.put_nbi(seg, (2 << 20) + 1, &data[..1000]).unwrap();
+    rma.sync().unwrap();
+    let mut tail = vec![0u8; 1000];
+    rma.implicit(|s| s.get(seg, (2 << 20) + 1, &mut tail))
+        .unwrap();
+    assert!(tail == data[..1000]);
+    assert_eq!(medium_requests(&rt), mediums);
+    // A refused write is refused by the target as before: the same reason and details,
+    // counted once, nothing written (it travels in fragments, which the target refuses).
+    let mut before = vec![0u8; 3 << 20];
+    rma.read_local(seg, 0, &mut before).unwrap();
+    let refused = rma.refused();
+    let big = vec![0xEEu8; 1 << 20];
+    match rma.put(seg, (3 << 20) - 100, &big) {
+        Err(Error::Refused {
+            rank: 0,
+            reason:
+                Refusal::OutOfBounds {
+                    offset,
+                    len,
+                    segment_len,
+                },
+        }) => assert_eq!(
+            (offset, len, segment_len),
+            ((3 << 20) - 100, 1 << 20, 3 << 20)
+        ),
+        other => panic!("expected an out-of-bounds refusal, got {other:?}"),
+    }
+    let ev = rma.put_nb(seg.with_key(5), 0, &big).unwrap();
+    assert!(matches!(
+        ev.wait(),
+        Err(Error::Refused {
+            reason: Refusal::WrongKey,
+            ..
+        })
+    ));
+    rma.put_nbi(seg.with_key(5), 0, &big).unwrap();
+    assert!(matches!(
+        rma.sync(),
+        Err(Error::Refused {
+            reason: Refusal::WrongKey,
+            ..
+        })
+    ));
+    assert_eq!(rma.refused(), refused + 3, "each refusal counted once");
+    let mut after = vec![0u8; 3 << 20];
+    rma.read_local(seg, 0, &mut after).unwrap();
+    assert!(before == after, "a refused put changed the segment");
+    // A refused get reads nothing into its buffer.
+    let mut buf = vec![0x11u8; 1 << 20];
+    assert!(matches!(
+        rma.get(seg.with_key(5), 0, &mut buf),
+        Err(Error::Refused {
+            reason: Refusal::WrongKey,
+            ..
+        })
+    ));
+    assert!(buf.iter().all(|&b| b == 0x11));
+    // A write with flag whose flag word is refused writes neither data nor flag.
+    let mut old = [0u8; 16];
+    rma.read_local(seg, 96, &mut old).unwrap();
+    assert!(matches!(
+        rma.put_with_flag(seg, 100, &[1u8; 8], 3, 1),
+        Err(Error::Refused {
+            reason: Refusal::Misaligned,
+            ..
+        })
+    ));
+    let mut now = [0u8; 16];
+    rma.read_local(seg, 96, &mut now).unwrap();
+    assert_eq!(old, now, "a write with a refused flag wrote its data");
 }

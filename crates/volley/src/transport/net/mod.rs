@@ -10,7 +10,8 @@
 //! frames each Active Message as one network message (`frame.rs`) and polls the network as
 //! often as `poll_policy.rs` says.
 //!
-//! [`floor`] is what they are measured against: a message bounced between raw sockets.
+//! [`floor`] is what they are measured against: a message bounced between raw sockets;
+//! [`stream_floor`] the same sockets carrying a stream of 1 MiB messages.
 //!
 //! The contract both keep (the AM engine relies on it):
 //! - [`NetTransport::send`] only queues (or writes at once when a datagram's worth or more is
@@ -34,6 +35,7 @@ pub mod floor;
 pub(crate) mod frame;
 pub(crate) mod link;
 pub(crate) mod poll_policy;
+pub mod stream_floor;
 pub mod tcp;
 pub mod udp;
 
