@@ -107,7 +107,8 @@ enum Command {
         seed: u64,
         /// File for rank 0's result.
         out: std::path::PathBuf,
-        /// `corrupt`: damage one payload (the self-test of the checks).
+        /// `corrupt`: damage one payload; `corrupt-collective`: one wrong contribution to a
+        /// collective (the self-tests of the checks).
         corrupt: Option<String>,
     },
     /// Internal: one rank of a benchmark (started by `volley bench`).
@@ -282,7 +283,7 @@ fn main() -> ExitCode {
             seed,
             out,
             corrupt,
-        } => match soak::rank::main(seconds, seed, &out, corrupt.as_deref() == Some("corrupt")) {
+        } => match soak::rank::main(seconds, seed, &out, corrupt.as_deref()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("volley soak rank: {e}");

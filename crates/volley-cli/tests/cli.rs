@@ -463,6 +463,25 @@ fn soak_checks_traffic_end_to_end_and_fails_on_a_damaged_payload() {
     assert_eq!(code, Some(1));
     let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
     assert_eq!(doc["verified"], false, "{doc}");
+    // One wrong contribution to an all-reduce: every rank's check must catch it.
+    let (code, stdout, _) = run(
+        &[
+            "soak",
+            "--minutes",
+            "0.02",
+            "--transport",
+            "shm",
+            "--corrupt-collective",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(code, Some(1));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("JSON on stdout");
+    assert_eq!(doc["verified"], false, "{doc}");
+    let text = doc.to_string();
+    assert!(text.contains("\"collectives\""), "{doc}");
 }
 
 #[test]

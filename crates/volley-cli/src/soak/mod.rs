@@ -48,6 +48,9 @@ pub struct SoakArgs {
     /// Self-test of the checks: one payload arrives damaged, so the soak must fail.
     #[arg(long, hide = true)]
     corrupt_one: bool,
+    /// Self-test of the collectives' checks: one rank contributes a wrong value once.
+    #[arg(long, hide = true)]
+    corrupt_collective: bool,
 }
 
 /// One configuration's outcome.
@@ -229,6 +232,8 @@ fn run_job(
         ];
         if args.corrupt_one {
             rank_args.push("corrupt".into());
+        } else if args.corrupt_collective {
+            rank_args.push("corrupt-collective".into());
         }
         rank_args
     })
@@ -236,26 +241,27 @@ fn run_job(
 
 fn print_table(results: &[ConfigResult], seed: u64) {
     let mut text = format!(
-        "{:<5} {:<8} {:>7} {:>12} {:>10} {:>10} {:>8}  result (seed {seed})\n",
-        "net", "progress", "seconds", "messages", "MB", "one-sided", "rounds"
+        "{:<5} {:<8} {:>7} {:>12} {:>10} {:>10} {:>11} {:>8}  result (seed {seed})\n",
+        "net", "progress", "seconds", "messages", "MB", "one-sided", "collectives", "rounds"
     );
     for r in results {
-        let (messages, mb, one_sided, rounds) = match &r.job {
+        let (messages, mb, one_sided, collectives, rounds) = match &r.job {
             Some(j) => (
                 j.sent,
                 j.ranks.iter().map(|c| c.bytes).sum::<u64>() as f64 / 1e6,
                 j.ranks.iter().map(|c| c.puts + c.adds).sum::<u64>(),
+                j.ranks.first().map_or(0, |c| c.collectives),
                 j.ranks.first().map_or(0, |c| c.rounds),
             ),
-            None => (0, 0.0, 0, 0),
+            None => (0, 0.0, 0, 0, 0),
         };
         let result = match &r.error {
             None => "ok".to_string(),
             Some(e) => format!("FAILED: {e}"),
         };
         text += &format!(
-            "{:<5} {:<8} {:>7.1} {:>12} {:>10.1} {:>10} {:>8}  {result}\n",
-            r.transport, r.progress, r.seconds, messages, mb, one_sided, rounds
+            "{:<5} {:<8} {:>7.1} {:>12} {:>10.1} {:>10} {:>11} {:>8}  {result}\n",
+            r.transport, r.progress, r.seconds, messages, mb, one_sided, collectives, rounds
         );
     }
     let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());

@@ -5,7 +5,9 @@
 //! destination and a checksum of its payload; the handler checks both and replies with the
 //! checksum, which the sender checks in turn. Between them come one-sided puts into the
 //! rank's own slice of a random rank's segment, read back and compared, and fetch-and-adds on
-//! a counter at rank 0. A barrier ends each round; rank 0 decides whether another begins.
+//! a counter at rank 0. A barrier ends each round, followed by the global layer's collectives
+//! (an all-reduce, a broadcast from a rotating root and an all-gather of values every rank can
+//! compute, so each checks the result); rank 0 decides whether another round begins.
 //! At the end every rank reports its counts to rank 0, which checks that every request
 //! arrived once and was answered, and that the counter holds every add, and writes the result.
 
@@ -13,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use volley::rma::{Perms, Rma};
+use volley::rma::Perms;
 use volley::Runtime;
+use volley_global::{Global, Op, Strategy};
 
 /// Unanswered requests per destination at most (and long-message slots per source).
 const WINDOW: usize = 4;
@@ -42,6 +45,9 @@ pub struct RankCounts {
     /// One-sided puts checked by a get, and fetch-and-adds.
     pub puts: u64,
     pub adds: u64,
+    /// Collectives checked (all-reduce, broadcast, all-gather).
+    #[serde(default)]
+    pub collectives: u64,
     /// Sum of the values added at rank 0.
     pub added: u64,
     /// Rounds run.
@@ -82,6 +88,45 @@ impl Rng {
 }
 
 /// FNV-1a of `bytes`, mixed with `salt`.
+/// A value every rank can compute for (seed, round, rank, index), below 2^32 so that sums of
+/// many stay exact.
+fn known(seed: u64, round: u64, rank: usize, i: usize) -> u64 {
+    let mut x = seed ^ round.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ ((rank as u64) << 40) ^ i as u64;
+    x ^= x >> 31;
+    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    (x ^ (x >> 29)) & 0xffff_ffff
+}
+
+/// This round's collectives, each checked against what every rank can compute; returns the
+/// number of wrong results. `skew` is added to this rank's all-reduce contribution (the
+/// self-test).
+fn collectives(g: &Global<'_>, seed: u64, round: u64, skew: u64) -> volley_global::Result<u64> {
+    let (me, p) = (g.my_proc(), g.procs());
+    let n = 1 + (known(seed, round, usize::MAX, 0) % 200) as usize;
+    let mut wrong = 0;
+    let mut sum: Vec<u64> = (0..n).map(|i| known(seed, round, me, i)).collect();
+    sum[0] += skew;
+    g.all_reduce(&mut sum, Op::Sum)?;
+    let expected = |i| (0..p).map(|r| known(seed, round, r, i)).sum::<u64>();
+    wrong += u64::from((0..n).any(|i| sum[i] != expected(i)));
+    let root = round as usize % p;
+    let mut data: Vec<u64> = (0..n)
+        .map(|i| {
+            if me == root {
+                known(seed, round, root, i)
+            } else {
+                0
+            }
+        })
+        .collect();
+    g.broadcast(root, &mut data)?;
+    wrong += u64::from((0..n).any(|i| data[i] != known(seed, round, root, i)));
+    let mut all = vec![0u64; p];
+    g.all_gather(&[known(seed, round, me, n)], &mut all)?;
+    wrong += u64::from((0..p).any(|r| all[r] != known(seed, round, r, n)));
+    Ok(wrong)
+}
+
 fn checksum(salt: u64, bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325 ^ salt, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
@@ -112,7 +157,14 @@ struct Shared {
 
 /// Runs one rank for about `seconds`; rank 0 writes the result to `out`. `corrupt` makes one
 /// payload arrive damaged (a self-test of the checks: the job must then fail).
-pub fn main(seconds: f64, seed: u64, out: &std::path::Path, corrupt: bool) -> Result<(), String> {
+/// Runs one rank; `corrupt` is a self-test that damages one payload (`corrupt`) or one
+/// contribution to a collective (`corrupt-collective`) at the last rank.
+pub fn main(
+    seconds: f64,
+    seed: u64,
+    out: &std::path::Path,
+    corrupt: Option<&str>,
+) -> Result<(), String> {
     let mut b = Runtime::builder();
     let shared_slot: Arc<Mutex<Option<Arc<Shared>>>> = Arc::default();
     let get = {
@@ -162,10 +214,18 @@ pub fn main(seconds: f64, seed: u64, out: &std::path::Path, corrupt: bool) -> Re
             });
         s.reports.lock().unwrap()[m.src()] = Some(counts);
     });
-    let setup = Rma::register(&mut b);
+    // The global layer brings the one-sided layer (direct or AM path by its strategy) and the
+    // collectives; the configuration's progress mode stays as the driver chose it, except
+    // under `np`, which needs its thread.
+    let strategy = Strategy::from_env().map_err(|e| e.to_string())?;
+    let setup = Global::register_with(&mut b, strategy);
+    if strategy != Strategy::Np {
+        b.progress_thread(std::env::var("VOLLEY_PROGRESS").is_ok_and(|v| v == "thread"));
+    }
     let rt = b.build().map_err(|e| e.to_string())?;
     let (me, size) = (rt.rank(), rt.size());
-    let rma = setup.attach(&rt);
+    let global = setup.attach(&rt).map_err(|e| e.to_string())?;
+    let rma = global.rma();
     let shared = Arc::new(Shared {
         expected: (0..size).map(|_| AtomicU64::new(0)).collect(),
         unanswered: (0..size).map(|_| AtomicU64::new(0)).collect(),
@@ -174,7 +234,7 @@ pub fn main(seconds: f64, seed: u64, out: &std::path::Path, corrupt: bool) -> Re
         mismatches: AtomicU64::new(0),
         decision: AtomicU64::new(0),
         reports: Mutex::new(vec![None; size]),
-        corrupt_once: AtomicBool::new(corrupt && me == size - 1),
+        corrupt_once: AtomicBool::new(corrupt == Some("corrupt") && me == size - 1),
     });
     *shared_slot.lock().unwrap() = Some(shared.clone());
     // Everyone's state is in place before anyone sends.
@@ -196,6 +256,7 @@ pub fn main(seconds: f64, seed: u64, out: &std::path::Path, corrupt: bool) -> Re
     let mut rng = Rng(seed ^ (me as u64 + 1).wrapping_mul(0x2545_f491_4f6c_dd1d) | 1);
     let mut sent_seq = vec![0u64; size];
     let mut c = RankCounts::default();
+    let mut wrong_contribution = corrupt == Some("corrupt-collective") && me == size - 1;
     let start = Instant::now();
     let deadline = Duration::from_secs_f64(seconds.max(0.0));
     loop {
@@ -258,6 +319,10 @@ pub fn main(seconds: f64, seed: u64, out: &std::path::Path, corrupt: bool) -> Re
         // The round ends when every request is answered and every rank is here.
         rt.wait_until(|| s.unanswered.iter().all(|u| u.load(Ordering::Acquire) == 0));
         rt.barrier();
+        let skew = u64::from(std::mem::take(&mut wrong_contribution));
+        let wrong = collectives(&global, seed, c.rounds, skew).map_err(|e| e.to_string())?;
+        s.mismatches.fetch_add(wrong, Ordering::Relaxed);
+        c.collectives += 3;
         c.rounds += 1;
         if me == 0 {
             let go = if start.elapsed() < deadline { 1 } else { 2 };
