@@ -647,9 +647,17 @@ pub fn g_and_half_power(curve: &[BandwidthPoint]) -> (f64, f64, f64) {
 
 /// Measures each transport in `transports` (one job each) and builds the table.
 pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpReport, String> {
+    // One step per floor and per job; indicatif draws nothing when stderr is not a terminal,
+    // and no tick thread runs (the floors fork).
+    let bar = indicatif::ProgressBar::new(2 * transports.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .expect("a valid template"),
+    );
     // The floors fork, so they all come before any job (whose launcher starts threads).
     let mut floors = Vec::new();
     for &t in transports {
+        bar.set_message(format!("{} floor", t.name()));
         floors.push(match t {
             Transport::Shm => {
                 let rtt = floor::cacheline_rtt_ns(((100_000.0 * scale) as u64).max(100), 3)?;
@@ -668,6 +676,7 @@ pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpR
                 (Some(rtt), Some(gbps * 1e3))
             }
         });
+        bar.inc(1);
     }
     let mut configs = Vec::new();
     for (&t, (floor_rtt_ns, raw_stream_mb_per_s)) in transports.iter().zip(floors) {
@@ -676,7 +685,9 @@ pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpR
         } else {
             scale * NETWORK_SCALE
         };
+        bar.set_message(format!("{} job", t.name()));
         let runs = super::run_ranks::<Reps<LoggpRep>>("loggp", 2, job_scale, reps, t, &[])?;
+        bar.inc(1);
         let m = runs.medians()?;
         let (big_g, half, peak) = g_and_half_power(&m.bandwidth);
         configs.push(LoggpConfig {
@@ -697,6 +708,7 @@ pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpR
             runs: runs.reps,
         });
     }
+    bar.finish_and_clear();
     Ok(LoggpReport {
         configs,
         machine: Machine::here(),
