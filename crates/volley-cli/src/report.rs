@@ -97,11 +97,11 @@ pub fn series(docs: &[Document]) -> Vec<Series> {
         };
         let mut floor_done = false;
         for e in entries {
-            let name = e.get("name").and_then(Value::as_str).unwrap_or(file);
+            let cfg = e.get("name").and_then(Value::as_str).unwrap_or(file);
             let name = if is_volley {
-                format!("volley {name}")
+                format!("volley {cfg}")
             } else {
-                name.to_string()
+                cfg.to_string()
             };
             for (key, q) in [
                 ("latency", Quantity::Latency),
@@ -120,6 +120,32 @@ pub fn series(docs: &[Document]) -> Vec<Series> {
             let memcpy = e
                 .get("memcpy")
                 .map_or_else(Vec::new, |v| points(v, Quantity::Bandwidth));
+            let raw = e.get("raw_stream_mb_per_s").and_then(Value::as_f64);
+            if let Some(raw) = raw.filter(|x| *x > 0.0) {
+                out.push(Series {
+                    name: format!("{cfg}: raw socket stream, 1 MiB (floor)"),
+                    quantity: Quantity::Bandwidth,
+                    points: vec![(1048576.0, raw)],
+                    floor: true,
+                });
+            }
+            // Within a node a message of n bytes costs at least the cache line's handoff (half
+            // the floor round trip) and one copy of its bytes.
+            let floor_rtt = e.get("floor_rtt_ns").and_then(Value::as_f64);
+            if let (Some(rtt), "shm") = (floor_rtt, cfg) {
+                if !memcpy.is_empty() {
+                    out.push(Series {
+                        name: format!("{cfg} floor: cache line RTT/2 + one memcpy"),
+                        quantity: Quantity::Latency,
+                        // MB/s is bytes per µs.
+                        points: memcpy
+                            .iter()
+                            .map(|&(n, bw)| (n, rtt / 2e3 + n / bw))
+                            .collect(),
+                        floor: true,
+                    });
+                }
+            }
             if !floor_done && !memcpy.is_empty() {
                 floor_done = true;
                 out.push(Series {
@@ -209,7 +235,12 @@ fn draw<DB: DrawingBackend>(
         let color = Palette99::pick(i).to_rgba();
         let style = ShapeStyle::from(color).stroke_width(2);
         let line: Vec<(f64, f64)> = s.points.clone();
-        let anno = if s.floor {
+        let anno = if s.points.len() == 1 {
+            // A lone figure (a floor measured at one size): a marked point.
+            chart
+                .draw_series(s.points.iter().map(|&p| Cross::new(p, 6, style)))
+                .map_err(err)?
+        } else if s.floor {
             chart
                 .draw_series(DashedLineSeries::new(line, 6, 4, style))
                 .map_err(err)?
@@ -508,7 +539,7 @@ mod tests {
             "machine": {"host": "h", "cpu": "c", "cpus": 2, "kernel": "6", "date": "d"},
             "configs": [{
                 "name": "shm", "L_ns": -50.0, "o_s_ns": 60.0, "o_r_ns": 40.0, "g_ns": 30.0,
-                "G_ns_per_byte": 0.05, "half_power_bytes": 4096.0,
+                "G_ns_per_byte": 0.05, "half_power_bytes": 4096.0, "floor_rtt_ns": 200.0,
                 "latency": [{"size": 8, "latency_us": 0.2}, {"size": 16, "latency_us": 0.3}],
                 "bandwidth": [{"size": 8, "mb_per_s": 100.0}, {"size": 16, "mb_per_s": 200.0}],
                 "memcpy": [{"size": 8, "mb_per_s": 1000.0}, {"size": 16, "mb_per_s": 2000.0}]
@@ -530,11 +561,17 @@ mod tests {
             [
                 ("volley shm", Quantity::Latency),
                 ("volley shm", Quantity::Bandwidth),
+                (
+                    "shm floor: cache line RTT/2 + one memcpy",
+                    Quantity::Latency
+                ),
                 ("memcpy (floor)", Quantity::Bandwidth),
                 ("osu_bw", Quantity::Bandwidth),
             ]
         );
-        assert_eq!(s[3].points, [(8.0, 12.5), (16.0, 30.0)]);
+        // 0.1 µs of handoff, then 8 bytes at 1000 MB/s (bytes per µs).
+        assert_eq!(s[2].points[0], (8.0, 0.1 + 0.008));
+        assert_eq!(s[4].points, [(8.0, 12.5), (16.0, 30.0)]);
         assert!(parse_osu("x", "not osu\n").is_none());
     }
 
