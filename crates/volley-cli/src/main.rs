@@ -1,4 +1,5 @@
-//! The `volley` command: `run` launches a job, `bench` measures, `info` describes the build.
+//! The `volley` command: `run` launches a job, `bench` measures, `report` draws the results,
+//! `info` describes the build.
 
 mod affinity;
 mod apps;
@@ -7,6 +8,7 @@ mod bench;
 mod info;
 mod launch;
 mod mpi;
+mod report;
 mod self_job;
 mod soak;
 
@@ -93,6 +95,9 @@ enum Command {
     Apps(apps::AppsArgs),
     /// Print the build's limits, defaults and per-rank memory footprint.
     Info,
+    /// Make one self-contained HTML page (plots as inline SVG, tables, machine and date) from
+    /// benchmark results.
+    Report(report::ReportArgs),
     /// Random mixed traffic over every configuration for a while, checked end to end.
     Soak(soak::SoakArgs),
     /// Internal: one host's share of a multi-host job (started by `volley run --hosts`).
@@ -277,6 +282,7 @@ fn main() -> ExitCode {
         Command::Bench { which } => bench::main(which),
         Command::Apps(a) => apps::main(a),
         Command::Info => info::print(),
+        Command::Report(a) => report::main(a),
         Command::Soak(a) => soak::main(a),
         Command::SoakRank {
             seconds,

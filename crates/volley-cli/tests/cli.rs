@@ -1,4 +1,4 @@
-//! The `volley` command's own subcommands: `info` and a quick `bench am` run. (The launcher is
+//! The `volley` command's own subcommands: `info`, quick `bench` runs and `report`. (The launcher is
 //! tested with real rank programs in the `volley-tests` package.)
 
 use std::process::{Command, Stdio};
@@ -540,5 +540,128 @@ fn bench_launchers_measures_every_launcher_that_works_here() {
     assert!(
         err.contains("rtt / volley"),
         "the table goes to stderr:\n{err}"
+    );
+}
+
+#[test]
+fn bench_loggp_gives_the_table_the_osu_sweeps_and_a_report() {
+    let dir = std::env::temp_dir().join(format!("volley-loggp-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("loggp.json");
+    let svg = dir.join("loggp.svg");
+    let html = dir.join("report.html");
+    let (code, out, err) = run(
+        &[
+            "bench",
+            "loggp",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--osu",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    // The OSU layout: osu_latency's and osu_bw's header lines, then `%-10d%18.2f` rows.
+    for header in [
+        "# Size          Latency (us)",
+        "# Size      Bandwidth (MB/s)",
+    ] {
+        assert_eq!(
+            out.matches(header).count(),
+            3,
+            "{header:?} per transport:\n{out}"
+        );
+    }
+    assert!(out.contains("\n8    "), "a row for 8 bytes:\n{out}");
+    assert!(out.contains("\n16777216  "), "a row for 16 MiB:\n{out}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON");
+    let configs = doc["configs"].as_array().expect("configs");
+    let names: Vec<&str> = configs
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["shm", "udp", "tcp"]);
+    for c in configs {
+        let f = |k: &str| c[k].as_f64().unwrap_or(f64::NAN);
+        let name = &c["name"];
+        for key in ["L_ns", "o_s_ns"] {
+            // Differences of two timings: finite, and may dip below zero (L by design).
+            assert!(f(key).is_finite(), "{name}: {key} = {} in {c}", f(key));
+        }
+        for key in ["g_ns", "G_ns_per_byte", "half_power_bytes", "rtt_ns"] {
+            assert!(f(key).is_finite() && f(key) > 0.0, "{name}: {key} in {c}");
+        }
+        // o_r keeps only polls that found the message waiting: null when none did.
+        assert!(
+            c["o_r_ns"].is_null() || f("o_r_ns") > 0.0,
+            "{name}: o_r in {c}"
+        );
+        assert!(
+            f("o_s_ns") < f("rtt_ns"),
+            "{name}: o_s below the round trip"
+        );
+        assert!(
+            f("g_ns") < f("rtt_ns"),
+            "{name}: the gap below the round trip"
+        );
+        // G small: above 10 MB/s even on a loaded loopback, and consistent with the peak.
+        assert!(f("G_ns_per_byte") < 100.0, "{name}: G in {c}");
+        let peak = f("peak_mb_per_s");
+        assert!((f("G_ns_per_byte") * peak - 1e3).abs() < 1e-6 * peak);
+        let half = f("half_power_bytes");
+        assert!((8.0..=16.0 * 1048576.0).contains(&half), "{name}: {half}");
+        for (curve, key) in [("latency", "latency_us"), ("bandwidth", "mb_per_s")] {
+            let pts = c[curve].as_array().expect(curve);
+            let sizes: Vec<u64> = pts.iter().map(|p| p["size"].as_u64().unwrap()).collect();
+            let expect: Vec<u64> = (3..=24).map(|p| 1 << p).collect();
+            assert_eq!(sizes, expect, "{name}: {curve} sizes");
+            assert!(pts.iter().all(|p| p[key].as_f64().is_some_and(|v| v > 0.0)));
+        }
+    }
+    let plot = std::fs::read_to_string(&svg).expect("--plot wrote the SVG");
+    assert!(plot.starts_with("<svg") && plot.contains("volley udp") && plot.contains("memcpy"));
+    // The report from that JSON: one page, both figures inline, every series in them.
+    let (code, out, err) = run(
+        &[
+            "report",
+            json.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let page = std::fs::read_to_string(&html).expect("the report");
+    assert_eq!(
+        page.matches("<svg").count(),
+        2,
+        "latency and bandwidth figures"
+    );
+    for series in ["volley shm", "volley udp", "volley tcp", "memcpy (floor)"] {
+        // In each figure's legend (the bandwidth one) and the sweep table.
+        assert!(page.matches(series).count() >= 2, "{series} in the report");
+    }
+    assert!(page.contains("Gap per byte G") && page.contains("Measured: 20"));
+    assert!(!page.contains("src=\"http"), "self-contained");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn report_refuses_what_it_cannot_read() {
+    let (code, _, err) = run(
+        &["report", "/nonexistent/x.json", "-o", "/tmp/never.html"],
+        Duration::from_secs(10),
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("volley report: reading /nonexistent/x.json"),
+        "{err}"
     );
 }

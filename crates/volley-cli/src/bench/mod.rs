@@ -5,6 +5,7 @@ mod am;
 mod coll;
 mod floor;
 mod launchers;
+pub mod loggp;
 mod mpi_peer;
 mod progress;
 mod rma;
@@ -35,6 +36,38 @@ pub enum BenchCommand {
     /// Start-up time and short round trip of a job under each launcher that works here:
     /// `volley run`, Open MPI's `mpirun` and Slurm's `srun --mpi=pmix`.
     Launchers(LaunchersArgs),
+    /// Seed 001's LogGP table for volley (L, o_s, o_r, g, G, half-power size) over shared
+    /// memory, UDP and TCP, with latency and bandwidth sweeps from 8 B to 16 MiB.
+    Loggp(LoggpArgs),
+}
+
+/// Options of `volley bench loggp`.
+#[derive(Debug, clap::Args)]
+pub struct LoggpArgs {
+    /// Write the results as JSON to FILE (`-` for standard output; the tables then go to
+    /// standard error).
+    #[arg(long, value_name = "FILE|-")]
+    json: Option<String>,
+    /// Repetitions; every figure is the median over them.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    reps: u64,
+    /// Scale every iteration count (0.01 for a quick smoke run).
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Which transport to measure (default: shm, udp and tcp, one job each).
+    #[arg(long, value_enum)]
+    transport: Option<Transport>,
+    /// Also print the sweeps in the OSU micro-benchmarks' layout (`# Size  Latency (us)`,
+    /// `# Size  Bandwidth (MB/s)`).
+    #[arg(long)]
+    osu: bool,
+    /// Write the sweeps as CSV to FILE.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<std::path::PathBuf>,
+    /// Draw the sweeps (latency and bandwidth against size, beside the memcpy floor) as SVG
+    /// to FILE.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<std::path::PathBuf>,
 }
 
 /// Options of `volley bench launchers`.
@@ -218,6 +251,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 }
             }
         }
+        BenchCommand::Loggp(a) => loggp_main(a),
         BenchCommand::Coll(a) => run_bench(
             "coll",
             a,
@@ -229,6 +263,60 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             coll::print_table,
         ),
     }
+}
+
+/// `volley bench loggp`: its own runner, for the transport list and the extra outputs.
+fn loggp_main(a: LoggpArgs) -> ExitCode {
+    if !(a.scale > 0.0 && a.scale <= 100.0) {
+        eprintln!("volley bench loggp: --scale must be in (0, 100]");
+        return ExitCode::from(2);
+    }
+    let cpus = crate::affinity::allowed_cpus().len();
+    if cpus < 2 {
+        eprintln!(
+            "volley bench loggp: needs two CPUs (the ranks and the floor run on two), this process may use {cpus}"
+        );
+        return ExitCode::from(2);
+    }
+    let json = match Json::open(a.json.as_deref()) {
+        Ok(j) => j,
+        Err(e) => {
+            eprintln!("volley bench loggp: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let transports = match a.transport {
+        Some(t) => vec![t],
+        None => vec![Transport::Shm, Transport::Udp, Transport::Tcp],
+    };
+    let report = match loggp::bench(a.reps as usize, a.scale, &transports) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("volley bench loggp: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut text = Vec::new();
+    loggp::print_table(&report, &mut text);
+    if a.osu {
+        loggp::print_osu(&report, &mut text);
+    }
+    let doc = serde_json::to_value(&report).expect("a report serializes");
+    if let Some(path) = &a.csv {
+        if let Err(e) = std::fs::write(path, loggp::csv(&report)) {
+            eprintln!("volley bench loggp: writing {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    if let Some(path) = &a.plot {
+        let written = crate::report::sweep_svg(&[("volley bench loggp".into(), doc.clone())])
+            .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+        if let Err(e) = written {
+            eprintln!("volley bench loggp: writing {}: {e}", path.display());
+            return ExitCode::FAILURE;
+        }
+    }
+    emit_text(&text, &doc, json)
 }
 
 /// What a benchmark accepts and needs beyond the options every one checks.
@@ -299,6 +387,7 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "progress-granularity" => progress::run(out, scale, reps, progress::Part::Granularity),
         "splitc" => splitc::run(out, scale, reps),
         "coll" => coll::run(out, scale, reps),
+        "loggp" => loggp::run(out, scale, reps),
         "launch-probe" => launchers::probe_rank(),
         "launch-rtt" => launchers::rtt_rank(out, scale as u64),
         other => Err(format!("unknown benchmark {other:?}")),
