@@ -64,6 +64,7 @@ fn bench_am_reports_every_figure_as_json() {
         "long_gbps_1MiB",
         "memcpy_gbps",
         "memcpy_pingpong_gbps",
+        "memcpy_64KiB_ns",
         "long_stream_gbps_1MiB",
     ] {
         let v = doc[key].as_f64().unwrap_or(f64::NAN);
@@ -114,11 +115,13 @@ fn bench_am_reports_every_figure_as_json() {
     for key in [
         "long_gbps_1MiB_over_memcpy",
         "long_gbps_1MiB_over_memcpy_pingpong",
+        "medium_64KiB_rtt_over_two_memcpys",
     ] {
         let ratio = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
         assert!(ratio.is_finite() && ratio > 0.0, "{key}: {doc}");
     }
     assert!(err.contains("memcpy_gbps (floor)"), "{err}");
+    assert!(err.contains("memcpy_64KiB_ns (floor)"), "{err}");
     // The raw socket stream is the network runs' alone.
     assert!(doc["raw_stream_gbps"].is_null(), "{doc}");
     for key in [

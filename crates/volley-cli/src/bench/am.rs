@@ -77,6 +77,10 @@ pub struct AmRep {
     /// round trip of a memcpy ping-pong between the two ranks, GB/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memcpy_pingpong_gbps: Option<f64>,
+    /// Rank 0 copying 64 KiB between two buffers of its own, ns per copy (the medium
+    /// round trip's yardstick).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memcpy_64k_ns: Option<f64>,
     /// A one-way stream of 1 MiB long requests, GB/s.
     #[serde(
         rename = "long_stream_gbps_1MiB",
@@ -133,6 +137,7 @@ impl Medians for AmRep {
             o_send_ns: med(|r| r.o_send_ns),
             memcpy_gbps: median_opt(reps.iter().map(|r| r.memcpy_gbps)),
             memcpy_pingpong_gbps: median_opt(reps.iter().map(|r| r.memcpy_pingpong_gbps)),
+            memcpy_64k_ns: median_opt(reps.iter().map(|r| r.memcpy_64k_ns)),
             long_stream_gbps_1mib: median_opt(reps.iter().map(|r| r.long_stream_gbps_1mib)),
         }
     }
@@ -163,6 +168,14 @@ pub struct AmRatios {
         skip_serializing_if = "Option::is_none"
     )]
     pub long_over_memcpy_pingpong: Option<f64>,
+    /// The medium round trip at 64 KiB over two 64 KiB memcpys of the same run (issue
+    /// target: at most 2).
+    #[serde(
+        rename = "medium_64KiB_rtt_over_two_memcpys",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub medium_64k_over_two_memcpys: Option<f64>,
     /// `long_stream_gbps_1MiB` over `raw_stream_gbps` (network only).
     #[serde(
         rename = "long_stream_gbps_1MiB_over_raw_stream",
@@ -197,6 +210,13 @@ pub struct AmReport {
     /// each way between the two ranks (shared memory only), GB/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memcpy_pingpong_gbps: Option<f64>,
+    /// A 64 KiB memcpy by rank 0 in the same run, ns (median of the repetitions).
+    #[serde(
+        rename = "memcpy_64KiB_ns",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub memcpy_64k_ns: Option<f64>,
     /// A one-way stream of 1 MiB long requests, GB/s.
     #[serde(
         rename = "long_stream_gbps_1MiB",
@@ -507,6 +527,7 @@ impl Bench {
             }
             r.am_medium_rtt_ns = medium;
             r.memcpy_gbps = Some(floor::memcpy_gbps(self.iters(300)));
+            r.memcpy_64k_ns = Some(floor::memcpy_ns(64 << 10, self.iters(3000)));
             let mut long = Vec::new();
             for &size in &LONG_SIZES {
                 let buf = vec![9u8; size];
@@ -693,6 +714,11 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         .find(|e| e.size == 1 << 20)
         .map_or(f64::NAN, |e| e.rtt_ns);
     let long_gbps_1mib = 2.0 * (1u64 << 20) as f64 / long_1mib;
+    let medium_64k = m
+        .am_medium_rtt_ns
+        .iter()
+        .find(|e| e.size == 64 << 10)
+        .map(|e| e.rtt_ns);
     let over = |a: Option<f64>, b: Option<f64>| Some(a? / b?).filter(|x| x.is_finite());
     Ok(AmReport {
         am_short_rtt_ns: rtt,
@@ -701,6 +727,7 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         long_gbps_1mib,
         memcpy_gbps: m.memcpy_gbps,
         memcpy_pingpong_gbps: m.memcpy_pingpong_gbps,
+        memcpy_64k_ns: m.memcpy_64k_ns,
         long_stream_gbps_1mib: m.long_stream_gbps_1mib,
         raw_stream_gbps,
         o_recv_ns: m.o_recv_ns,
@@ -718,6 +745,7 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             am_short_rtt_over_bare: blocks.and_then(|b| known(b.am_short_rtt_over_bare)),
             long_over_memcpy: over(Some(long_gbps_1mib), m.memcpy_gbps),
             long_over_memcpy_pingpong: over(Some(long_gbps_1mib), m.memcpy_pingpong_gbps),
+            medium_64k_over_two_memcpys: over(medium_64k, m.memcpy_64k_ns.map(|ns| 2.0 * ns)),
             long_stream_over_raw_stream: over(m.long_stream_gbps_1mib, raw_stream_gbps),
         },
         am_medium_rtt_ns: m.am_medium_rtt_ns,
@@ -860,6 +888,13 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
             times(ratios.long_over_memcpy_pingpong, "this", "")
         ),
     );
+    if let (Some(ns), Some(x)) = (r.memcpy_64k_ns, ratios.medium_64k_over_two_memcpys) {
+        let _ = writeln!(
+            w,
+            "  {:<28} {ns:>9.1} ns    rank 0 copying 64 KiB (medium 64 KiB round trip {x:.2} x two of these, target <= 2)",
+            "memcpy_64KiB_ns (floor)"
+        );
+    }
     gbps(
         w,
         "raw_stream_gbps (floor)",
