@@ -236,6 +236,23 @@ fn a_stopped_rank_is_reported_as_not_answering() {
         .expect("rank 2's pid in its ready line");
     // SAFETY: plain system call on a rank of this job.
     unsafe { libc::kill(pid, libc::SIGSTOP) };
+    // The stop takes effect asynchronously: ask only once the rank is stopped, or its
+    // reporter may still answer.
+    let stopped = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next())
+                .is_some_and(|state| state == "T")
+        })
+    };
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !stopped() {
+        assert!(
+            std::time::Instant::now() < until,
+            "rank 2 (pid {pid}) did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     job.signal(libc::SIGUSR1);
     let stderr = job.wait_for_stderr(Duration::from_secs(60), |s| last_report(s).is_some());
     // SAFETY: as above.
