@@ -5,6 +5,7 @@ mod affinity;
 mod apps;
 mod apps_mpi;
 mod bench;
+mod experiments;
 mod info;
 mod launch;
 mod mpi;
@@ -93,6 +94,8 @@ enum Command {
     },
     /// Run seed 004's Split-C application suite under each strategy and print Table 2.
     Apps(apps::AppsArgs),
+    /// Run one of the seeds' experiments (--list shows them) and check its results.
+    Experiments(experiments::ExperimentsArgs),
     /// Print the build's limits, defaults and per-rank memory footprint.
     Info,
     /// Make one self-contained HTML page (plots as inline SVG, tables, machine and date) from
@@ -115,6 +118,17 @@ enum Command {
         /// `corrupt`: damage one payload; `corrupt-collective`: one wrong contribution to a
         /// collective (the self-tests of the checks).
         corrupt: Option<String>,
+    },
+    /// Internal: one rank of an experiment (started by `volley experiments`).
+    #[command(hide = true, name = "__experiment-rank")]
+    ExperimentRank {
+        /// Which experiment.
+        name: String,
+        /// File for rank 0's result.
+        out: std::path::PathBuf,
+        /// The experiment's own arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
     },
     /// Internal: one rank of a benchmark (started by `volley bench`).
     #[command(hide = true, name = "__bench-rank")]
@@ -282,6 +296,8 @@ fn main() -> ExitCode {
         Command::Bench { which } => bench::main(which),
         Command::Apps(a) => apps::main(a),
         Command::Info => info::print(),
+        Command::Experiments(a) => experiments::main(a),
+        Command::ExperimentRank { name, out, args } => experiments::rank_main(&name, out, args),
         Command::Report(a) => report::main(a),
         Command::Soak(a) => soak::main(a),
         Command::SoakRank {

@@ -3,7 +3,7 @@
 
 mod am;
 mod coll;
-mod floor;
+pub(crate) mod floor;
 mod launchers;
 pub mod loggp;
 mod mpi_peer;
