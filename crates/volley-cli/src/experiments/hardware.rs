@@ -90,8 +90,8 @@ fn run(o: &Options) -> Result<Outcome, String> {
         }
         median(&mut v)
     };
-    let memory_miss_ns = rep(&mut || chase_ns(chase_bytes, 2_000_000));
-    let l1_hit_ns = rep(&mut || chase_ns(16 << 10, 20_000_000));
+    let memory_miss_ns = rep(&mut || chase_ns(chase_bytes, 2_000_000, o.corrupt));
+    let l1_hit_ns = rep(&mut || chase_ns(16 << 10, 20_000_000, false));
     let cache_to_cache_ns = rep(&mut || cache_to_cache_ns(rounds));
     let memcpy_gbps = rep(&mut || memcpy_gbps(memcpy_bytes));
     let cas_ns = rep(&mut || cas_ns(20_000_000));
@@ -239,7 +239,8 @@ fn table(r: &Report) -> String {
 
 /// A random cyclic permutation of `bytes / 64` cache lines, chased `loads` times: ns per load.
 /// Fails unless the chase visits every line once per lap.
-fn chase_ns(bytes: usize, loads: u64) -> Result<f64, String> {
+/// `corrupt`: one link skips a line (the lap check must notice).
+fn chase_ns(bytes: usize, loads: u64, corrupt: bool) -> Result<f64, String> {
     const STRIDE: usize = 8; // u64s per cache line
     let lines = (bytes / 64).max(2);
     let mut next = vec![0u64; lines * STRIDE];
@@ -255,6 +256,9 @@ fn chase_ns(bytes: usize, loads: u64) -> Result<f64, String> {
     }
     for w in 0..lines {
         next[order[w] * STRIDE] = (order[(w + 1) % lines] * STRIDE) as u64;
+    }
+    if corrupt {
+        next[order[0] * STRIDE] = (order[2 % lines] * STRIDE) as u64;
     }
     // One whole lap checks the cycle (and warms the TLB as far as it can be warmed).
     let (mut at, mut seen) = (0usize, 0usize);

@@ -6,6 +6,7 @@
 //! `__experiment-rank NAME OUT ARGS...` command ([`rank_job`]); rank 0 of such a job writes its
 //! result to `OUT`.
 
+mod contention;
 mod hardware;
 
 use crate::bench::{emit_report, JsonTarget};
@@ -34,6 +35,10 @@ pub struct ExperimentsArgs {
     /// Repetitions; every figure is the median over them.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=1000))]
     reps: u64,
+    /// Damage one datum on purpose: the experiment's self-check must then fail (the test of
+    /// the check).
+    #[arg(long, hide = true)]
+    corrupt: bool,
 }
 
 /// How an experiment is asked to run.
@@ -43,6 +48,8 @@ pub struct Options {
     pub quick: bool,
     /// Repetitions (figures are medians over them).
     pub reps: usize,
+    /// Damage one datum so that the self-check must fail (`--corrupt`).
+    pub corrupt: bool,
 }
 
 /// What an experiment produced.
@@ -53,6 +60,9 @@ pub struct Outcome {
     pub doc: Value,
 }
 
+/// The entry point of one rank of an experiment's job.
+pub type RankMain = fn(&RankArgs) -> Result<(), String>;
+
 /// One experiment.
 pub struct Experiment {
     /// Its name on the command line (`seedNNN-what`).
@@ -62,7 +72,7 @@ pub struct Experiment {
     /// Runs it in the launching process.
     pub run: fn(&Options) -> Result<Outcome, String>,
     /// One rank of its jobs (`__experiment-rank`), if it starts any.
-    pub rank: Option<fn(&RankArgs) -> Result<(), String>>,
+    pub rank: Option<RankMain>,
 }
 
 #[allow(dead_code)] // the experiments with ranks land next
@@ -75,7 +85,7 @@ pub struct RankArgs {
 }
 
 /// Every experiment, in the order `--list` prints them.
-pub static EXPERIMENTS: &[Experiment] = &[hardware::EXPERIMENT];
+pub static EXPERIMENTS: &[Experiment] = &[hardware::EXPERIMENT, contention::EXPERIMENT];
 
 fn find(name: &str) -> Option<&'static Experiment> {
     EXPERIMENTS.iter().find(|e| e.name == name)
@@ -109,6 +119,7 @@ pub fn main(a: ExperimentsArgs) -> ExitCode {
     let opts = Options {
         quick: a.quick,
         reps: a.reps as usize,
+        corrupt: a.corrupt,
     };
     let outcome = match (exp.run)(&opts) {
         Ok(o) => o,

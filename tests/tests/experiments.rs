@@ -1,0 +1,127 @@
+//! `volley experiments`: the list, bad names, and each experiment at its quick size, whose
+//! JSON must say it verified its results and carry its figures.
+
+mod common;
+
+use common::Job;
+use serde_json::Value;
+
+/// Runs `volley experiments NAME --quick --reps 1 --json -` and returns the document.
+fn quick(name: &str) -> Value {
+    let out = Job::raw(["experiments", name, "--quick", "--reps", "1", "--json", "-"]).output();
+    assert!(out.status.success(), "{name} failed:\n{out}");
+    let doc: Value =
+        serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{out}"));
+    assert_eq!(doc["experiment"], name, "{doc}");
+    assert_eq!(doc["verified"], true, "{doc}");
+    assert_eq!(doc["quick"], true, "{doc}");
+    doc
+}
+
+fn positive(doc: &Value, key: &str) -> f64 {
+    let x = doc[key]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{key} missing: {doc}"));
+    assert!(x.is_finite() && x > 0.0, "{key} = {x}: {doc}");
+    x
+}
+
+#[test]
+fn the_list_names_every_experiment_and_a_bad_name_is_refused() {
+    let out = Job::raw(["experiments", "--list"]).output();
+    assert!(out.status.success(), "{out}");
+    for name in ["seed001-hardware", "seed001-contention"] {
+        assert!(
+            out.stdout.lines().any(|l| l.starts_with(name)),
+            "{name} not listed:\n{out}"
+        );
+    }
+    let out = Job::raw(["experiments", "seed999-nothing"]).output();
+    assert_eq!(out.status.code(), Some(2), "{out}");
+    assert!(
+        out.stderr.contains("no experiment \"seed999-nothing\"")
+            && out.stderr.contains("seed001-hardware"),
+        "{out}"
+    );
+    let out = Job::raw(["experiments"]).output();
+    assert_eq!(out.status.code(), Some(2), "{out}");
+    let out = Job::raw([
+        "experiments",
+        "seed001-hardware",
+        "--json",
+        "/nonexistent/dir/x.json",
+    ])
+    .output();
+    assert_eq!(out.status.code(), Some(2), "{out}");
+    assert!(out.stderr.contains("cannot write --json"), "{out}");
+}
+
+#[test]
+fn seed001_hardware_measures_table_1() {
+    let doc = quick("seed001-hardware");
+    let memory = positive(&doc, "memory_miss_ns");
+    let l1 = positive(&doc, "l1_hit_ns");
+    assert!(memory > l1, "a miss no slower than a hit: {doc}");
+    for key in [
+        "cache_to_cache_ns",
+        "memcpy_gbps",
+        "cas_ns",
+        "network_poll_ns",
+        "loopback_tcp_gbps",
+    ] {
+        positive(&doc, key);
+    }
+    assert_eq!(
+        doc["ratios"]["seed_cache_to_cache_over_memory"], 1.6,
+        "{doc}"
+    );
+}
+
+#[test]
+fn seed001_contention_floods_every_design_and_pattern() {
+    let doc = quick("seed001-contention");
+    let points = doc["points"].as_array().expect("points");
+    // 3 designs x 2 patterns x 2 loads, each with a throughput.
+    assert_eq!(points.len(), 12, "{doc}");
+    for p in points {
+        positive(p, "msgs_per_us");
+    }
+    for design in ["rings", "cas", "lock"] {
+        assert_eq!(
+            points.iter().filter(|p| p["design"] == design).count(),
+            4,
+            "{doc}"
+        );
+    }
+    assert_eq!(
+        doc["cas_over_lock"].as_array().map(Vec::len),
+        Some(4),
+        "{doc}"
+    );
+}
+
+#[test]
+fn a_damaged_datum_fails_the_self_check_with_exit_1() {
+    for name in ["seed001-hardware", "seed001-contention"] {
+        let out = Job::raw([
+            "experiments",
+            name,
+            "--quick",
+            "--reps",
+            "1",
+            "--corrupt",
+            "--json",
+            "-",
+        ])
+        .output();
+        assert_eq!(out.status.code(), Some(1), "{name}: {out}");
+        assert!(out.stderr.contains("NOT VERIFIED"), "{name}: {out}");
+        let doc: Value =
+            serde_json::from_str(&out.stdout).unwrap_or_else(|e| panic!("{name}: {e}\n{out}"));
+        assert_eq!(doc["verified"], false, "{name}: {doc}");
+        assert!(
+            !doc["failures"].as_array().expect("failures").is_empty(),
+            "{name}: {doc}"
+        );
+    }
+}
