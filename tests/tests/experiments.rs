@@ -30,7 +30,11 @@ fn positive(doc: &Value, key: &str) -> f64 {
 fn the_list_names_every_experiment_and_a_bad_name_is_refused() {
     let out = Job::raw(["experiments", "--list"]).output();
     assert!(out.status.success(), "{out}");
-    for name in ["seed001-hardware", "seed001-contention"] {
+    for name in [
+        "seed001-hardware",
+        "seed001-contention",
+        "seed001-send-breakdown",
+    ] {
         assert!(
             out.stdout.lines().any(|l| l.starts_with(name)),
             "{name} not listed:\n{out}"
@@ -102,7 +106,11 @@ fn seed001_contention_floods_every_design_and_pattern() {
 
 #[test]
 fn a_damaged_datum_fails_the_self_check_with_exit_1() {
-    for name in ["seed001-hardware", "seed001-contention"] {
+    for name in [
+        "seed001-hardware",
+        "seed001-contention",
+        "seed001-send-breakdown",
+    ] {
         let out = Job::raw([
             "experiments",
             name,
@@ -124,4 +132,22 @@ fn a_damaged_datum_fails_the_self_check_with_exit_1() {
             "{name}: {doc}"
         );
     }
+}
+
+#[test]
+fn seed001_send_breakdown_adds_up_every_component() {
+    let doc = quick("seed001-send-breakdown");
+    let components = doc["components"].as_array().expect("components");
+    assert_eq!(components.len(), 8, "{doc}");
+    let sum: f64 = components
+        .iter()
+        .map(|c| c["cycles"].as_f64().expect("cycles"))
+        .sum();
+    let total = positive(&doc, "multi_protocol_cycles");
+    assert!(
+        (sum - total).abs() < 1e-6 * total.max(1.0),
+        "components {sum} != total {total}: {doc}"
+    );
+    positive(&doc, "tsc_ghz");
+    positive(&doc, "shm_only_cycles");
 }

@@ -8,6 +8,7 @@
 
 mod contention;
 mod hardware;
+mod send_breakdown;
 
 use crate::bench::{emit_report, JsonTarget};
 use serde::de::DeserializeOwned;
@@ -85,7 +86,11 @@ pub struct RankArgs {
 }
 
 /// Every experiment, in the order `--list` prints them.
-pub static EXPERIMENTS: &[Experiment] = &[hardware::EXPERIMENT, contention::EXPERIMENT];
+pub static EXPERIMENTS: &[Experiment] = &[
+    hardware::EXPERIMENT,
+    contention::EXPERIMENT,
+    send_breakdown::EXPERIMENT,
+];
 
 fn find(name: &str) -> Option<&'static Experiment> {
     EXPERIMENTS.iter().find(|e| e.name == name)
