@@ -17,6 +17,7 @@ const CRITICAL: &str = env!("CARGO_BIN_EXE_critical");
 const BLOCK_WAIT: &str = env!("CARGO_BIN_EXE_block_wait");
 const BUSY_TARGET: &str = env!("CARGO_BIN_EXE_busy_target");
 const SELF_WAKE: &str = env!("CARGO_BIN_EXE_self_wake");
+const DELIVERY: &str = env!("CARGO_BIN_EXE_delivery");
 
 /// Deadline of the longest jobs. Alone on 2 cores they take 1-2 s; with two CPU hogs beside
 /// them the 8-rank ones took up to a minute.
@@ -313,6 +314,44 @@ fn a_sleeping_progress_thread_is_woken_by_its_own_ranks_sends() {
         .output()
         .assert_success()
         .assert_stdout_has(&["self_wake: rank 3 median round"]);
+}
+
+#[test]
+fn delivery_switches_between_polling_and_asynchronous_phase_by_phase() {
+    // Polling phases: no handler while rank 1 computes; asynchronous ones: the progress
+    // thread serves it. Over shared memory, over the network (a rank per node), with
+    // blocking waits, and on more ranks than cores.
+    Job::run(2, DELIVERY, &["thread"])
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["delivery: rank 0 ok", "delivery: rank 1 ok"]);
+    for net in ["udp", "tcp"] {
+        Job::raw([
+            "run",
+            "-n",
+            "2",
+            "--ranks-per-node",
+            "1",
+            DELIVERY,
+            "thread",
+        ])
+        .env("VOLLEY_NET", net)
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["delivery: rank 1 ok"]);
+    }
+    Job::run(4, DELIVERY, &["thread"])
+        .env("VOLLEY_WAIT", "block")
+        .timeout(HEAVY)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["delivery: rank 3 ok"]);
+    Job::run(2, DELIVERY, &["no-thread"])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["delivery: rank 0 ok", "delivery: rank 1 ok"]);
 }
 
 #[test]

@@ -51,8 +51,8 @@ pub mod transport;
 
 #[cfg(not(loom))]
 pub use am::{
-    Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyToken, RequestHandler,
-    Runtime, RuntimeBuilder, Stats,
+    Delivery, Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyToken,
+    RequestHandler, Runtime, RuntimeBuilder, Stats,
 };
 #[cfg(not(loom))]
 pub use error::{Error, Result};

@@ -38,6 +38,7 @@
 mod backoff;
 mod config;
 mod critical;
+mod delivery;
 mod engine;
 mod handler;
 mod lease;
@@ -58,6 +59,7 @@ pub use handler::{
 pub(crate) use runtime::DirectMemory;
 pub(crate) use wireup::reads_as_endpoint_info;
 
+pub use delivery::Delivery;
 pub(crate) use runtime::Entered;
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
 pub use stats::{NetworkStats, ProgressStats, Stats};

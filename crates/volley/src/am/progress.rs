@@ -30,6 +30,11 @@
 //!
 //! **Critical sections** hold the progress thread's handlers back through the word in
 //! `critical.rs`.
+//!
+//! **Polling phases** ([`crate::Delivery::Polling`], seed 000's switch between polling and
+//! interrupts per phase): the rank thread sets `paused` while it owns the engine; the progress
+//! thread then naps without taking the engine, and waits that spin out sleep by themselves, as
+//! without a thread.
 
 use super::engine::{Engine, Served, SharedEngine};
 use super::lease::{Lease, INSIDE, LOCAL, OUTSIDE, SLEEPING, WANTS};
@@ -64,6 +69,9 @@ pub(crate) struct ThreadSync {
     /// The progress thread naps on this; bumped to cut a nap short.
     nap: AtomicU32,
     stop: AtomicBool,
+    /// The program runs a polling phase ([`crate::Delivery::Polling`]): the progress thread
+    /// takes the engine no more. Written by the rank thread while it owns the engine.
+    paused: AtomicBool,
     counters: Counters,
 }
 
@@ -91,6 +99,7 @@ impl Default for ThreadSync {
             main_sleeping: AtomicBool::new(false),
             nap: AtomicU32::new(0),
             stop: AtomicBool::new(false),
+            paused: AtomicBool::new(false),
             counters: Counters::default(),
         }
     }
@@ -115,6 +124,20 @@ impl ThreadSync {
     /// whether it is outside the runtime now.
     pub(crate) fn rank_thread(&self) -> (u32, bool) {
         (self.lease.calls(), self.lease.main() == OUTSIDE)
+    }
+
+    /// Whether a polling phase holds the progress thread back.
+    pub(crate) fn paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
+    }
+
+    /// The rank thread, owning the engine, starts a polling phase (`true`: from its next
+    /// leave on, no handler runs on the progress thread) or an asynchronous one.
+    pub(crate) fn set_paused(&self, paused: bool) {
+        // Ordered before the rank thread's release of the engine, which the progress
+        // thread's take acquires: a take after this call sees it.
+        self.paused.store(paused, Ordering::Relaxed);
+        self.kick();
     }
 
     /// The rank thread enters the runtime: owns the engine on return.
@@ -254,6 +277,12 @@ fn serve(e: &Engine) {
     // wants the engine back after every poll, and the count must still reach the sleep.
     let mut empty = 0u32;
     while !sync.stop.load(Ordering::Acquire) {
+        if sync.paused.load(Ordering::Relaxed) {
+            // A polling phase: handlers run only in the rank thread's calls. Its end kicks.
+            sync.nap(NAP_MAX);
+            look = Look::Fresh;
+            continue;
+        }
         let calls = lease.calls();
         let main = lease.main();
         if main == WANTS {
@@ -286,6 +315,12 @@ fn serve(e: &Engine) {
         look = Look::Fresh;
         if !lease.try_take() {
             // The rank thread entered meanwhile.
+            continue;
+        }
+        if sync.paused.load(Ordering::Relaxed) {
+            // A polling phase began before this take (the take's acquire of the engine sees
+            // the flag the rank thread set while it owned it).
+            lease.release();
             continue;
         }
         bump(&sync.counters.takes);

@@ -1,6 +1,7 @@
 //! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
 
 use super::config::Config;
+use super::delivery::Delivery;
 use super::engine::{Engine, EngineSetup, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
 use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
 use super::progress::{ProgressThread, ThreadSync};
@@ -416,6 +417,46 @@ impl Runtime {
         self.engine().thread_sync().is_some()
     }
 
+    /// When handlers run on this rank now (see [`Delivery`]).
+    pub fn delivery(&self) -> Delivery {
+        match self.engine().thread_sync() {
+            Some(sync) if !sync.paused() => Delivery::Asynchronous,
+            _ => Delivery::Polling,
+        }
+    }
+
+    /// Switches how handlers reach this rank from now on, for the program's next phase: in
+    /// [`Delivery::Polling`] they run only inside its own runtime calls (no handler runs on
+    /// the progress thread once this returns), in [`Delivery::Asynchronous`] also while it
+    /// computes. Ranks choose independently. Asynchronous delivery needs a progress thread
+    /// ([`RuntimeBuilder::progress_thread`] or `VOLLEY_PROGRESS=thread`); without one a rank
+    /// always polls, and asking for it is an error.
+    pub fn set_delivery(&self, delivery: Delivery) -> Result<()> {
+        let _e = self.enter();
+        self.guard("set_delivery");
+        match (self.engine().thread_sync(), delivery) {
+            // Owning the engine: the progress thread gives it back before this runs, and
+            // takes it again only after this rank's next leave, which orders the flag.
+            (Some(sync), d) => {
+                sync.set_paused(d == Delivery::Polling);
+                if d == Delivery::Polling {
+                    // A progress thread asleep on the doorbell gets up and naps instead, so
+                    // that this rank's own waits may sleep there.
+                    self.engine().wake_owner();
+                }
+            }
+            (None, Delivery::Polling) => {}
+            (None, Delivery::Asynchronous) => {
+                return Err(Error::InvalidConfig {
+                    name: "delivery",
+                    value: "asynchronous".into(),
+                    why: "this rank has no progress thread (RuntimeBuilder::progress_thread or VOLLEY_PROGRESS=thread)",
+                })
+            }
+        }
+        Ok(())
+    }
+
     #[inline(always)]
     pub(crate) fn engine(&self) -> &Engine {
         self.shared.get()
@@ -544,6 +585,16 @@ impl Runtime {
         self.send_guard("request_long")?;
         self.engine()
             .send_long(dest, Channel::Request, handler.0, args, payload, offset)
+    }
+
+    /// Hands the network everything sent so far, without running any handler. Sends to
+    /// other nodes that follow each other within microseconds share system calls, and the
+    /// last of such a run leaves at the next runtime call: a rank that sends and then
+    /// computes for long without calling the runtime (or waits outside it) flushes first.
+    /// Shared-memory sends are visible at once and need no flush.
+    pub fn flush(&self) {
+        let _e = self.enter();
+        self.engine().flush_net();
     }
 
     /// Runs the handlers of every message that has arrived; returns how many ran.

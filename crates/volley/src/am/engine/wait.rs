@@ -75,7 +75,10 @@ impl Engine {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).
                     match &self.thread {
+                        // In a polling phase the progress thread serves nothing: sleep as
+                        // without one.
                         None => self.sleep_until_traffic(),
+                        Some(sync) if sync.paused() => self.sleep_until_traffic(),
                         Some(sync) => {
                             // The progress thread serves meanwhile and wakes us after
                             // handlers ran (only a handler can make `cond` true).
