@@ -147,6 +147,17 @@ pub enum Error {
         /// The limit.
         max: usize,
     },
+    /// A non-blocking send (`try_request_*`, `try_reply_*`) found no room towards `rank` at
+    /// once (shared memory: its ring full or no free medium buffer; UDP: the reliable window
+    /// full; TCP: the send queue full). Nothing was sent and no handler ran: poll (for
+    /// example with [`crate::Runtime::wait_sendable`]) and try again, or send blocking.
+    #[error("no room to send to rank {rank} on the {channel} channel now; poll and try again")]
+    WouldBlock {
+        /// The destination.
+        rank: usize,
+        /// `"request"` or `"reply"`.
+        channel: &'static str,
+    },
     /// The runtime has been finalized; it sends nothing more.
     #[error("the runtime is finalized; no more messages can be sent")]
     Finalized,

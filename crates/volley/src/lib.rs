@@ -51,8 +51,8 @@ pub mod transport;
 
 #[cfg(not(loom))]
 pub use am::{
-    Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyToken, RequestHandler,
-    Runtime, RuntimeBuilder, Stats,
+    Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyNotSent, ReplyToken,
+    RequestHandler, Runtime, RuntimeBuilder, Stats,
 };
 #[cfg(not(loom))]
 pub use error::{Error, Result};

@@ -53,7 +53,8 @@ mod tests;
 
 pub use config::{parse_size, DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT_SEGMENT_BYTES};
 pub use handler::{
-    Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
+    Message, MessageClass, ReplyFn, ReplyHandler, ReplyNotSent, ReplyToken, RequestFn,
+    RequestHandler,
 };
 pub(crate) use runtime::DirectMemory;
 pub(crate) use wireup::reads_as_endpoint_info;
