@@ -88,7 +88,10 @@ pub const OFFSET_BITS: u32 = 40;
 pub struct SegmentId(u32);
 
 impl SegmentId {
-    pub(crate) fn new(number: u8, generation: u16) -> Self {
+    /// The id of segment `number` opened under `generation`. Ids are predictable: a rank's
+    /// first open takes number 255 under generation 1, the next 254, and so on, and each
+    /// reopening of a number takes its next generation.
+    pub fn new(number: u8, generation: u16) -> Self {
         SegmentId((number as u32) << 16 | generation as u32)
     }
 
