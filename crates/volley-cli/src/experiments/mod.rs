@@ -54,6 +54,9 @@ pub struct Outcome {
     pub doc: Value,
 }
 
+/// One rank of an experiment's job.
+pub type RankFn = fn(&RankArgs) -> Result<(), String>;
+
 /// One experiment.
 pub struct Experiment {
     /// Its name on the command line (`seedNNN-what`).
@@ -63,7 +66,7 @@ pub struct Experiment {
     /// Runs it in the launching process.
     pub run: fn(&Options) -> Result<Outcome, String>,
     /// One rank of its jobs (`__experiment-rank`), if it starts any.
-    pub rank: Option<fn(&RankArgs) -> Result<(), String>>,
+    pub rank: Option<RankFn>,
 }
 
 /// What one rank of an experiment's job is given.
