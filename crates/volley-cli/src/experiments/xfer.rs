@@ -375,7 +375,14 @@ fn receive(
     let mut bits = [0u64; 2];
     for (s, b) in bits.iter_mut().enumerate().take(segs as usize) {
         let sh2 = sh.clone();
-        let id = x.open_segment(vec![0; len].into(), len, move |memory| {
+        // The segment is the program's memory, already in use: touch every page first, so
+        // that the run measures the transfer, not the kernel's (and this VM's host's) first
+        // faults on fresh pages.
+        let mut memory = vec![0u8; len];
+        for page in memory.chunks_mut(4096) {
+            page[0] = 1;
+        }
+        let id = x.open_segment(memory.into(), len, move |memory| {
             sh2.memory
                 .lock()
                 .unwrap()
