@@ -696,6 +696,7 @@ fn experiment_seed000_xfer_verifies_and_reports_every_figure() {
         "block_gbps",
         "hot_source_ns_per_packet",
         "cold_source_ns_per_packet",
+        "reply_4i_mbs",
     ] {
         let v = doc["figures"][key].as_f64().unwrap_or(f64::NAN);
         assert!(v.is_finite() && v > 0.0, "{key}: {v}");

@@ -3,7 +3,8 @@
 //! segments (seed: 10.0 against 7.4 MB/s: the xfer handler kept the segment's descriptor in
 //! registers for back-to-back packets to one segment), a block `xfer`, and the cache effect of
 //! sending from buffers that are not in the cache (requirement 33: +10 cycles per message at
-//! the sender, nothing at the receiver).
+//! the sender, nothing at the receiver), and `reply_xfer_4i` packets (seed: 9.8 MB/s; here each
+//! is the reply to a request of the segment's owner, since volley's replies answer requests).
 //!
 //! Two ranks on one node: rank 0 sends, rank 1 opens the segments and sends their ids, and
 //! answers once every end function has run. Every figure is the sender's, from its first send
@@ -36,6 +37,8 @@ const SEED_ONE_SEGMENT_US: f64 = 1.6;
 const SEED_TWO_SEGMENTS_US: f64 = 2.2;
 const SEED_XFER_N_REQUEST_MBS: f64 = 9.3;
 const SEED_COLD_SEND_EXTRA_CYCLES: f64 = 10.0;
+const SEED_XFER_4_REPLY_MBS: f64 = 9.8;
+const SEED_XFER_4_REPLY_US: f64 = 1.6;
 
 /// What rank 0 reports for one repetition (and, as medians, for the run).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -53,6 +56,10 @@ struct Figures {
     hot_source_ns_per_packet: f64,
     cold_source_ns_per_packet: f64,
     cold_extra_ns: f64,
+    /// `reply_xfer_4i` packets into one segment, each the reply to a request of the segment's
+    /// owner: payload MB/s and ns per packet (timed by the owner).
+    reply_4i_mbs: f64,
+    reply_4i_ns_per_packet: f64,
 }
 
 /// The results.
@@ -113,6 +120,14 @@ fn table(r: &Report) -> String {
         format!("{:.2}", r.seed_one_over_two),
     );
     row(
+        "reply_xfer_4i (each the reply to a request)",
+        format!(
+            "{:.1} MB/s, {:.1} ns",
+            f.reply_4i_mbs, f.reply_4i_ns_per_packet
+        ),
+        format!("{SEED_XFER_4_REPLY_MBS} MB/s, {SEED_XFER_4_REPLY_US} us"),
+    );
+    row(
         "block xfer (64 KiB fragments)",
         format!("{:.2} GB/s", f.block_gbps),
         format!("{SEED_XFER_N_REQUEST_MBS} MB/s (16 B packets)"),
@@ -164,8 +179,14 @@ fn block_byte(i: usize) -> u8 {
 /// segment `i % segs` at `(i / segs) * 16`), or one block.
 #[derive(Clone, Copy, PartialEq)]
 enum Shape {
-    Packets { segs: u64, cold: bool },
+    Packets {
+        segs: u64,
+        cold: bool,
+    },
     Block,
+    /// `reply_xfer_4i` packets into one segment of rank 1, each the reply to a request rank 1
+    /// sends (reply xfers are replies: one per request); timed by rank 1.
+    Reply4,
 }
 
 /// State shared with the handlers.
@@ -174,6 +195,8 @@ struct Shared {
     /// Rank 0: the ids rank 1 sent, as bits (0: not yet), and its answers.
     ids: [AtomicU64; 2],
     answers: AtomicU64,
+    /// Rank 0: the time rank 1 measured for a reply run, in ns.
+    reply_ns: AtomicU64,
     /// Rank 1: segments whose end function ran, and their memory.
     ended: AtomicU64,
     memory: Mutex<Vec<(u64, Box<[u8]>)>>,
@@ -204,7 +227,8 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     };
     let answer = {
         let sh = sh.clone();
-        b.request_handler("xfer-exp.answer", move |_, _| {
+        b.request_handler("xfer-exp.answer", move |m, _| {
+            sh.reply_ns.store(m.arg(0), Ordering::Relaxed);
             sh.answers.fetch_add(1, Ordering::Relaxed);
         })
     };
@@ -215,6 +239,12 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             sh.verdicts.fetch_add(1, Ordering::Relaxed);
         })
     };
+    let replies = xs.replies();
+    let give = b.request_handler("xfer-exp.give", move |m, token| {
+        let (seg, i) = (SegmentId::from_bits(m.arg(0) as u32), m.arg(1));
+        // A refusal would be counted at rank 1 and fail the run's check there.
+        let _ = replies.reply_xfer_4i(token, seg, i * 16, packet(i));
+    });
     let rt = b.build().map_err(|e| e.to_string())?;
     let x = xs.attach(&rt);
     if rt.size() != 2 {
@@ -251,22 +281,28 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             segs: 1,
             cold: true,
         },
+        Shape::Reply4,
     ];
     let block: Vec<u8> = match rt.rank() {
         0 => (0..block_bytes).map(block_byte).collect(),
         _ => Vec::new(),
     };
-    let mut runs: Vec<[f64; 4]> = Vec::new();
+    let mut runs: Vec<[f64; 5]> = Vec::new();
     for _ in 0..reps {
-        let mut secs = [0.0; 4];
+        let mut secs = [0.0; 5];
         for (k, &shape) in shapes.iter().enumerate() {
             rt.barrier();
             let answers_before = sh.answers.load(Ordering::Relaxed);
             if rt.rank() == 1 {
-                let failed = receive(&rt, &x, &sh, shape, packets, block_bytes, [ids, answer]);
+                let handlers = [ids, answer, give];
+                let failed = receive(&rt, &x, &sh, shape, packets, block_bytes, handlers);
                 if let Some(e) = failed {
                     failures.push(e);
                 }
+            } else if shape == Shape::Reply4 {
+                // Rank 1 asks and times; this rank's handler replies with the packets.
+                rt.wait_until(|| sh.answers.load(Ordering::Relaxed) > answers_before);
+                secs[k] = sh.reply_ns.load(Ordering::Relaxed) as f64 / 1e9;
             } else {
                 rt.wait_until(|| sh.ids[0].load(Ordering::Relaxed) != 0);
                 let seg =
@@ -275,6 +311,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
                 let start = Instant::now();
                 match shape {
                     Shape::Block => x.xfer(1, segs[0], 0, &block).map_err(|e| e.to_string())?,
+                    Shape::Reply4 => unreachable!("timed by rank 1"),
                     Shape::Packets { segs: n, cold: c } => {
                         for i in 0..packets {
                             let s = segs[(i % n) as usize];
@@ -321,7 +358,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         }
         let med = |k: usize| median(&mut runs.iter().map(|r| r[k]).collect::<Vec<_>>());
         let bytes = packets as f64 * 16.0;
-        let (one, two, blk, cold_s) = (med(0), med(1), med(2), med(3));
+        let (one, two, blk, cold_s, reply) = (med(0), med(1), med(2), med(3), med(4));
         let ns = |s: f64| s * 1e9 / packets as f64;
         let figures = Figures {
             one_segment_mbs: bytes / one / 1e6,
@@ -332,8 +369,15 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             hot_source_ns_per_packet: ns(one),
             cold_source_ns_per_packet: ns(cold_s),
             cold_extra_ns: ns(cold_s) - ns(one),
+            reply_4i_mbs: bytes / reply / 1e6,
+            reply_4i_ns_per_packet: ns(reply),
         };
-        for (what, v) in [("1 segment", one), ("2 segments", two), ("block", blk)] {
+        for (what, v) in [
+            ("1 segment", one),
+            ("2 segments", two),
+            ("block", blk),
+            ("reply xfer_4i", reply),
+        ] {
             if !(v.is_finite() && v > 0.0) {
                 failures.push(format!("{what}: no figure"));
             }
@@ -364,12 +408,13 @@ fn receive(
     shape: Shape,
     packets: u64,
     block_bytes: usize,
-    handlers: [volley::RequestHandler; 2],
+    handlers: [volley::RequestHandler; 3],
 ) -> Option<String> {
-    let [ids, answer] = handlers;
+    let [ids, answer, give] = handlers;
     let (segs, len) = match shape {
         Shape::Packets { segs, .. } => (segs, packets as usize / segs as usize * 16),
         Shape::Block => (1, block_bytes),
+        Shape::Reply4 => (1, packets as usize * 16),
     };
     sh.ended.store(0, Ordering::Relaxed);
     let mut bits = [0u64; 2];
@@ -395,11 +440,21 @@ fn receive(
             Err(e) => return Some(format!("open_segment: {e}")),
         }
     }
-    if rt.request_short(0, ids, &bits).is_err() {
+    let mut elapsed_ns = 0;
+    if shape == Shape::Reply4 {
+        let start = Instant::now();
+        for i in 0..packets {
+            if rt.request_short(0, give, &[bits[0], i]).is_err() {
+                return Some("asking for reply packets".into());
+            }
+        }
+        rt.wait_until(|| sh.ended.load(Ordering::Relaxed) >= segs);
+        elapsed_ns = start.elapsed().as_nanos() as u64;
+    } else if rt.request_short(0, ids, &bits).is_err() {
         return Some("sending the ids".into());
     }
     rt.wait_until(|| sh.ended.load(Ordering::Relaxed) >= segs);
-    if rt.request_short(0, answer, &[]).is_err() {
+    if rt.request_short(0, answer, &[elapsed_ns]).is_err() {
         return Some("answering".into());
     }
     // Any further end function would show up as an extra entry.
@@ -414,6 +469,10 @@ fn receive(
     for (s, mem) in memory {
         let ok = match shape {
             Shape::Block => mem.iter().enumerate().all(|(i, &b)| b == block_byte(i)),
+            Shape::Reply4 => mem
+                .chunks(16)
+                .enumerate()
+                .all(|(j, c)| c == packet_bytes(j as u64)),
             Shape::Packets { segs: n, .. } => mem.chunks(16).enumerate().all(|(j, c)| {
                 let i = j as u64 * n + s;
                 c == packet_bytes(i)
