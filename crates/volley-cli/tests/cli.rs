@@ -668,3 +668,42 @@ fn report_refuses_what_it_cannot_read() {
         "{err}"
     );
 }
+
+#[test]
+fn experiment_seed000_xfer_verifies_and_reports_every_figure() {
+    let (code, list, _) = run(&["experiments", "--list"], Duration::from_secs(10));
+    assert_eq!(code, Some(0));
+    assert!(list.contains("seed000-xfer"), "{list}");
+    let (code, out, err) = run(
+        &[
+            "experiments",
+            "seed000-xfer",
+            "--quick",
+            "--reps",
+            "1",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(240),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    assert_eq!(doc["experiment"], "seed000-xfer");
+    for key in [
+        "one_segment_mbs",
+        "two_segments_mbs",
+        "block_gbps",
+        "hot_source_ns_per_packet",
+        "cold_source_ns_per_packet",
+        "reply_4i_mbs",
+    ] {
+        let v = doc["figures"][key].as_f64().unwrap_or(f64::NAN);
+        assert!(v.is_finite() && v > 0.0, "{key}: {v}");
+    }
+    let ratio = doc["one_over_two"].as_f64().unwrap_or(f64::NAN);
+    assert!(ratio.is_finite() && ratio > 0.0, "{ratio}");
+    assert!((doc["seed_one_over_two"].as_f64().unwrap() - 10.0 / 7.4).abs() < 1e-9);
+    // The table goes to stderr beside the seed's figures.
+    assert!(err.contains("1 segment / 2 segments"), "{err}");
+}

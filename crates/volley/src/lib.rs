@@ -15,6 +15,8 @@
 //!   statistics. [`Runtime`] is the entry point.
 //! - [`rma`]: one-sided put, get and atomics on protected segments, directly on mapped memory
 //!   or through handlers at the target.
+//! - [`xfer`]: seed 000's communication segments and `xfer` bulk transfers, written on the
+//!   [`Runtime`]'s public Active Message API.
 //!
 //! Start a job with `volley run -n 4 ./my_program`; a program started bare is a job of one rank
 //! whose messages to itself still go through the rings.
@@ -48,14 +50,16 @@ pub mod rma;
 pub mod settings;
 pub(crate) mod sync;
 pub mod transport;
+#[cfg(not(loom))]
+pub mod xfer;
 
 #[cfg(not(loom))]
 pub use am::{
-    Delivery, Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyToken,
-    RequestHandler, Runtime, RuntimeBuilder, Stats,
+    Delivery, Message, MessageClass, NetworkStats, ProgressStats, ReplyHandler, ReplyNotSent,
+    ReplyToken, RequestHandler, Runtime, RuntimeBuilder, Stats,
 };
 #[cfg(not(loom))]
-pub use error::{Error, Result};
+pub use error::{Error, Result, XferRefusal};
 
 /// Most u64 arguments a message carries.
 pub const MAX_ARGS: usize = 16;

@@ -9,6 +9,7 @@
 mod contention;
 mod hardware;
 mod send_breakdown;
+mod xfer;
 
 use crate::bench::{emit_report, JsonTarget};
 use serde::de::DeserializeOwned;
@@ -61,8 +62,8 @@ pub struct Outcome {
     pub doc: Value,
 }
 
-/// The entry point of one rank of an experiment's job.
-pub type RankMain = fn(&RankArgs) -> Result<(), String>;
+/// One rank of an experiment's job.
+pub type RankFn = fn(&RankArgs) -> Result<(), String>;
 
 /// One experiment.
 pub struct Experiment {
@@ -73,10 +74,9 @@ pub struct Experiment {
     /// Runs it in the launching process.
     pub run: fn(&Options) -> Result<Outcome, String>,
     /// One rank of its jobs (`__experiment-rank`), if it starts any.
-    pub rank: Option<RankMain>,
+    pub rank: Option<RankFn>,
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// What one rank of an experiment's job is given.
 pub struct RankArgs {
     /// Where rank 0 writes its result (JSON).
@@ -90,6 +90,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     hardware::EXPERIMENT,
     contention::EXPERIMENT,
     send_breakdown::EXPERIMENT,
+    xfer::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
@@ -172,7 +173,6 @@ pub fn rank_main(name: &str, out: PathBuf, args: Vec<String>) -> ExitCode {
     }
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// A job of this binary's `__experiment-rank NAME OUT ARGS...` on `ranks` ranks, on
 /// emulated nodes of `per_node` ranks each, with `env` for every rank; returns what rank 0
 /// wrote to OUT.
@@ -202,7 +202,6 @@ pub fn rank_job<T: DeserializeOwned>(
     })
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// Rank 0's result, written for [`rank_job`].
 pub fn write_result<T: serde::Serialize>(out: &Path, result: &T) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;

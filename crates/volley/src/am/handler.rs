@@ -1,7 +1,7 @@
 //! Handler identities, the message a handler sees, and the reply token.
 
 use super::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::transport::Channel;
 
 /// Index of a request handler in the job-wide table (every rank registers the same table).
@@ -212,7 +212,79 @@ impl<'a> ReplyToken<'a> {
             offset,
         )
     }
+
+    /// [`ReplyToken::reply_short`] if the reply can go at once. It never polls: no handler
+    /// runs inside it. When the reply cannot go ([`Error::WouldBlock`], or any other refusal),
+    /// nothing was sent and the token comes back in [`ReplyNotSent`] to try again or to
+    /// reply blocking.
+    pub fn try_reply_short(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+    ) -> std::result::Result<(), ReplyNotSent<'a>> {
+        self.engine
+            .try_reply_short(
+                self.requester(),
+                self.route(),
+                Channel::Reply,
+                handler.0,
+                args,
+            )
+            .map_err(|error| ReplyNotSent { error, token: self })
+    }
+
+    /// [`ReplyToken::reply_medium`] if the reply can go at once (see
+    /// [`ReplyToken::try_reply_short`]).
+    pub fn try_reply_medium(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+        payload: &[u8],
+    ) -> std::result::Result<(), ReplyNotSent<'a>> {
+        self.engine
+            .try_send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
+            .map_err(|error| ReplyNotSent { error, token: self })
+    }
+
+    /// [`ReplyToken::reply_long`] if the reply can go at once (see
+    /// [`ReplyToken::try_reply_short`]); a refused reply wrote nothing into the requester's
+    /// segment.
+    pub fn try_reply_long(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+        payload: &[u8],
+        offset: usize,
+    ) -> std::result::Result<(), ReplyNotSent<'a>> {
+        self.engine
+            .try_send_long(
+                self.requester(),
+                Channel::Reply,
+                handler.0,
+                args,
+                payload,
+                offset,
+            )
+            .map_err(|error| ReplyNotSent { error, token: self })
+    }
 }
+
+/// A `try_reply_*` that sent nothing: why, and the token, still unused.
+#[derive(Debug)]
+pub struct ReplyNotSent<'a> {
+    /// Why ([`Error::WouldBlock`] when there was no room at once).
+    pub error: Error,
+    /// The token, to reply with again.
+    pub token: ReplyToken<'a>,
+}
+
+impl std::fmt::Display for ReplyNotSent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "reply not sent: {}", self.error)
+    }
+}
+
+impl std::error::Error for ReplyNotSent<'_> {}
 
 /// A request handler: runs at the target, may reply once through the token.
 pub type RequestFn = dyn Fn(&Message<'_>, ReplyToken<'_>) + Send + Sync + 'static;

@@ -29,7 +29,7 @@
 //! |---|---|
 //! | format | 64-bit header (handler index, argument count, kind, slots, sequence, check) + up to 16 u64 arguments; medium payload inline or in a sender buffer; long payload in the target segment |
 //! | placement | sender writes straight into the receiver's per-sender ring; long payloads into the receiver's segment |
-//! | send ops | `request_short/medium/long`; `reply_short/medium/long` on the token |
+//! | send ops | `request_short/medium/long`; `reply_short/medium/long` on the token; `try_request_*` / `try_reply_*`, which never wait or poll (`Error::WouldBlock`) |
 //! | receive ops | `poll`, `wait_until`, `barrier`, blocked sends |
 //! | reception events | a published slot header with the expected sequence number |
 //! | send completion | on return: the source buffer is reusable |
@@ -54,7 +54,8 @@ mod tests;
 
 pub use config::{parse_size, DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT_SEGMENT_BYTES};
 pub use handler::{
-    Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
+    Message, MessageClass, ReplyFn, ReplyHandler, ReplyNotSent, ReplyToken, RequestFn,
+    RequestHandler,
 };
 pub(crate) use runtime::DirectMemory;
 pub(crate) use wireup::reads_as_endpoint_info;

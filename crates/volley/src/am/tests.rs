@@ -644,3 +644,69 @@ fn every_frame_of_a_round_trip_is_padded_with_credit_from_the_answer_alone() {
         }
     }
 }
+
+/// Try-sends to this rank's own ring go until it is full, then return `WouldBlock` without
+/// running a handler; after a poll exactly the messages that went have run. A try-reply that
+/// cannot go hands its token back, and the blocking reply with it goes.
+#[test]
+fn try_sends_go_at_once_or_not_at_all_and_run_no_handler() {
+    let handled = Arc::new(AtomicU64::new(0));
+    let replies = Arc::new(AtomicU64::new(0));
+    let mut b = Runtime::builder();
+    b.ring_slots(8);
+    let r = replies.clone();
+    let got = b.reply_handler("got", move |_| {
+        r.fetch_add(1, Ordering::Relaxed);
+    });
+    let h = handled.clone();
+    let count = b.request_handler("count", move |m, tok| {
+        assert_eq!(m.arg(0), h.fetch_add(1, Ordering::Relaxed), "out of order");
+        // The reply ring is as small: some try-replies find it full and fall back.
+        match tok.try_reply_short(got, &[]) {
+            Ok(()) => {}
+            Err(not_sent) => {
+                assert!(matches!(not_sent.error, Error::WouldBlock { rank: 0, .. }));
+                not_sent.token.reply_short(got, &[]).unwrap();
+            }
+        }
+    });
+    let rt = b.build().unwrap();
+    let mut went = 0u64;
+    for _round in 0..3 {
+        loop {
+            match rt.try_request_short(0, count, &[went]) {
+                Ok(()) => went += 1,
+                Err(Error::WouldBlock {
+                    rank: 0,
+                    channel: "request",
+                }) => break,
+                Err(e) => panic!("{e}"),
+            }
+            assert_eq!(
+                handled.load(Ordering::Relaxed),
+                0,
+                "a handler ran in a try-send"
+            );
+        }
+        assert!(!rt.sendable(0, MessageClass::Short, 0).unwrap());
+        assert!(went > 0);
+        rt.wait_sendable(0, MessageClass::Short, 0).unwrap();
+        rt.wait_until(|| handled.load(Ordering::Relaxed) == went);
+        assert_eq!(handled.swap(0, Ordering::Relaxed), went);
+        went = 0;
+    }
+    rt.wait_until(|| replies.load(Ordering::Relaxed) > 0);
+    // A full ring refuses a long before its payload touches the segment.
+    let mut sent = 0u64;
+    while rt.try_request_short(0, count, &[sent]).is_ok() {
+        sent += 1;
+    }
+    assert!(matches!(
+        rt.try_request_long(0, count, &[sent], &[9u8; 64], 4096),
+        Err(Error::WouldBlock { .. })
+    ));
+    let mut buf = [0u8; 64];
+    rt.read_segment(4096, &mut buf).unwrap();
+    assert_eq!(buf, [0u8; 64], "a refused long wrote its payload");
+    rt.wait_until(|| handled.load(Ordering::Relaxed) == sent);
+}

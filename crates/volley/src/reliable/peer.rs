@@ -196,6 +196,16 @@ impl Peer {
         Ok(())
     }
 
+    /// Whether [`Peer::send`] of a message of `len` bytes would be accepted now rather than
+    /// refused with [`SendError::WouldBlock`] (a failed peer or a message too large answer
+    /// true: their `send` fails for another reason).
+    pub fn would_accept(&self, len: usize) -> bool {
+        let charge = len + RECORD_OVERHEAD;
+        matches!(self.state, State::Failed(_))
+            || len > self.config.max_message_size
+            || self.pending_bytes + self.inflight_bytes + charge <= self.config.send_buffer
+    }
+
     /// Takes the next message delivered in order, if any. Give the buffer back with
     /// [`recycle`](Self::recycle) once done with it, so the next message does not allocate.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {

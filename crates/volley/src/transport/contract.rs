@@ -16,6 +16,10 @@
 //!   it calls `blocked` with 0, 1, 2, ... (so the caller knows when a wait begins), which
 //!   lets the receiver catch up (the AM layer polls and backs off), and tries again; once
 //!   the message went through after such a wait, it calls `blocked(BLOCKED_DONE)`.
+//!   `blocked` is an [`OnBlocked`] policy: a plain closure waits; [`GiveUp`] makes the send
+//!   return [`SendRefused::WouldBlock`] at the first refusal instead, having changed nothing
+//!   (no slot reserved, no buffer claimed, no payload written, nothing queued), so that a
+//!   non-blocking send shares the blocking send's code without adding to it.
 //! - A long payload lies in the target's segment at its offset before its handler runs, and
 //!   never where the [`LongGuard`] refuses it.
 //! - Direct memory access (mapped segments of peers, for one-sided operations without a
@@ -23,6 +27,7 @@
 
 use super::Channel;
 use crate::error::Refusal;
+use std::ops::ControlFlow;
 
 /// `Inbound::route` of a message that came through the network: a reply goes back the same
 /// way.
@@ -110,6 +115,48 @@ pub(crate) enum SendRefused {
     },
     /// The target's guard refused a long payload's range.
     Guarded(Refusal),
+    /// The transport could not take the message at once and the send's [`OnBlocked`] policy
+    /// gave up: nothing was sent, reserved or written.
+    WouldBlock,
+}
+
+/// What a send does while its transport cannot take the message (see the module's
+/// promises): wait (any `FnMut(u32)` closure, which polls and backs off), or give up
+/// ([`GiveUp`]).
+pub(crate) trait OnBlocked {
+    /// Whether this policy gives up at the first refusal. Known at compile time, so that a
+    /// transport checks, before it changes anything, what it could not undo (a long payload
+    /// written into the target's segment before the frame that announces it) only for a send
+    /// that may give up: the waiting sends' code is what it was.
+    const GIVES_UP: bool;
+
+    /// Called with 0, 1, 2, ... while the message cannot be taken, and with
+    /// [`BLOCKED_DONE`] once it went through after a wait. `Break`: give up (the transport
+    /// returns [`SendRefused::WouldBlock`]).
+    fn blocked(&mut self, attempt: u32) -> ControlFlow<()>;
+}
+
+impl<F: FnMut(u32)> OnBlocked for F {
+    const GIVES_UP: bool = false;
+
+    #[inline(always)]
+    fn blocked(&mut self, attempt: u32) -> ControlFlow<()> {
+        self(attempt);
+        ControlFlow::Continue(())
+    }
+}
+
+/// The policy of a non-blocking send: give up at once.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GiveUp;
+
+impl OnBlocked for GiveUp {
+    const GIVES_UP: bool = true;
+
+    #[inline(always)]
+    fn blocked(&mut self, _attempt: u32) -> ControlFlow<()> {
+        ControlFlow::Break(())
+    }
 }
 
 /// Decides whether a long message may write a range of a rank's segment area. The layer that
@@ -179,12 +226,25 @@ pub(crate) trait Transport {
     fn peer(&self, dest: usize) -> Option<Self::Peer<'_>>;
 
     /// Sends `msg` to `peer` (see the module's promises). Refused messages were not sent.
-    fn send(
+    fn send<B: OnBlocked>(
         &self,
         peer: Self::Peer<'_>,
         msg: Outbound<'_>,
-        blocked: impl FnMut(u32),
+        blocked: B,
     ) -> Result<(), SendRefused>;
+
+    /// Whether a message on `ch` of `class` with `nargs` arguments and a payload of
+    /// `payload_len` bytes would be taken at once by [`Transport::send`] to `peer`: once
+    /// true, it stays true until this rank sends to `peer` again (only the receiver's and
+    /// the network's progress change it, and only towards more room).
+    fn sendable(
+        &self,
+        peer: Self::Peer<'_>,
+        ch: Channel,
+        class: Class,
+        nargs: usize,
+        payload_len: usize,
+    ) -> bool;
 
     /// Hands what has arrived on channel `ch` to `sink`, one sender's messages at a time;
     /// returns how many handlers ran. After each sender whose messages ran handlers, `stop`

@@ -4,7 +4,7 @@
 //! transport adds a harness and one line.
 
 use super::contract::{
-    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, BLOCKED_DONE,
+    Body, Class, GiveUp, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, BLOCKED_DONE,
 };
 use super::net::contract_tests::{connect_all, LOCAL};
 use super::net::link::{NetLink, Placement};
@@ -460,6 +460,66 @@ pub(crate) fn a_full_transport_blocks_until_the_receiver_catches_up<H: Harness>(
     );
 }
 
+/// A send under the give-up policy to a receiver that does not poll goes while
+/// [`Transport::sendable`] says so and is refused with [`SendRefused::WouldBlock`] exactly
+/// when it does not, leaving nothing behind: a refused long wrote nothing into the segment,
+/// and once the receiver catches up exactly the messages that went arrive, once and in order.
+pub(crate) fn a_send_that_gives_up_changes_nothing<H: Harness>() {
+    let pair = H::pair(None);
+    let a = &pair.sender;
+    let peer = a.peer(pair.dest).unwrap();
+    let sink = Recorder::default();
+    // Refused longs aim here, where no long that goes ever writes.
+    let canary = SEGMENT / 2;
+    let small = [1u8; 40];
+    let big = [2u8; 3000];
+    let long = [3u8; 256];
+    let (mut went, mut refusals, mut tries) = (0u64, 0, 0u64);
+    while refusals < 3 {
+        tries += 1;
+        assert!(tries < 1_000_000, "the transport never refused");
+        let (class, payload) = match tries % 4 {
+            0 => (Class::Short, &[][..]),
+            1 => (Class::Medium, &small[..]),
+            2 => (Class::Medium, &big[..]),
+            _ => (Class::Long, &long[..]),
+        };
+        let args = [went];
+        let predicted = a.sendable(peer, Channel::Request, class, 1, payload.len());
+        let offset = match predicted {
+            true => (went as usize % 120) * long.len(),
+            false => canary,
+        };
+        let m = Outbound {
+            offset,
+            ..msg(Channel::Request, class, 1, &args, payload)
+        };
+        match a.send(peer, m, GiveUp) {
+            Ok(()) => {
+                assert!(predicted, "{class:?} went though not sendable");
+                went += 1;
+            }
+            Err(SendRefused::WouldBlock) => {
+                assert!(!predicted, "{class:?} refused though sendable");
+                refusals += 1;
+                let segment = H::segment(pair.receiver());
+                assert!(
+                    segment[canary..canary + long.len()].iter().all(|&b| b == 0),
+                    "a refused long wrote into the segment"
+                );
+                a.flush();
+                receive::<H>(&pair, &sink, went as usize);
+                let seen = sink.seen.borrow();
+                assert!(
+                    seen.iter().map(|s| s.args[0]).eq(0..went),
+                    "lost, doubled or reordered"
+                );
+            }
+            Err(e) => panic!("refused: {e:?}"),
+        }
+    }
+}
+
 /// Something taken in and not yet handed on is pending; after the poll it is not.
 pub(crate) fn pending_until_polled<H: Harness>() {
     let pair = H::pair(None);
@@ -512,6 +572,11 @@ macro_rules! transport_contract {
             #[test]
             fn a_full_transport_blocks_until_the_receiver_catches_up() {
                 super::a_full_transport_blocks_until_the_receiver_catches_up::<$harness>();
+            }
+
+            #[test]
+            fn a_send_that_gives_up_changes_nothing() {
+                super::a_send_that_gives_up_changes_nothing::<$harness>();
             }
 
             #[test]

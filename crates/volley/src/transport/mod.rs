@@ -28,6 +28,14 @@ pub enum Channel {
 }
 
 impl Channel {
+    /// `"request"` or `"reply"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Request => "request",
+            Self::Reply => "reply",
+        }
+    }
+
     /// The other channel: the one a frame of this channel is answered on.
     #[inline(always)]
     pub fn other(self) -> Self {

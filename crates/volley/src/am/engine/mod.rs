@@ -1,6 +1,7 @@
 //! The engine: sends each message through the transport of its route (the node's rings,
 //! [`Links`], or the network, [`NetLink`]), polls both and runs handlers: it is the sink of
-//! every transport. Its jobs, one module each: [`send`], [`receive`] (what a poll serves, in
+//! every transport. Its jobs, one module each: [`send`], [`try_send`] (sends that go at once
+//! or not at all), [`receive`] (what a poll serves, in
 //! what order), [`dispatch`] (running handlers, one `deliver` for every transport), [`wait`]
 //! (waits and sleep), [`job`] (barrier, finalize, health, watchdog, statistics) and [`setup`]
 //! (composing it).
@@ -22,6 +23,7 @@ mod observe;
 mod receive;
 mod send;
 mod setup;
+mod try_send;
 mod wait;
 
 pub(crate) use job::{SystemOp, MAX_BARRIER_ROUNDS};

@@ -13,7 +13,7 @@ use crate::transport::Channel;
 use crate::MAX_ARGS;
 
 impl Engine {
-    pub(super) fn check_dest(&self, dest: usize) -> Result<()> {
+    pub(crate) fn check_dest(&self, dest: usize) -> Result<()> {
         if dest >= self.size {
             return Err(self.invalid_rank(dest));
         }
@@ -128,6 +128,21 @@ impl Engine {
         args: &[u64],
         payload: &[u8],
     ) -> Result<()> {
+        let msg = self.medium_msg(dest, ch, handler, args, payload)?;
+        self.send_routed(dest, msg)?;
+        self.stats.sent(ch, MessageClass::Medium);
+        Ok(())
+    }
+
+    /// A checked medium message.
+    pub(super) fn medium_msg<'a>(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &'a [u64],
+        payload: &'a [u8],
+    ) -> Result<Outbound<'a>> {
         self.check_dest(dest)?;
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
@@ -137,17 +152,14 @@ impl Engine {
                 max: MEDIUM_MAX,
             });
         }
-        let msg = Outbound {
+        Ok(Outbound {
             ch,
             class: Class::Medium,
             handler,
             args,
             payload,
             offset: 0,
-        };
-        self.send_routed(dest, msg)?;
-        self.stats.sent(ch, MessageClass::Medium);
-        Ok(())
+        })
     }
 
     /// Sends a long message: its payload lands in `dest`'s segment at `offset` before its
@@ -161,6 +173,22 @@ impl Engine {
         payload: &[u8],
         offset: usize,
     ) -> Result<()> {
+        let msg = self.long_msg(dest, ch, handler, args, payload, offset)?;
+        self.send_routed(dest, msg)?;
+        self.stats.sent(ch, MessageClass::Long);
+        Ok(())
+    }
+
+    /// A checked long message.
+    pub(super) fn long_msg<'a>(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &'a [u64],
+        payload: &'a [u8],
+        offset: usize,
+    ) -> Result<Outbound<'a>> {
         self.check_dest(dest)?;
         self.check_handler(ch, handler)?;
         Self::check_args(args)?;
@@ -176,17 +204,14 @@ impl Engine {
                 segment_len,
             });
         }
-        let msg = Outbound {
+        Ok(Outbound {
             ch,
             class: Class::Long,
             handler,
             args,
             payload,
             offset,
-        };
-        self.send_routed(dest, msg)?;
-        self.stats.sent(ch, MessageClass::Long);
-        Ok(())
+        })
     }
 
     /// Sends a runtime-internal one-way message on the request channel.
@@ -214,18 +239,32 @@ impl Engine {
                 .send(peer, msg, self.blocked(route as usize, msg.ch)),
             None => self.send_net(dest, msg),
         };
-        sent.map_err(|refused| match refused {
+        sent.map_err(|refused| Self::refusal(dest, msg, refused))
+    }
+
+    /// The error that names why a transport refused `msg` to `dest`.
+    #[cold]
+    pub(super) fn refusal(dest: usize, msg: Outbound<'_>, refused: SendRefused) -> Error {
+        match refused {
             SendRefused::TooLarge { len, max } if msg.class == Class::Long => {
                 Error::LongTooLarge { len, max }
             }
             SendRefused::TooLarge { len, max } => Error::PayloadTooLarge { len, max },
             SendRefused::Guarded(reason) => Error::Refused { rank: dest, reason },
-        })
+            SendRefused::WouldBlock => Error::WouldBlock {
+                rank: dest,
+                channel: msg.ch.name(),
+            },
+        }
     }
 
     /// Sends `msg` to `dest`, a rank on another node, through the network route.
     #[inline(never)]
-    fn send_net(&self, dest: usize, msg: Outbound<'_>) -> std::result::Result<(), SendRefused> {
+    pub(super) fn send_net(
+        &self,
+        dest: usize,
+        msg: Outbound<'_>,
+    ) -> std::result::Result<(), SendRefused> {
         let net = self
             .net
             .as_ref()

@@ -90,6 +90,12 @@ pub(crate) fn encode(
     out.extend_from_slice(payload);
 }
 
+/// The bytes [`encode`] makes of a message of `class` with `nargs` arguments and a payload
+/// of `payload_len` bytes.
+pub(crate) fn encoded_len(class: Class, nargs: usize, payload_len: usize) -> usize {
+    (1 + extra_words(class) + nargs) * 8 + payload_len
+}
+
 /// Decodes one message; `None` if it is malformed (to be dropped and counted).
 pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     let word = |i: usize| -> Option<u64> {

@@ -11,11 +11,13 @@ use super::poll_policy::{NetPollState, PollPolicy};
 use super::{NetError, NetStats, NetTransport, MAX_MESSAGE};
 use crate::counter::Counter;
 use crate::transport::contract::{
-    Body, Class, Inbound, LongGuard, Outbound, SendRefused, Sink, Transport, BLOCKED_DONE, REMOTE,
+    Body, Class, Inbound, LongGuard, OnBlocked, Outbound, SendRefused, Sink, Transport,
+    BLOCKED_DONE, REMOTE,
 };
 use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -387,11 +389,11 @@ impl Transport for NetLink {
     }
 
     #[inline(never)]
-    fn send(
+    fn send<B: OnBlocked>(
         &self,
         dest: usize,
         msg: Outbound<'_>,
-        mut blocked: impl FnMut(u32),
+        mut blocked: B,
     ) -> Result<(), SendRefused> {
         let max = self.max_payload(msg.class);
         if msg.payload.len() > max {
@@ -427,17 +429,26 @@ impl Transport for NetLink {
                     break;
                 }
                 Err(NetError::WouldBlock) => {
+                    // The transport queued nothing. A send that gives up returns before it
+                    // takes anything in: it neither polls nor makes handlers due.
+                    if B::GIVES_UP {
+                        self.encode_buf.set(buf);
+                        return Err(SendRefused::WouldBlock);
+                    }
                     // The window opens only when acks arrive: take them in now, not just
                     // when the policy's turn comes, and let the caller wait.
                     self.take_in();
-                    blocked(attempt);
+                    if let ControlFlow::Break(()) = blocked.blocked(attempt) {
+                        self.encode_buf.set(buf);
+                        return Err(SendRefused::WouldBlock);
+                    }
                     attempt += 1;
                 }
                 Err(e) => self.failed(e),
             }
         }
         if attempt > 0 {
-            blocked(BLOCKED_DONE);
+            let _ = blocked.blocked(BLOCKED_DONE);
         }
         if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
             c.sent[ch as usize].bump();
@@ -471,6 +482,18 @@ impl Transport for NetLink {
             self.transport.borrow_mut().recycle(src, msg);
         }
         Some(handled)
+    }
+
+    fn sendable(
+        &self,
+        dest: usize,
+        _ch: Channel,
+        class: Class,
+        nargs: usize,
+        payload_len: usize,
+    ) -> bool {
+        let len = frame::encoded_len(class, nargs, payload_len);
+        self.transport.borrow().would_accept(dest, len)
     }
 
     fn pending(&self) -> bool {

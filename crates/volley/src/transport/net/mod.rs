@@ -153,6 +153,11 @@ pub trait NetTransport: std::fmt::Debug + Send {
     /// Queues `msg` for `peer` (see the module contract).
     fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError>;
 
+    /// Whether `send` of a message of `len` bytes to `peer` would be accepted now (not refused
+    /// with [`NetError::WouldBlock`]). Only `progress` (acks, written bytes) turns it from
+    /// false to true; a failed or unknown peer answers true (its `send` fails otherwise).
+    fn would_accept(&self, peer: usize, len: usize) -> bool;
+
     /// Transmits, receives and runs timers without blocking; appends delivered messages to
     /// `inbox`. Returns the number of messages appended.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;

@@ -135,6 +135,18 @@ impl PoolFlags<'_> {
         None
     }
 
+    /// Whether a buffer of `ch` is free (so that [`PoolFlags::claim`] by this rank, the only
+    /// one that claims, would succeed).
+    pub fn any_free(&self, ch: Channel, bufs: usize) -> bool {
+        // Acquire: as in `claim`.
+        (0..bufs).any(|idx| {
+            self.flags[ch as usize * bufs + idx]
+                .header
+                .load(Ordering::Acquire)
+                == 0
+        })
+    }
+
     /// Marks buffer `idx` of `ch` free again (called by the receiver after its handler).
     #[inline]
     pub fn release(&self, ch: Channel, idx: usize, bufs: usize) {

@@ -346,6 +346,22 @@ impl Producer {
         Some(pos)
     }
 
+    /// Whether [`Producer::reserve`] of `n` slots would succeed now (skip included), reading
+    /// the receiver's credit afresh if the cached one is short; reserves nothing. Only the
+    /// receiver's consuming changes the answer, and only from false to true.
+    pub fn has_room(&mut self, ring: RingRef<'_>, n: u64) -> bool {
+        let size = ring.slot_count();
+        let idx = self.tail & (size - 1);
+        let skip = if idx + n > size { size - idx } else { 0 };
+        let need = skip + n;
+        if self.tail + need > self.limit {
+            // Acquire: as in `reserve`.
+            self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+            self.bound = self.bound_for(size);
+        }
+        self.tail + need <= self.limit
+    }
+
     /// The bound for the current tail and limit in a ring of `size` slots.
     #[inline(always)]
     fn bound_for(&self, size: u64) -> u64 {

@@ -362,6 +362,15 @@ impl NetTransport for TcpTransport {
         self.establish(me, peers)
     }
 
+    fn would_accept(&self, peer: usize, len: usize) -> bool {
+        let idx = match self.slot.get(peer) {
+            Some(&i) if i != NO_CONN => i,
+            _ => return true,
+        };
+        let queued = self.conns[idx].tx.queued();
+        queued == 0 || queued + PREFIX + len <= self.config.max_queued
+    }
+
     fn send(&mut self, peer: usize, msg: &[u8], _now: u64) -> Result<(), NetError> {
         if msg.len() > MAX_MESSAGE {
             return Err(NetError::TooLarge {

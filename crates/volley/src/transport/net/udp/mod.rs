@@ -567,6 +567,13 @@ impl NetTransport for UdpTransport {
         Ok(())
     }
 
+    fn would_accept(&self, peer: usize, len: usize) -> bool {
+        match self.slot(peer) {
+            Ok(slot) => self.links[slot].peer.would_accept(len),
+            Err(_) => true,
+        }
+    }
+
     /// Queues `msg`; when the peer's queue fills a datagram (and the window has room), the
     /// full datagrams are written at once, and sent once a batch of them is ready, so a long
     /// run of sends without progress still leaves in full datagrams.

@@ -9,7 +9,7 @@ use super::super::ring::{MAX_FRAME_SLOTS, SLOT_BYTES};
 use super::super::MEDIUM_MAX;
 use super::send::{Outgoing, TxPeer, Words};
 use super::{extra_words, Links};
-use crate::transport::contract::{Class, Outbound, SendRefused, Sink, Transport};
+use crate::transport::contract::{Class, OnBlocked, Outbound, SendRefused, Sink, Transport};
 use crate::transport::Channel;
 
 /// A rank of this node as a destination: its local index and its entry.
@@ -29,11 +29,11 @@ impl Transport for Links {
     }
 
     #[inline(always)]
-    fn send(
+    fn send<B: OnBlocked>(
         &self,
         peer: ShmPeer<'_>,
         msg: Outbound<'_>,
-        blocked: impl FnMut(u32),
+        blocked: B,
     ) -> Result<(), SendRefused> {
         let Outbound {
             ch,
@@ -55,20 +55,49 @@ impl Transport for Links {
                 }
                 // Inline when it fits in a few slots, otherwise through one of this rank's
                 // medium buffers.
-                let inline_bytes = (2 + args.len()) * 8 + payload.len();
-                if inline_bytes <= MAX_FRAME_SLOTS as usize * SLOT_BYTES {
+                if medium_inline(args.len(), payload.len()) {
                     (KIND_MEDIUM_INLINE, [payload.len() as u64, 0], payload)
                 } else {
                     return self.send_pooled(peer, msg, blocked);
                 }
             }
             Class::Long => {
+                // The payload goes into the target's segment before the frame's slots are
+                // reserved, and could not be taken back: a send that may give up makes sure
+                // of the room first (the slots stay free: only this rank reserves them).
+                if B::GIVES_UP && !self.has_room(peer, ch, frame_slots(KIND_LONG, args.len(), 0)) {
+                    return Err(SendRefused::WouldBlock);
+                }
                 self.place_long(peer.index, payload, offset)?;
                 (KIND_LONG, [payload.len() as u64, offset as u64], &[])
             }
         };
-        self.send_encoded(peer, ch, kind, handler, extra, args, inline, blocked);
-        Ok(())
+        self.send_encoded(peer, ch, kind, handler, extra, args, inline, blocked)
+    }
+
+    fn sendable(
+        &self,
+        peer: ShmPeer<'_>,
+        ch: Channel,
+        class: Class,
+        nargs: usize,
+        payload_len: usize,
+    ) -> bool {
+        let (kind, inline) = match class {
+            Class::Short => (KIND_WORDS, 0),
+            Class::System => (KIND_SYSTEM, 0),
+            Class::Long => (KIND_LONG, 0),
+            Class::Medium => match medium_inline(nargs, payload_len) {
+                true => (KIND_MEDIUM_INLINE, payload_len),
+                false => {
+                    if !self.medium_buffer_free(ch) {
+                        return false;
+                    }
+                    (KIND_MEDIUM_POOLED, 0)
+                }
+            },
+        };
+        self.has_room(peer, ch, frame_slots(kind, nargs, inline))
     }
 
     #[inline(always)]
@@ -89,7 +118,30 @@ impl Transport for Links {
     }
 }
 
+/// Whether a medium message with `nargs` arguments and `payload_len` bytes travels inline
+/// (in its frame's few slots) rather than in a medium buffer.
+#[inline(always)]
+fn medium_inline(nargs: usize, payload_len: usize) -> bool {
+    (2 + nargs) * 8 + payload_len <= MAX_FRAME_SLOTS as usize * SLOT_BYTES
+}
+
+/// The slots a frame of `kind` with `nargs` arguments and `inline` payload bytes occupies.
+#[inline(always)]
+fn frame_slots(kind: u8, nargs: usize, inline: usize) -> u64 {
+    let words = 1 + extra_words(kind) + nargs;
+    // Without a payload inline (known when this is inlined), whole words: a shift.
+    (match inline {
+        0 => words.div_ceil(SLOT_BYTES / 8),
+        _ => (words * 8 + inline).div_ceil(SLOT_BYTES),
+    }) as u64
+}
+
 impl Links {
+    /// Whether `nslots` slots can be reserved in the ring of `ch` towards `peer` now.
+    fn has_room(&self, peer: ShmPeer<'_>, ch: Channel, nslots: u64) -> bool {
+        peer.tx.rings[ch as usize].has_room(nslots)
+    }
+
     /// Frames and sends a message of frame kind `kind` whose words after the header are
     /// `extra` (as many as the kind has), `args`, then `inline` bytes.
     #[allow(clippy::too_many_arguments)]
@@ -103,8 +155,8 @@ impl Links {
         extra: [u64; 2],
         args: &[u64],
         inline: &[u8],
-        blocked: impl FnMut(u32),
-    ) {
+        blocked: impl OnBlocked,
+    ) -> Result<(), SendRefused> {
         let nextra = extra_words(kind);
         let words = 1 + nextra + args.len();
         // Without a payload inline (known when this is inlined), whole words: a shift.
@@ -125,20 +177,23 @@ impl Links {
             args,
             inline,
         };
-        self.send_frame(peer, ch, out, body, blocked);
+        self.send_frame(peer, ch, out, body, blocked)
     }
 
-    /// A medium message whose payload travels in one of this rank's medium buffers.
+    /// A medium message whose payload travels in one of this rank's medium buffers. A send
+    /// that gives up for want of ring room gives the buffer back.
     #[cold]
     #[inline(never)]
-    pub(super) fn send_pooled(
+    pub(super) fn send_pooled<B: OnBlocked>(
         &self,
         peer: ShmPeer<'_>,
         msg: Outbound<'_>,
-        mut blocked: impl FnMut(u32),
+        mut blocked: B,
     ) -> Result<(), SendRefused> {
         let (ch, payload) = (msg.ch, msg.payload);
-        let idx = self.claim_medium_buffer(ch, &mut blocked);
+        let idx = self
+            .claim_medium_buffer(ch, &mut blocked)
+            .ok_or(SendRefused::WouldBlock)?;
         // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
         // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
         unsafe {
@@ -150,8 +205,11 @@ impl Links {
         }
         let extra = [payload.len() as u64 | (idx as u64) << 32, 0];
         let kind = KIND_MEDIUM_POOLED;
-        self.send_encoded(peer, ch, kind, msg.handler, extra, msg.args, &[], blocked);
-        Ok(())
+        let sent = self.send_encoded(peer, ch, kind, msg.handler, extra, msg.args, &[], blocked);
+        if sent.is_err() {
+            self.unclaim_medium_buffer(ch, idx);
+        }
+        sent
     }
 
     /// Copies a long payload into the segment of the rank at local index `dest` at `offset`

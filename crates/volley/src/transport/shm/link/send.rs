@@ -11,9 +11,10 @@ use super::super::ring::{Producer, RingRef, CREDIT_HINT_WORD, MAX_FRAME_SLOTS, M
 use super::messages::ShmPeer;
 use super::Links;
 use crate::counter::Counter;
-use crate::transport::contract::BLOCKED_DONE;
+use crate::transport::contract::{OnBlocked, SendRefused, BLOCKED_DONE};
 use crate::transport::Channel;
 use std::cell::Cell;
+use std::ops::ControlFlow;
 
 /// A frame to send, as its header will describe it (less its position in the ring). Kept in
 /// full-width fields until the header is encoded, so that what the sender knows about them
@@ -108,6 +109,14 @@ impl TxRing {
         self.producer.set(producer);
         reserved
     }
+
+    /// Whether [`TxRing::reserve`] of `nslots` would succeed now (see [`Producer::has_room`]).
+    pub(super) fn has_room(&self, nslots: u64) -> bool {
+        let mut producer = self.producer.get();
+        let room = producer.has_room(self.ring, nslots);
+        self.producer.set(producer);
+        room
+    }
 }
 
 /// A frame's words after its header: the payload's length (and offset), the arguments, an
@@ -180,16 +189,17 @@ impl Links {
     /// Sends the frame `out` with `body` on channel `ch` to `peer`: reserves its slots, has
     /// `body` write the words after the header, publishes the header and rings the receiver's
     /// doorbell if it may sleep. While the ring has no room, calls `blocked` (see
-    /// [`Transport::send`](crate::transport::contract::Transport::send)).
+    /// [`Transport::send`](crate::transport::contract::Transport::send)); when that gives up,
+    /// nothing was reserved or written.
     #[inline(always)]
-    pub(super) fn send_frame(
+    pub(super) fn send_frame<B: OnBlocked>(
         &self,
         peer: ShmPeer<'_>,
         ch: Channel,
         out: Outgoing,
         body: impl FrameBody,
-        blocked: impl FnMut(u32),
-    ) {
+        blocked: B,
+    ) -> Result<(), SendRefused> {
         let dest = peer.index;
         let peer = peer.tx;
         let nslots = out.nslots;
@@ -229,7 +239,10 @@ impl Links {
             None => {
                 let pos = match tx.reserve_within(nslots) {
                     Some(pos) => pos,
-                    None => self.reserve_blocked(dest, ch, nslots, blocked),
+                    None => match self.reserve_blocked(dest, ch, nslots, blocked) {
+                        Some(pos) => pos,
+                        None => return Err(SendRefused::WouldBlock),
+                    },
                 };
                 body.write(ring.frame_ptr(pos).cast::<u64>());
                 ring.publish(pos, out.header().encode(pos, self.key));
@@ -244,12 +257,13 @@ impl Links {
                 .doorbell()
                 .ring_if_asleep(order, &self.wakes[dest]);
         }
+        Ok(())
     }
 
     /// The rest of a reservation whose common case (in [`Links::send_frame`]) failed: a skip
     /// at the end of the ring, or fresh credit read from the receiver; while there is none,
     /// `blocked` lets the receiver catch up. Out of line, so a send's common case is two
-    /// compares.
+    /// compares. `None`: `blocked` gave up (a refused reservation changes nothing).
     #[cold]
     #[inline(never)]
     pub(super) fn reserve_blocked(
@@ -257,26 +271,33 @@ impl Links {
         dest: usize,
         ch: Channel,
         nslots: u64,
-        mut blocked: impl FnMut(u32),
-    ) -> u64 {
+        mut blocked: impl OnBlocked,
+    ) -> Option<u64> {
         let tx = &self.tx[dest].rings[ch as usize];
         let mut attempt = 0;
         loop {
             // The state is re-read each time: nothing depends on what ran meanwhile.
             if let Some(pos) = tx.reserve(nslots, self.key) {
                 if attempt > 0 {
-                    blocked(BLOCKED_DONE);
+                    let _ = blocked.blocked(BLOCKED_DONE);
                 }
-                return pos;
+                return Some(pos);
             }
-            blocked(attempt);
+            if let ControlFlow::Break(()) = blocked.blocked(attempt) {
+                return None;
+            }
             attempt += 1;
         }
     }
 
     /// Claims one of this rank's medium buffers of channel `ch`; while all are in use (their
-    /// receivers still run the handlers), `blocked` lets them catch up.
-    pub(super) fn claim_medium_buffer(&self, ch: Channel, mut blocked: impl FnMut(u32)) -> usize {
+    /// receivers still run the handlers), `blocked` lets them catch up. `None`: `blocked`
+    /// gave up, and nothing was claimed.
+    pub(super) fn claim_medium_buffer(
+        &self,
+        ch: Channel,
+        blocked: &mut impl OnBlocked,
+    ) -> Option<usize> {
         let flags = self.regions[self.me].pool_flags();
         let mut attempt = 0;
         loop {
@@ -284,12 +305,29 @@ impl Links {
             if let Some(idx) = flags.claim(ch, start, self.pool_bufs) {
                 self.pool_next[ch as usize].set(idx + 1);
                 if attempt > 0 {
-                    blocked(BLOCKED_DONE);
+                    let _ = blocked.blocked(BLOCKED_DONE);
                 }
-                return idx;
+                return Some(idx);
             }
-            blocked(attempt);
+            if let ControlFlow::Break(()) = blocked.blocked(attempt) {
+                return None;
+            }
             attempt += 1;
         }
+    }
+
+    /// Gives back medium buffer `idx` of `ch`, claimed for a send that then gave up.
+    pub(super) fn unclaim_medium_buffer(&self, ch: Channel, idx: usize) {
+        let flags = self.regions[self.me].pool_flags();
+        flags.release(ch, idx, self.pool_bufs);
+        self.pool_next[ch as usize].set(idx);
+    }
+
+    /// Whether one of this rank's medium buffers of `ch` is free (a claim would succeed:
+    /// only this rank claims them).
+    pub(super) fn medium_buffer_free(&self, ch: Channel) -> bool {
+        self.regions[self.me]
+            .pool_flags()
+            .any_free(ch, self.pool_bufs)
     }
 }
