@@ -441,7 +441,7 @@ trait Medians: Sized {
 
 /// Median of the figures there are: a NaN is a figure a repetition could not measure (JSON
 /// null), left out. NaN when there is none.
-fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
+pub(crate) fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = xs.into_iter().filter(|x| !x.is_nan()).collect();
     median(&mut v)
 }
