@@ -99,17 +99,20 @@ struct SlotGuard<'a> {
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
-        // In a critical section: a handler reading a send's bytes outside the lock (on the
-        // progress thread) has finished before the slot goes.
-        self.msg.rt.critical(|| {
+        if self.send {
+            // In a critical section: a handler reading a send's bytes outside the lock (on
+            // the progress thread) has finished before the slot goes.
+            self.msg.rt.critical(|| {
+                self.msg.shared.lock().sends.remove(&self.id);
+            });
+        } else {
+            // Handlers write a receive's buffer under the lock only: removing the slot under
+            // it is enough.
             let mut st = self.msg.shared.lock();
-            if self.send {
-                st.sends.remove(&self.id);
-            } else {
-                st.recvs.remove(&self.id);
+            if st.recvs.remove(&self.id).is_some() {
                 st.matcher.cancel(|&p| p == self.id);
             }
-        });
+        }
     }
 }
 
@@ -326,7 +329,8 @@ impl<'rt> Msg<'rt> {
         };
         self.wait_recv(id);
         self.live()?;
-        let phase = self.shared.lock().recvs.get(&id).map(|s| s.phase);
+        // Taken out here, so the guard finds nothing left to do.
+        let phase = self.shared.lock().recvs.remove(&id).map(|s| s.phase);
         match phase {
             Some(Phase::Done { src, tag, len }) => Ok(Status { src, tag, len }),
             Some(Phase::TooSmall { src, tag, len }) => Err(MsgError::BufferTooSmall {

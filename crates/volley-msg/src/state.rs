@@ -9,7 +9,30 @@
 use crate::config::{Limits, ENVELOPE_BYTES};
 use crate::matching::{Matcher, Source, TagSel};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// Hashes a slot id as itself: ids are handed out in sequence by this rank, so they spread
+/// over the table's buckets without the cost of a keyed hash (two per message otherwise).
+#[derive(Debug, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Slots by id.
+pub(crate) type Slots<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
 
 /// An unexpected message: its payload (eager) or the sender's announcement (rendezvous).
 #[derive(Debug)]
@@ -181,10 +204,10 @@ impl SendSlot {
 #[derive(Debug)]
 pub(crate) struct State {
     pub(crate) matcher: Matcher<Item, u64>,
-    pub(crate) recvs: HashMap<u64, RecvSlot>,
+    pub(crate) recvs: Slots<RecvSlot>,
     /// Receives in [`Phase::Pulling`] with chunks left to ask for.
     pub(crate) pulling: Vec<u64>,
-    pub(crate) sends: HashMap<u64, SendSlot>,
+    pub(crate) sends: Slots<SendSlot>,
     next_id: u64,
     /// Sender side: bytes of each destination's unexpected queue this rank may have filled.
     pub(crate) used: Vec<usize>,
@@ -204,9 +227,9 @@ impl Shared {
     pub(crate) fn new() -> Self {
         Self(Arc::new(Mutex::new(State {
             matcher: Matcher::new(0),
-            recvs: HashMap::new(),
+            recvs: Slots::default(),
             pulling: Vec::new(),
-            sends: HashMap::new(),
+            sends: Slots::default(),
             next_id: 1,
             used: Vec::new(),
             owed: Vec::new(),

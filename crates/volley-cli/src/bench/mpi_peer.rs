@@ -87,6 +87,9 @@ pub fn sendrecv_rtt_ns(iters: u64, reps: usize) -> Result<Option<f64>, String> {
     std::fs::write(&src, PINGPONG_SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
     mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
     let mut mpirun = mpi::mpirun(2, &dir.0);
+    // Pinned, as volley's ranks are (the later --bind-to wins): unbound, a round trip here
+    // measures the scheduler as much as Open MPI (3 times slower in a trial).
+    mpirun.args(["--bind-to", "core"]);
     mpirun
         .arg(&exe)
         .arg(iters.max(1).to_string())
