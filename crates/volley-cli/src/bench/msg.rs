@@ -490,7 +490,7 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
             "mpi_sendrecv_rtt_ns",
             mpi,
             &format!(
-                "Open MPI MPI_Send + MPI_Recv, 8 B, unbound (tagged {:.2} x this, target <= 1)",
+                "Open MPI MPI_Send + MPI_Recv, 8 B, pinned (tagged {:.2} x this, target <= 1)",
                 r.tagged_rtt_ns / mpi
             ),
         );
