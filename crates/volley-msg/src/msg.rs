@@ -132,6 +132,13 @@ impl<'rt> Msg<'rt> {
         self.limits.share
     }
 
+    /// Bytes of `dest`'s unexpected queue this rank may still fill (each message counts its
+    /// payload plus [`crate::ENVELOPE_BYTES`]; a rendezvous one the envelope alone).
+    pub fn room(&self, dest: usize) -> usize {
+        let used = self.shared.lock().used.get(dest).copied().unwrap_or(0);
+        self.limits.share.saturating_sub(used)
+    }
+
     /// Messages in this rank's unexpected queue, and the bytes they take.
     pub fn unexpected(&self) -> (usize, usize) {
         let st = self.shared.lock();

@@ -318,6 +318,9 @@ fn unexpected(rt: &Runtime, msg: &Msg<'_>) -> String {
     let mut summary = String::new();
     // Eager: exactly `fits` go, the next is refused (and not sent).
     if me == 1 {
+        if msg.room(0) != share {
+            fail(format!("room {} at the start, share {share}", msg.room(0)));
+        }
         let mut n = 0;
         loop {
             match msg.isend(0, 5, data(n)) {
@@ -326,7 +329,7 @@ fn unexpected(rt: &Runtime, msg: &Msg<'_>) -> String {
                     n += 1;
                 }
                 Err(MsgError::UnexpectedFull { need, share: s, .. }) => {
-                    if n != fits || need != cost || s != share {
+                    if n != fits || need != cost || s != share || msg.room(0) >= cost {
                         fail(format!(
                             "refused after {n} (expected {fits}), need {need}, share {s}"
                         ));
