@@ -8,6 +8,8 @@ use crate::matching::{Source, TagSel};
 use crate::request::{RecvRequest, SendRequest};
 use crate::state::{Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, UserBuf};
 use crate::MAX_TAG;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use volley::{Runtime, RuntimeBuilder};
 
@@ -50,6 +52,8 @@ pub struct Msg<'rt> {
     pub(crate) shared: Shared,
     h: Handlers,
     limits: Limits,
+    /// [`crate::state::State::events`], read without the lock by waiting receives.
+    events: Arc<AtomicU64>,
 }
 
 impl Msg<'static> {
@@ -82,6 +86,7 @@ impl MsgSetup {
         self.shared.lock().limits = Some(limits);
         Ok(Msg {
             rt,
+            events: self.shared.events(),
             shared: self.shared,
             h: self.h,
             limits,
@@ -95,10 +100,15 @@ struct SlotGuard<'a> {
     msg: &'a Msg<'a>,
     id: u64,
     send: bool,
+    /// Cleared once the call has removed the slot itself.
+    armed: Cell<bool>,
 }
 
 impl Drop for SlotGuard<'_> {
     fn drop(&mut self) {
+        if !self.armed.get() {
+            return;
+        }
         if self.send {
             // In a critical section: a handler reading a send's bytes outside the lock (on
             // the progress thread) has finished before the slot goes.
@@ -261,6 +271,7 @@ impl<'rt> Msg<'rt> {
             msg: self,
             id,
             send: true,
+            armed: Cell::new(true),
         };
         self.announce(dest, tag, data.len(), id)?;
         self.wait_send(id);
@@ -329,15 +340,17 @@ impl<'rt> Msg<'rt> {
                 cap: buf.len(),
             }),
         )?;
-        let _guard = SlotGuard {
+        let guard = SlotGuard {
             msg: self,
             id,
             send: false,
+            armed: Cell::new(true),
         };
         self.wait_recv(id);
         self.live()?;
-        // Taken out here, so the guard finds nothing left to do.
+        // Taken out here, so the guard has nothing left to do.
         let phase = self.shared.lock().recvs.remove(&id).map(|s| s.phase);
+        guard.armed.set(false);
         match phase {
             Some(Phase::Done { src, tag, len }) => Ok(Status { src, tag, len }),
             Some(Phase::TooSmall { src, tag, len }) => Err(MsgError::BufferTooSmall {
@@ -428,10 +441,19 @@ impl<'rt> Msg<'rt> {
     }
 
     pub(crate) fn wait_recv(&self, id: u64) {
-        if !self.recv_finished(id) {
-            self.rt
-                .wait_until(|| self.rt.is_finalized() || self.recv_finished(id));
+        let mut seen = self.events.load(Ordering::Acquire);
+        if self.recv_finished(id) {
+            return;
         }
+        self.rt.wait_until(|| {
+            // The lock only when a handler noted something: polling is then a load.
+            let now = self.events.load(Ordering::Acquire);
+            if now == seen {
+                return self.rt.is_finalized();
+            }
+            seen = now;
+            self.rt.is_finalized() || self.recv_finished(id)
+        });
     }
 
     /// The envelope of the earliest queued message from `src` with `tag`, left queued; `None`

@@ -10,6 +10,7 @@ use crate::config::{Limits, ENVELOPE_BYTES};
 use crate::matching::{Matcher, Source, TagSel};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// Hashes a slot id as itself: ids are handed out in sequence by this rank, so they spread
@@ -217,6 +218,10 @@ pub(crate) struct State {
     pub(crate) unexpected_bytes: usize,
     /// Set once the layer is attached (before then no receive is posted).
     pub(crate) limits: Option<Limits>,
+    /// Counts what a waiting receive must look at (a completion, a refusal, a chunk, a
+    /// match that starts pulling): its wait reads this word and takes the lock only when it
+    /// moved.
+    pub(crate) events: Arc<AtomicU64>,
 }
 
 /// A handle on the state.
@@ -235,6 +240,7 @@ impl Shared {
             owed: Vec::new(),
             unexpected_bytes: 0,
             limits: None,
+            events: Arc::new(AtomicU64::new(0)),
         })))
     }
 
@@ -242,6 +248,11 @@ impl Shared {
     /// the lock is made whole before anything can panic).
     pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The event count of [`State::events`].
+    pub(crate) fn events(&self) -> Arc<AtomicU64> {
+        self.lock().events.clone()
     }
 }
 
@@ -253,6 +264,13 @@ fn slot_of<T: Default>(v: &mut Vec<T>, i: usize) -> &mut T {
 }
 
 impl State {
+    /// Something a waiting receive must look at happened.
+    fn note(&self) {
+        // Release: a wait that reads the new count and then takes the lock sees the change
+        // (the lock orders it anyway; this keeps the word itself meaningful).
+        self.events.fetch_add(1, Ordering::Release);
+    }
+
     pub(crate) fn next_id(&mut self) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
@@ -294,11 +312,13 @@ impl State {
             };
             if !slot.buf.fits(len) {
                 slot.phase = Phase::TooSmall { src, tag, len };
+                self.note();
                 continue;
             }
             slot.buf.prepare(len);
             slot.buf.write(0, payload);
             slot.phase = Phase::Done { src, tag, len };
+            self.note();
             return self.owe(src, len + ENVELOPE_BYTES);
         }
         self.unexpected_bytes += len + ENVELOPE_BYTES;
@@ -323,9 +343,11 @@ impl State {
             };
             if !slot.buf.fits(len) {
                 slot.phase = Phase::TooSmall { src, tag, len };
+                self.note();
                 continue;
             }
             self.start_pull(id, src, tag, len, remote);
+            self.note();
             return self.owe(src, ENVELOPE_BYTES);
         }
         self.unexpected_bytes += ENVELOPE_BYTES;
@@ -454,5 +476,6 @@ impl State {
         if done {
             slot.phase = Phase::Done { src, tag, len };
         }
+        self.note();
     }
 }
