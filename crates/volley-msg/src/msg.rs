@@ -6,7 +6,7 @@ use crate::error::{MsgError, Result};
 use crate::handlers::{self, Handlers};
 use crate::matching::{Source, TagSel};
 use crate::request::{RecvRequest, SendRequest};
-use crate::state::{Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, UserBuf};
+use crate::state::{Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf};
 use crate::MAX_TAG;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -319,7 +319,36 @@ impl<'rt> Msg<'rt> {
     /// Receives the earliest message (per sender, in send order) from `src` with `tag`,
     /// either of which may be a wildcard ([`crate::ANY_SOURCE`], [`crate::ANY_TAG`]).
     pub fn recv(&self, src: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Received> {
+        let (src, tag) = (src.into(), tag.into());
+        self.check_selectors(src, tag)?;
+        if let Some(t) = self.take_queued(src, tag, usize::MAX)? {
+            return Ok(Received {
+                src: t.src,
+                tag: t.tag,
+                data: t.data,
+            });
+        }
         self.irecv(src, tag)?.wait()
+    }
+
+    /// A queued eager message for a blocking receive, if there is one: no slot, no wait.
+    fn take_queued(&self, src: Source, tag: TagSel, cap: usize) -> Result<Option<Taken>> {
+        let taken = self.shared.lock().take_eager(src, tag, cap);
+        match taken {
+            Err((src, tag, len)) => Err(MsgError::BufferTooSmall {
+                src,
+                tag,
+                len,
+                capacity: cap,
+            }),
+            Ok(Some(t)) => {
+                if let Some((to, n)) = t.credit {
+                    self.rt.request_short(to, self.h.credit, &[n])?;
+                }
+                Ok(Some(t))
+            }
+            Ok(None) => Ok(None),
+        }
     }
 
     /// Receives into `buf` (see [`Msg::recv`]); returns the envelope. A message longer than
@@ -332,6 +361,14 @@ impl<'rt> Msg<'rt> {
     ) -> Result<Status> {
         let (src, tag) = (src.into(), tag.into());
         self.check_selectors(src, tag)?;
+        if let Some(t) = self.take_queued(src, tag, buf.len())? {
+            buf[..t.data.len()].copy_from_slice(&t.data);
+            return Ok(Status {
+                src: t.src,
+                tag: t.tag,
+                len: t.data.len(),
+            });
+        }
         let id = self.post(
             src,
             tag,

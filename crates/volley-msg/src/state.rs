@@ -134,6 +134,16 @@ pub(crate) enum Phase {
     TooSmall { src: usize, tag: u64, len: usize },
 }
 
+/// An eager message taken straight from the unexpected queue, and the credit to give back
+/// for it now.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    pub(crate) src: usize,
+    pub(crate) tag: u64,
+    pub(crate) data: Vec<u8>,
+    pub(crate) credit: Option<(usize, u64)>,
+}
+
 /// A receive in flight.
 #[derive(Debug)]
 pub(crate) struct RecvSlot {
@@ -414,6 +424,35 @@ impl State {
             Item::Rendezvous { len, remote } => self.start_pull(id, s, t, len, remote),
         }
         Ok(self.owe(s, cost).map(|c| (s, c)))
+    }
+
+    /// The fast path of a blocking receive: takes the earliest queued message these
+    /// selectors accept if it is eager and at most `cap` bytes long. `Err` (nothing taken)
+    /// when it is longer; `Ok(None)` when there is none, or it is a rendezvous message (the
+    /// caller posts a receive then).
+    pub(crate) fn take_eager(
+        &mut self,
+        src: Source,
+        tag: TagSel,
+        cap: usize,
+    ) -> Result<Option<Taken>, (usize, u64, usize)> {
+        match self.matcher.probe(src, tag) {
+            Some((s, t, Item::Eager(v))) if v.len() > cap => return Err((s, t, v.len())),
+            Some((_, _, Item::Eager(_))) => {}
+            _ => return Ok(None),
+        }
+        let Some((s, t, Item::Eager(data))) = self.matcher.take(src, tag) else {
+            unreachable!("the message probed above");
+        };
+        let cost = data.len() + ENVELOPE_BYTES;
+        self.unexpected_bytes -= cost;
+        let credit = self.owe(s, cost).map(|c| (s, c));
+        Ok(Some(Taken {
+            src: s,
+            tag: t,
+            data,
+            credit,
+        }))
     }
 
     /// The pulls to send now: (sender, its send id, offset, length, receive id), at most
