@@ -640,6 +640,14 @@ mod tests {
         );
     }
 
+    #[test]
+    fn checked_in_msg_results_match_the_msg_report() {
+        round_trip::<msg::MsgReport>(
+            "benchmarks/msg.json",
+            include_str!("../../../../benchmarks/msg.json"),
+        );
+    }
+
     // Quick runs (`--reps 2 --scale 0.01`): the figures mean nothing, the shapes are the point.
     #[test]
     fn recorded_documents_match_their_reports() {
