@@ -518,3 +518,120 @@ impl State {
         self.note();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(share: usize) -> State {
+        let shared = Shared::new();
+        let mut st = std::sync::Arc::try_unwrap(shared.0)
+            .expect("one handle")
+            .into_inner()
+            .expect("not poisoned");
+        st.limits = Some(Limits {
+            eager: share / 2 - ENVELOPE_BYTES,
+            share,
+            return_at: share / 4,
+        });
+        st
+    }
+
+    fn post_user(st: &mut State, buf: &mut [u8], src: Source, tag: TagSel) -> u64 {
+        let id = st.next_id();
+        let user = Buf::User(UserBuf {
+            ptr: buf.as_mut_ptr(),
+            cap: buf.len(),
+        });
+        st.recvs.insert(
+            id,
+            RecvSlot {
+                buf: user,
+                phase: Phase::Posted,
+            },
+        );
+        assert!(st.take_or_post(id, src, tag).unwrap().is_none());
+        id
+    }
+
+    #[test]
+    fn a_message_too_long_for_the_posted_buffer_goes_on_whole() {
+        let mut st = state(4096);
+        let mut small = [0u8; 4];
+        let mut big = [0u8; 16];
+        let a = post_user(&mut st, &mut small, Source::Rank(1), TagSel::Any);
+        let b = post_user(&mut st, &mut big, Source::Any, TagSel::Tag(7));
+        // 10 bytes: refused by the first receive, taken by the second.
+        st.arrive_eager(1, 7, &[9; 10]);
+        assert_eq!(
+            st.recvs[&a].phase,
+            Phase::TooSmall {
+                src: 1,
+                tag: 7,
+                len: 10
+            }
+        );
+        assert_eq!(
+            st.recvs[&b].phase,
+            Phase::Done {
+                src: 1,
+                tag: 7,
+                len: 10
+            }
+        );
+        st.recvs.clear();
+        assert_eq!(&big[..10], &[9; 10]);
+        // No receive left: the next one is queued, and a small buffer is refused without
+        // taking it.
+        st.arrive_eager(1, 7, &[5; 10]);
+        let c = st.next_id();
+        st.recvs.insert(
+            c,
+            RecvSlot {
+                buf: Buf::User(UserBuf {
+                    ptr: small.as_mut_ptr(),
+                    cap: small.len(),
+                }),
+                phase: Phase::Posted,
+            },
+        );
+        assert_eq!(
+            st.take_or_post(c, Source::Any, TagSel::Any),
+            Err((1, 7, 10))
+        );
+        assert_eq!(st.matcher.unexpected_len(), 1);
+        assert_eq!(st.unexpected_bytes, 10 + ENVELOPE_BYTES);
+    }
+
+    #[test]
+    fn credit_comes_back_in_batches_and_never_past_the_share() {
+        let share = 1024;
+        let mut st = state(share);
+        // Sender side: reservations stop at the share.
+        let cost = 100 + ENVELOPE_BYTES;
+        let fits = share / cost;
+        for _ in 0..fits {
+            st.reserve(3, cost, share).unwrap();
+        }
+        assert_eq!(st.reserve(3, cost, share), Err(fits * cost));
+        st.release(3, cost);
+        assert!(st.reserve(3, cost, share).is_ok());
+        // Receiver side: freed bytes gather until a quarter of the share.
+        let mut returned = 0;
+        for _ in 0..fits {
+            st.arrive_eager(2, 0, &[0; 100]);
+        }
+        for _ in 0..fits {
+            let got = st.take_eager(Source::Rank(2), TagSel::Any, 100).unwrap();
+            if let Some((to, n)) = got.and_then(|t| t.credit) {
+                assert_eq!(to, 2);
+                assert!(n as usize >= share / 4);
+                returned += n as usize;
+            }
+        }
+        let owed = st.owed[2];
+        assert!(owed < share / 4);
+        assert_eq!(returned + owed, fits * cost);
+        assert_eq!(st.unexpected_bytes, 0);
+    }
+}
