@@ -383,12 +383,12 @@ impl<'rt> Msg<'rt> {
             send: false,
             armed: Cell::new(true),
         };
-        self.wait_recv(id);
-        self.live()?;
-        // Taken out here, so the guard has nothing left to do.
-        let phase = self.shared.lock().recvs.remove(&id).map(|s| s.phase);
-        guard.armed.set(false);
-        match phase {
+        let slot = self.wait_take(id);
+        if slot.is_some() {
+            // Taken out by the wait: the guard has nothing left to do.
+            guard.armed.set(false);
+        }
+        match slot.map(|s| s.phase) {
             Some(Phase::Done { src, tag, len }) => Ok(Status { src, tag, len }),
             Some(Phase::TooSmall { src, tag, len }) => Err(MsgError::BufferTooSmall {
                 src,
@@ -475,6 +475,44 @@ impl<'rt> Msg<'rt> {
             self.pump();
         }
         false
+    }
+
+    /// Waits until receive `id` has finished and takes its slot out, in the same hold of the
+    /// lock that sees it finished; `None` if the runtime was finalized first (or the slot is
+    /// gone).
+    pub(crate) fn wait_take(&self, id: u64) -> Option<RecvSlot> {
+        let check = |taken: &mut Option<RecvSlot>| -> bool {
+            let pump = {
+                let mut st = self.shared.lock();
+                match st.recvs.get(&id).map(|s| s.phase) {
+                    Some(Phase::Done { .. } | Phase::TooSmall { .. }) => {
+                        *taken = st.recvs.remove(&id);
+                        return true;
+                    }
+                    None => return true,
+                    _ => !st.pulling.is_empty(),
+                }
+            };
+            if pump {
+                self.pump();
+            }
+            false
+        };
+        let mut taken = None;
+        let mut seen = self.events.load(Ordering::Acquire);
+        if check(&mut taken) {
+            return taken;
+        }
+        self.rt.wait_until(|| {
+            // The lock only when a handler noted something: polling is then a load.
+            let now = self.events.load(Ordering::Acquire);
+            if now == seen {
+                return self.rt.is_finalized();
+            }
+            seen = now;
+            check(&mut taken) || self.rt.is_finalized()
+        });
+        taken
     }
 
     pub(crate) fn wait_recv(&self, id: u64) {

@@ -120,9 +120,10 @@ impl<'a> RecvRequest<'a> {
 
     /// Waits for the message and returns it.
     pub fn wait(mut self) -> Result<Received> {
-        self.msg.wait_recv(self.id);
-        self.taken = true;
-        let slot = self.msg.shared.lock().recvs.remove(&self.id);
+        let slot = self.msg.wait_take(self.id);
+        if slot.is_some() {
+            self.taken = true;
+        }
         match slot {
             Some(s) => match (s.phase, s.buf) {
                 (Phase::Done { src, tag, .. }, Buf::Owned(data)) => Ok(Received { src, tag, data }),

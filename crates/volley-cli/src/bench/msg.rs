@@ -46,6 +46,13 @@ pub struct PairFigures {
     pub tagged_signal_ns: f64,
     /// One-way stream of short requests whose handler counts, per message.
     pub am_signal_ns: f64,
+    /// 1 MiB round trip with `send` and `recv_into` (rendezvous both ways).
+    #[serde(rename = "tagged_rtt_1MiB_ns", default)]
+    pub tagged_rtt_1mib_ns: f64,
+    /// 1 MiB round trip of a long request answered by a long reply (the payload written into
+    /// each side's segment).
+    #[serde(rename = "am_long_rtt_1MiB_ns", default)]
+    pub am_long_rtt_1mib_ns: f64,
     /// Messages checked (sent and received with the value they must carry).
     pub checked: u64,
     /// What arrived wrong (empty when everything arrived intact).
@@ -62,6 +69,8 @@ impl Medians for PairFigures {
             am_overhead_ns: med(|r| r.am_overhead_ns),
             tagged_signal_ns: med(|r| r.tagged_signal_ns),
             am_signal_ns: med(|r| r.am_signal_ns),
+            tagged_rtt_1mib_ns: med(|r| r.tagged_rtt_1mib_ns),
+            am_long_rtt_1mib_ns: med(|r| r.am_long_rtt_1mib_ns),
             checked: reps.iter().map(|r| r.checked).sum(),
             failures: reps.iter().flat_map(|r| r.failures.clone()).collect(),
         }
@@ -79,6 +88,7 @@ pub(crate) struct Pair {
     /// Sum of the values the sink handler saw.
     sink_sum: Arc<AtomicU64>,
     ping: RequestHandler,
+    ping_long: RequestHandler,
     sink: RequestHandler,
     scale: f64,
     checked: Cell<u64>,
@@ -108,6 +118,11 @@ impl Pair {
         let ping = b.request_handler("ping", move |m, tok| {
             tok.reply_short(pong, &[m.arg(0) + 1]).expect("reply");
         });
+        // Echoes a long payload: the reply writes it into the requester's segment.
+        let ping_long = b.request_handler("ping_long", move |m, tok| {
+            tok.reply_long(pong, &[m.arg(0) + 1], m.payload(), 0)
+                .expect("reply");
+        });
         let (s, sum) = (sinks.clone(), sink_sum.clone());
         // Handlers run one at a time: plain loads and stores count exactly.
         let sink = b.request_handler("sink", move |m, _| {
@@ -126,6 +141,7 @@ impl Pair {
             sinks,
             sink_sum,
             ping,
+            ping_long,
             sink,
             scale,
             checked: Cell::new(0),
@@ -295,8 +311,59 @@ impl Pair {
                 format!("AM signals: {count} handled (sum {sum}), expected {n}")
             });
         }
+        self.bulk(msg, &mut f);
         f.checked = self.checked.replace(0);
         f
+    }
+
+    /// 1 MiB round trips: the tagged layer's rendezvous (pulled in 64 KiB chunks) against a
+    /// long request and reply.
+    fn bulk(&self, msg: &Msg<'_>, f: &mut PairFigures) {
+        const MIB: usize = 1 << 20;
+        let me = self.rt.rank();
+        let n = self.iters(300);
+        let data: Vec<u8> = (0..MIB).map(|j| (j * 7 + 3) as u8).collect();
+        let mut buf = vec![0u8; MIB];
+        self.rt.barrier();
+        let t0 = Instant::now();
+        for i in 0..n {
+            let r = if me == 0 {
+                msg.send(1, TAG_PING, &data)
+                    .and_then(|()| msg.recv_into(1, TAG_PING, &mut buf))
+                    .map(drop)
+            } else {
+                msg.recv_into(0, TAG_PING, &mut buf)
+                    .and_then(|_| msg.send(0, TAG_PING, &buf))
+            };
+            let intact = r.is_ok() && (i + 1 < n || buf == data);
+            self.checked.set(self.checked.get() + 1);
+            if !intact && f.failures.len() < 10 {
+                f.failures
+                    .push(format!("1 MiB tagged round trip {i}: {r:?}"));
+            }
+        }
+        f.tagged_rtt_1mib_ns = t0.elapsed().as_nanos() as f64 / n as f64;
+        self.rt.barrier();
+        if me == 0 {
+            let t0 = Instant::now();
+            for i in 0..n {
+                let target = self.pongs.load(Ordering::Relaxed) + 1;
+                self.rt
+                    .request_long(1, self.ping_long, &[i], &data, 0)
+                    .expect("long ping");
+                self.rt
+                    .wait_until(|| self.pongs.load(Ordering::Relaxed) >= target);
+            }
+            f.am_long_rtt_1mib_ns = t0.elapsed().as_nanos() as f64 / n as f64;
+            self.rt
+                .read_segment(0, &mut buf)
+                .expect("reading the echoed payload");
+            self.checked.set(self.checked.get() + 1);
+            if buf != data && f.failures.len() < 10 {
+                f.failures.push("the 1 MiB long echo differs".into());
+            }
+        }
+        self.rt.barrier();
     }
 
     /// Merges rank 1's failures into rank 0's figures (through the tag-matching layer).
@@ -332,6 +399,12 @@ pub struct MsgReport {
     pub tagged_signal_ns: f64,
     /// One-way stream of short requests, per message.
     pub am_signal_ns: f64,
+    /// 1 MiB round trip with `send` and `recv_into` (rendezvous, pulled).
+    #[serde(rename = "tagged_rtt_1MiB_ns")]
+    pub tagged_rtt_1mib_ns: f64,
+    /// 1 MiB round trip of a long request and long reply.
+    #[serde(rename = "am_long_rtt_1MiB_ns")]
+    pub am_long_rtt_1mib_ns: f64,
     /// Open MPI's `MPI_Send`/`MPI_Recv` round trip of 8 bytes, measured in the same run
     /// (shared memory only; absent without Open MPI).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -437,6 +510,8 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport,
         am_overhead_ns: m.am_overhead_ns,
         tagged_signal_ns: m.tagged_signal_ns,
         am_signal_ns: m.am_signal_ns,
+        tagged_rtt_1mib_ns: m.tagged_rtt_1mib_ns,
+        am_long_rtt_1mib_ns: m.am_long_rtt_1mib_ns,
         mpi_sendrecv_rtt_ns: mpi,
         mpi_note,
         floor_ns,
@@ -518,6 +593,21 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
         "am_signal_ns",
         r.am_signal_ns,
         "one-way stream, per message",
+    );
+    row(
+        w,
+        "tagged_rtt_1MiB_ns",
+        r.tagged_rtt_1mib_ns,
+        &format!(
+            "rendezvous both ways, pulled in 64 KiB chunks ({:.2} x the long AM's)",
+            r.tagged_rtt_1mib_ns / r.am_long_rtt_1mib_ns
+        ),
+    );
+    row(
+        w,
+        "am_long_rtt_1MiB_ns",
+        r.am_long_rtt_1mib_ns,
+        "long request, long reply",
     );
     let _ = writeln!(
         w,
