@@ -256,6 +256,7 @@ fn main() -> ExitCode {
                 &[
                     volley::settings::SETTINGS,
                     volley_global::settings::SETTINGS,
+                    volley_msg::SETTINGS,
                 ],
                 multi_node,
             );

@@ -7,6 +7,7 @@ pub(crate) mod floor;
 mod launchers;
 pub mod loggp;
 mod mpi_peer;
+pub(crate) mod msg;
 mod progress;
 mod rma;
 mod splitc;
@@ -39,6 +40,9 @@ pub enum BenchCommand {
     /// Seed 001's LogGP table for volley (L, o_s, o_r, g, G, half-power size) over shared
     /// memory, UDP and TCP, with latency and bandwidth sweeps from 8 B to 16 MiB.
     Loggp(LoggpArgs),
+    /// The tag-matching layer (volley-msg) beside the Active Messages under it and Open
+    /// MPI's send/receive: round trips, sender overheads, one-way signals.
+    Msg(BenchArgs),
 }
 
 /// Options of `volley bench loggp`.
@@ -252,6 +256,16 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             }
         }
         BenchCommand::Loggp(a) => loggp_main(a),
+        BenchCommand::Msg(a) => run_bench(
+            "msg",
+            a,
+            Needs {
+                any_transport: true,
+                two_cpus: true,
+            },
+            msg::bench,
+            msg::print_table,
+        ),
         BenchCommand::Coll(a) => run_bench(
             "coll",
             a,
@@ -388,6 +402,7 @@ pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) ->
         "splitc" => splitc::run(out, scale, reps),
         "coll" => coll::run(out, scale, reps),
         "loggp" => loggp::run(out, scale, reps),
+        "msg" => msg::run(out, scale, reps),
         "launch-probe" => launchers::probe_rank(),
         "launch-rtt" => launchers::rtt_rank(out, scale as u64),
         other => Err(format!("unknown benchmark {other:?}")),
@@ -426,7 +441,7 @@ trait Medians: Sized {
 
 /// Median of the figures there are: a NaN is a figure a repetition could not measure (JSON
 /// null), left out. NaN when there is none.
-fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
+pub(crate) fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = xs.into_iter().filter(|x| !x.is_nan()).collect();
     median(&mut v)
 }
@@ -622,6 +637,14 @@ mod tests {
         round_trip::<am::AmReport>(
             "benchmarks/am.json",
             include_str!("../../../../benchmarks/am.json"),
+        );
+    }
+
+    #[test]
+    fn checked_in_msg_results_match_the_msg_report() {
+        round_trip::<msg::MsgReport>(
+            "benchmarks/msg.json",
+            include_str!("../../../../benchmarks/msg.json"),
         );
     }
 

@@ -72,6 +72,44 @@ pub fn measure(ranks: usize, scale: f64, reps: usize) -> Result<Option<MpiColl>,
         .map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))
 }
 
+/// The send/receive ping-pong: `mpi_pingpong ITERS REPS`.
+const PINGPONG_SOURCE: &str = include_str!("mpi_pingpong.c");
+
+/// Open MPI's `MPI_Send`/`MPI_Recv` round trip of 8 bytes between two ranks of this machine,
+/// ns (median of `reps` blocks of `iters`). `Ok(None)` when Open MPI is not installed.
+pub fn sendrecv_rtt_ns(iters: u64, reps: usize) -> Result<Option<f64>, String> {
+    if !available() {
+        return Ok(None);
+    }
+    let dir = TempDir::new("volley-mpi-pingpong")?;
+    let src = dir.0.join("mpi_pingpong.c");
+    let exe = dir.0.join("mpi_pingpong");
+    std::fs::write(&src, PINGPONG_SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
+    mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
+    let mut mpirun = mpi::mpirun(2, &dir.0);
+    // Pinned, as volley's ranks are (the later --bind-to wins): unbound, a round trip here
+    // measures the scheduler as much as Open MPI (3 times slower in a trial).
+    mpirun.args(["--bind-to", "core"]);
+    mpirun
+        .arg(&exe)
+        .arg(iters.max(1).to_string())
+        .arg(reps.max(1).to_string());
+    let shown = mpi::show(&mpirun);
+    let stdout = mpi::run_checked(&mut mpirun, &dir.0, "mpirun", DEADLINE, "killed")?;
+    #[derive(Deserialize)]
+    struct Line {
+        mpi_sendrecv_rtt_ns: f64,
+    }
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| format!("`{shown}` printed no JSON line; its output:\n{stdout}"))?;
+    serde_json::from_str::<Line>(line)
+        .map(|l| Some(l.mpi_sendrecv_rtt_ns))
+        .map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

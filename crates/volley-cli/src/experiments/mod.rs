@@ -6,6 +6,7 @@
 //! `__experiment-rank NAME OUT ARGS...` command ([`rank_job`]); rank 0 of such a job writes its
 //! result to `OUT`.
 
+mod am_vs_sendrecv;
 mod contention;
 mod hardware;
 mod send_breakdown;
@@ -91,6 +92,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     contention::EXPERIMENT,
     send_breakdown::EXPERIMENT,
     xfer::EXPERIMENT,
+    am_vs_sendrecv::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

@@ -1,0 +1,88 @@
+//! The layer's Active Message protocol, registered in the runtime builder.
+//!
+//! | message | kind | arguments | at the target | reply |
+//! |---|---|---|---|---|
+//! | eager | medium request | tag; the payload | match or queue | credit, when enough has been freed |
+//! | rts | short request | tag, length, send id | match (start pulling) or queue | credit, as above |
+//! | pull | short request | send id, offset, length, receive id | read the send's bytes | chunk |
+//! | chunk | medium reply | receive id, offset; the bytes | into the receive's buffer | — |
+//! | credit | short request or reply | bytes | the sender's share grows back | — |
+//!
+//! The receiver pulls a rendezvous message (rather than the sender pushing it after a
+//! clear-to-send): the sender's part is a handler that replies with the bytes straight from
+//! the send's buffer, so it needs no action of the sender's program beyond polling, and the
+//! receiver, which knows where the bytes go, keeps several chunks in flight.
+
+use crate::state::Shared;
+use volley::{ReplyHandler, RequestHandler, RuntimeBuilder};
+
+/// The handlers' indices.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handlers {
+    pub(crate) eager: RequestHandler,
+    pub(crate) rts: RequestHandler,
+    pub(crate) pull: RequestHandler,
+    pub(crate) credit: RequestHandler,
+}
+
+/// Registers the protocol's handlers on `shared`.
+pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
+    let s = shared.clone();
+    let chunk: ReplyHandler = b.reply_handler("volley.msg.chunk", move |m| {
+        s.lock()
+            .chunk_arrived(m.arg(0), m.arg(1) as usize, m.payload());
+    });
+    let s = shared.clone();
+    let credit_back: ReplyHandler = b.reply_handler("volley.msg.credit_back", move |m| {
+        s.lock().release(m.src(), m.arg(0) as usize);
+    });
+    let s = shared.clone();
+    let eager = b.request_handler("volley.msg.eager", move |m, tok| {
+        let give = s.lock().arrive_eager(m.src(), m.arg(0), m.payload());
+        if let Some(n) = give {
+            // A reply never fails for want of room (reply channels have reserved credits);
+            // an error here means the job is going down, which the runtime reports.
+            let _ = tok.reply_short(credit_back, &[n]);
+        }
+    });
+    let s = shared.clone();
+    let rts = b.request_handler("volley.msg.rts", move |m, tok| {
+        let give = s
+            .lock()
+            .arrive_rendezvous(m.src(), m.arg(0), m.arg(1) as usize, m.arg(2));
+        if let Some(n) = give {
+            let _ = tok.reply_short(credit_back, &[n]);
+        }
+    });
+    let s = shared.clone();
+    let pull = b.request_handler("volley.msg.pull", move |m, tok| {
+        let (id, offset, len, recv) = (m.arg(0), m.arg(1) as usize, m.arg(2) as usize, m.arg(3));
+        let Some(bytes) = s.lock().sends.get(&id).map(|slot| slot.bytes.clone()) else {
+            return;
+        };
+        // Replied outside the lock: a reply that waits for room runs reply handlers, and
+        // they take it.
+        let _ = match bytes.bytes().get(offset..offset + len) {
+            Some(data) => tok.reply_medium(chunk, &[recv, offset as u64], data),
+            None => Ok(()),
+        };
+        drop(bytes);
+        let mut st = s.lock();
+        if let Some(slot) = st.sends.get_mut(&id) {
+            slot.sent += len;
+            if slot.done() && slot.detached {
+                st.sends.remove(&id);
+            }
+        }
+    });
+    let s = shared.clone();
+    let credit = b.request_handler("volley.msg.credit", move |m, _| {
+        s.lock().release(m.src(), m.arg(0) as usize);
+    });
+    Handlers {
+        eager,
+        rts,
+        pull,
+        credit,
+    }
+}
