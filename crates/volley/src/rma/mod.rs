@@ -51,11 +51,16 @@ pub mod memops;
 mod own;
 pub mod segment;
 pub(crate) mod segment_table;
+pub mod signal;
 
 pub use atomic::AtomicOp;
-pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
+pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
+pub use signal::{
+    Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalRef,
+    SignalStatus, Storage, TakenSignal,
+};
 
 use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
