@@ -7,6 +7,7 @@
 //! result to `OUT`.
 
 mod hardware;
+mod signal;
 
 use crate::bench::{emit_report, JsonTarget};
 use serde::de::DeserializeOwned;
@@ -65,7 +66,6 @@ pub struct Experiment {
     pub rank: Option<fn(&RankArgs) -> Result<(), String>>,
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// What one rank of an experiment's job is given.
 pub struct RankArgs {
     /// Where rank 0 writes its result (JSON).
@@ -75,7 +75,7 @@ pub struct RankArgs {
 }
 
 /// Every experiment, in the order `--list` prints them.
-pub static EXPERIMENTS: &[Experiment] = &[hardware::EXPERIMENT];
+pub static EXPERIMENTS: &[Experiment] = &[hardware::EXPERIMENT, signal::EXPERIMENT];
 
 fn find(name: &str) -> Option<&'static Experiment> {
     EXPERIMENTS.iter().find(|e| e.name == name)
@@ -156,7 +156,6 @@ pub fn rank_main(name: &str, out: PathBuf, args: Vec<String>) -> ExitCode {
     }
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// A job of this binary's `__experiment-rank NAME OUT ARGS...` on `ranks` ranks, on
 /// emulated nodes of `per_node` ranks each, with `env` for every rank; returns what rank 0
 /// wrote to OUT.
@@ -186,7 +185,6 @@ pub fn rank_job<T: DeserializeOwned>(
     })
 }
 
-#[allow(dead_code)] // the experiments with ranks land next
 /// Rank 0's result, written for [`rank_job`].
 pub fn write_result<T: serde::Serialize>(out: &Path, result: &T) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;

@@ -54,6 +54,7 @@ pub(crate) struct MemHandlers {
     put_flag: RequestHandler,
     fifo: RequestHandler,
     zbuf: RequestHandler,
+    zbuf_packed: RequestHandler,
 }
 
 /// The outcome of one FIFO enqueue.
@@ -545,11 +546,13 @@ pub(crate) fn register(
         });
         reply(tok, ack, slot, r);
     });
+    let zbuf_packed = zbuf_packed::register(b, shared, ack);
     MemHandlers {
         put,
         put_flag,
         fifo,
         zbuf,
+        zbuf_packed,
     }
 }
 
@@ -1014,3 +1017,4 @@ impl<'rt> Rma<'rt> {
 
 #[cfg(test)]
 mod tests;
+mod zbuf_packed;

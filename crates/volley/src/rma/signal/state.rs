@@ -194,57 +194,91 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use loom::sync::atomic::AtomicBool;
-    use loom::sync::{Arc, Mutex};
-    use std::collections::VecDeque;
+    use loom::cell::UnsafeCell;
+    use loom::sync::Arc;
 
-    /// The structure's words and queue, and a detector of two consumers at once.
+    /// A queue with the memory-based FIFO's property that matters here: a producer reserves
+    /// a position first and publishes the entry second, so the consumer can find the head
+    /// unpublished while a later entry is published and announced.
+    #[derive(Default)]
+    struct Queue {
+        tail: AtomicU64,
+        head: AtomicU64,
+        seq: [AtomicU64; 2],
+        val: [AtomicU64; 2],
+    }
+
+    impl Queue {
+        fn push(&self, v: u64) {
+            let pos = self.tail.fetch_add(1, Ordering::Relaxed);
+            let i = pos as usize % 2;
+            self.val[i].store(v, Ordering::Relaxed);
+            self.seq[i].store(pos + 1, Ordering::Release);
+        }
+
+        fn pop(&self) -> Option<u64> {
+            let h = self.head.load(Ordering::Relaxed);
+            let i = h as usize % 2;
+            if self.seq[i].load(Ordering::Acquire) != h + 1 {
+                return None;
+            }
+            self.head.store(h + 1, Ordering::Relaxed);
+            Some(self.val[i].load(Ordering::Relaxed))
+        }
+    }
+
+    /// The structure's words and queue, and the consumer's private state: a cell that loom
+    /// reports if two consumers ever touch it without the protocol ordering them.
     #[derive(Default)]
     struct Model {
         state: AtomicU64,
         taken: AtomicU64,
-        queue: Mutex<VecDeque<u32>>,
-        consuming: AtomicBool,
-        got: Mutex<Vec<u32>>,
+        queue: Queue,
+        private: UnsafeCell<Vec<u64>>,
     }
 
     impl Model {
-        /// The invoked handler: takes entries until the flag is cleared, or, if `hold`, takes
-        /// one and hands the role to the program.
+        /// The invoked handler: takes entries until the flag is cleared, or, if
+        /// `hold_after_one`, takes one and hands the role to the program.
         fn consume(&self, hold_after_one: bool) {
-            assert!(
-                !self.consuming.swap(true, Ordering::AcqRel),
-                "two consumers at once"
-            );
             loop {
                 let mut e = None;
                 let next = next_or_clear(&self.state, &self.taken, true, || {
-                    e = self.queue.lock().unwrap().pop_front();
+                    e = self.queue.pop();
                     e.is_some()
                 });
                 if next == Next::Cleared {
-                    self.consuming.store(false, Ordering::Release);
+                    // The role ended with the clear: nothing of the consumer's is touched
+                    // after it.
                     return;
                 }
-                self.got.lock().unwrap().push(e.unwrap());
+                // SAFETY (model): only the consumer touches it; loom checks that claim.
+                self.private.with_mut(|p| unsafe { (*p).push(e.unwrap()) });
                 if hold_after_one {
-                    self.consuming.store(false, Ordering::Release);
                     hold(&self.state);
                     return;
                 }
             }
         }
 
-        fn produce(&self, v: u32, hold_after_one: bool) {
-            self.queue.lock().unwrap().push_back(v);
+        fn produce(&self, v: u64, hold_after_one: bool) {
+            self.queue.push(v);
             if announce_first_only(&self.state) {
                 self.consume(hold_after_one);
             }
         }
+
+        fn got(&self) -> Vec<u64> {
+            // SAFETY (model): every thread has been joined.
+            let mut v = self.private.with(|p| unsafe { (*p).clone() });
+            v.sort_unstable();
+            v
+        }
     }
 
     /// FIRST_ONLY_NONBLK: two producers race with the consumer's final clear; every entry is
-    /// taken exactly once, no two consumers overlap, and the flag ends down.
+    /// taken exactly once, no two consumers overlap (loom's check of the private cell), and
+    /// the flag ends down.
     #[test]
     fn first_only_nonblk_loses_nothing_and_never_overlaps() {
         loom::model(|| {
@@ -253,9 +287,7 @@ mod loom_tests {
             let p = loom::thread::spawn(move || m2.produce(2, false));
             m.produce(1, false);
             p.join().unwrap();
-            let mut got = m.got.lock().unwrap().clone();
-            got.sort_unstable();
-            assert_eq!(got, vec![1, 2]);
+            assert_eq!(m.got(), vec![1, 2]);
             assert_eq!(
                 m.state.load(Ordering::Relaxed),
                 2,
@@ -281,9 +313,7 @@ mod loom_tests {
             if is_held(&m.state) {
                 m.consume(false);
             }
-            let mut got = m.got.lock().unwrap().clone();
-            got.sort_unstable();
-            assert_eq!(got, vec![1, 2]);
+            assert_eq!(m.got(), vec![1, 2]);
             assert!(!is_running(&m.state));
         });
     }
