@@ -355,6 +355,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         theirs: &theirs,
         arrivals: &arrivals,
         program,
+        seq: std::cell::Cell::new(0),
     };
     let mut result = JobResult {
         one_way_ns: BTreeMap::new(),
@@ -365,10 +366,12 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         for &size in &sizes {
             let mut v = Vec::new();
             for _ in 0..reps {
-                match ctx.pingpong(mi, size, iters) {
-                    Ok(ns) => v.push(ns),
-                    Err(e) => result.failures.push(format!("{mode} {size} B: {e}")),
-                }
+                // A failed check ends the job (the peer would wait for this side forever):
+                // the experiment then reports the failure.
+                let ns = ctx
+                    .pingpong(mi, size, iters)
+                    .map_err(|e| format!("{mode} {size} B: {e}"))?;
+                v.push(ns);
                 rt.barrier();
             }
             row.insert(size, median(&mut v));
@@ -431,6 +434,7 @@ struct Ctx<'a> {
     theirs: &'a [SignalRef],
     arrivals: &'a Arrivals,
     program: SignalHandler,
+    seq: std::cell::Cell<u64>,
 }
 
 impl Ctx<'_> {
@@ -441,7 +445,8 @@ impl Ctx<'_> {
         let mut buf = vec![0u8; MAX_SIZE];
         let base = self.arrivals.count.load(Ordering::Acquire);
         let mut t0 = Instant::now();
-        let mut seq = 0u64;
+        // Sequence numbers continue across runs: the write's flag word keeps the last one.
+        let mut seq = self.seq.get();
         for i in 0..iters + warm {
             if i == warm {
                 t0 = Instant::now();
@@ -461,6 +466,7 @@ impl Ctx<'_> {
             }
         }
         let ns = t0.elapsed().as_nanos() as f64 / (2 * iters) as f64;
+        self.seq.set(seq);
         // Invoked modes: exactly one arrival per message received.
         if mi >= 3 {
             let got = self.arrivals.count.load(Ordering::Acquire) - base;
