@@ -65,11 +65,16 @@ fn pause(rank: usize, i: u64) {
     }
 }
 
+/// One recorded first-only entry: (requester, sender, sequence, check word right).
+type Entry = (Option<usize>, u64, u64, bool);
+/// What the SSP programs saw: (offset, data, no requester recorded).
+type SspSeen = Arc<Mutex<Vec<(usize, Vec<u8>, bool)>>>;
+
 /// What the first-only program recorded: (requester, sender, sequence, check ok), and how
 /// often two runs overlapped.
 #[derive(Default)]
 struct Log {
-    got: Mutex<Vec<(Option<usize>, u64, u64, bool)>>,
+    got: Mutex<Vec<Entry>>,
     running: AtomicBool,
     overlaps: AtomicU64,
     runs: AtomicU64,
@@ -116,7 +121,7 @@ fn main() {
         r.fetch_add(1, Ordering::Relaxed);
         busy.store(false, Ordering::Release);
     });
-    let ssp_seen: Arc<Mutex<Vec<(usize, Vec<u8>, bool)>>> = Arc::default();
+    let ssp_seen: SspSeen = Arc::default();
     let mut ssp = Vec::new();
     for k in 0..2 {
         let seen = ssp_seen.clone();

@@ -63,8 +63,11 @@ pub struct Experiment {
     /// Runs it in the launching process.
     pub run: fn(&Options) -> Result<Outcome, String>,
     /// One rank of its jobs (`__experiment-rank`), if it starts any.
-    pub rank: Option<fn(&RankArgs) -> Result<(), String>>,
+    pub rank: Option<RankFn>,
 }
+
+/// One rank of an experiment's job.
+pub type RankFn = fn(&RankArgs) -> Result<(), String>;
 
 /// What one rank of an experiment's job is given.
 pub struct RankArgs {
