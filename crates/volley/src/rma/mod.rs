@@ -58,8 +58,8 @@ pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 pub use signal::{
-    Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalRef,
-    SignalStatus, Storage, TakenSignal,
+    Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalOptions,
+    SignalRef, SignalReport, SignalStatus, StatusReply, Storage, TakenSignal, EMB_COLOURS,
 };
 
 use crate::am::Entered;

@@ -3,6 +3,7 @@
 //! `invoke` for the direct path's invocations) and the dispatcher that runs programs under
 //! each condition.
 
+use super::options::SignalOptions;
 use super::state::{self, Next};
 use super::structure::{Arrival, Record, Shape, Structure, ENTRY_HEADER};
 use super::{Condition, Invocation, SignalRef, SignalStatus, Storage, TakenSignal};
@@ -85,6 +86,8 @@ pub(crate) struct Registry {
     structures: Mutex<Vec<Shape>>,
     /// The entry a program is given (queued storage): one dispatch at a time per rank.
     scratch: Mutex<Vec<u8>>,
+    /// This rank as a requester of non-blocking signals: EMB counters, reports.
+    pub(crate) requester: super::options::Requester,
 }
 
 impl std::fmt::Debug for Registry {
@@ -137,8 +140,15 @@ pub(crate) struct SignalHandlers {
     pub(crate) invoke: RequestHandler,
 }
 
-/// `deliver`'s arguments: the handle, the offset, the SSP program and the slot.
-pub(super) fn deliver_args(s: &SignalRef, offset: u64, ssp: u16, slot: u32) -> [u64; 11] {
+/// `deliver`'s arguments: the handle, the offset, the SSP program, the slot and the options of
+/// a non-blocking signal (0: a blocking one, which replies to the slot).
+pub(super) fn deliver_args(
+    s: &SignalRef,
+    offset: u64,
+    ssp: u16,
+    slot: u32,
+    opts: u64,
+) -> [u64; 12] {
     let w = s.to_words();
     [
         w[0],
@@ -152,6 +162,7 @@ pub(super) fn deliver_args(s: &SignalRef, offset: u64, ssp: u16, slot: u32) -> [
         offset,
         ssp as u64,
         slot as u64,
+        opts,
     ]
 }
 
@@ -204,6 +215,16 @@ pub(crate) fn register(
     ack: ReplyHandler,
 ) -> SignalHandlers {
     let s = shared.clone();
+    let report = b.reply_handler("volley.rma.signal.report", move |m| {
+        let opts = SignalOptions::from_word(m.arg(0));
+        let outcome = match m.arg(2) {
+            0 => SignalStatus::from_code(m.arg(1)).ok_or(Refusal::NotASignal),
+            code => Err(Refusal::from_code(code, m.arg(3), m.arg(4), m.arg(5))
+                .unwrap_or(Refusal::NotASignal)),
+        };
+        s.signals.requester.replied(opts, m.src(), outcome);
+    });
+    let s = shared.clone();
     let deliver = b.request_handler("volley.rma.signal.deliver", move |m, tok| {
         let w: [u64; 8] = std::array::from_fn(|i| m.arg(i));
         let sref = SignalRef::from_words(w);
@@ -229,19 +250,32 @@ pub(crate) fn register(
                 .inspect_err(|_| s.count_refusal())?;
             Ok((st, status))
         });
-        let args = match &result {
-            Ok((_, status)) => [slot, 0, status.code(), sref.offset, 0, 0],
-            Err(r) => match *r {
-                Refusal::OutOfBounds {
-                    offset,
-                    len,
-                    segment_len,
-                } => [slot, r.code(), 0, offset, len, segment_len],
-                _ => [slot, r.code(), 0, sref.offset, 0, 0],
-            },
+        let opts = m.arg(11);
+        let details = |r: &Refusal| match *r {
+            Refusal::OutOfBounds {
+                offset,
+                len,
+                segment_len,
+            } => [offset, len, segment_len],
+            _ => [sref.offset, 0, 0],
         };
-        // A reply that cannot be sent means the runtime is going away.
-        let _ = tok.reply_short(ack, &args);
+        if opts != 0 {
+            let o = SignalOptions::from_word(opts);
+            let outcome = result.as_ref().map(|&(_, st)| st).map_err(|r| *r);
+            if o.replies(&outcome) {
+                let args = match &outcome {
+                    Ok(st) => [opts, st.code(), 0, sref.offset, 0, 0],
+                    Err(r) => {
+                        let [a, b, c] = details(r);
+                        [opts, 0, r.code(), a, b, c]
+                    }
+                };
+                let _ = tok.reply_short(report, &args);
+            }
+        } else {
+            reply_status(tok, ack, slot, &result, details);
+        }
+
         if let Ok((st, SignalStatus::Invoked)) = result {
             // Only structures this rank created run programs (the handle came from a sender).
             if s.signals.structure(sref.shape.id) == Some(sref.shape) {
@@ -283,6 +317,25 @@ pub(crate) fn register(
         deliver,
         invoke: invoke_h,
     }
+}
+
+/// Replies to a blocking signal's slot with its status or refusal.
+fn reply_status(
+    tok: crate::am::ReplyToken<'_>,
+    ack: ReplyHandler,
+    slot: u64,
+    result: &Result<(Structure, SignalStatus), Refusal>,
+    details: impl Fn(&Refusal) -> [u64; 3],
+) {
+    let args = match result {
+        Ok((_, status)) => [slot, 0, status.code(), 0, 0, 0],
+        Err(r) => {
+            let [a, b, c] = details(r);
+            [slot, r.code(), 0, a, b, c]
+        }
+    };
+    // A reply that cannot be sent means the runtime is going away.
+    let _ = tok.reply_short(ack, &args);
 }
 
 /// Runs the structure's program (or the scheduler, or the sender's) for one entry; returns

@@ -67,6 +67,7 @@
 //! ([`Rma::signal_counts`]). Neither changes the target's memory beyond the counter.
 
 pub(crate) mod dispatch;
+mod options;
 pub(crate) mod state;
 mod structure;
 #[cfg(test)]
@@ -76,6 +77,7 @@ use super::segment::{Perms, Refusal, SegmentRef};
 use super::{Rma, RmaSetup};
 use crate::error::{Error, Result};
 pub use dispatch::Signal;
+pub use options::{SignalOptions, SignalReport, StatusReply, EMB_COLOURS};
 use std::sync::atomic::{fence, Ordering};
 use structure::{Arrival, Counter, Shape, Structure, ENTRY_HEADER};
 
@@ -518,7 +520,7 @@ impl Rma<'_> {
         let ssp = ssp.map_or(u16::MAX, |h| h.program);
         let slot = self.take_slot()?;
         self.shared.add_remaining(slot, 1, target.rank);
-        let args = dispatch::deliver_args(&s, offset as u64, ssp, slot);
+        let args = dispatch::deliver_args(&s, offset as u64, ssp, slot, 0);
         if let Err(e) =
             self.rt
                 .request_medium(target.rank, self.handlers.signal.deliver, &args, data)
@@ -531,6 +533,80 @@ impl Rma<'_> {
             rank: target.rank,
             reason: Refusal::NotASignal,
         })
+    }
+
+    /// Like [`Rma::signal_to_at`] without waiting for the status: seed 002's non-blocking
+    /// request with its options. The status comes back as `opts.status` asks (take the
+    /// reports with [`Rma::take_signal_reports`]); with an EMB colour the colour's request
+    /// counter counts the signal now and its reply counter once the target has delivered it
+    /// ([`Rma::emb_counters`], [`Rma::emb_wait`]). A refusal is reported the same way (and
+    /// counted at the target), not returned: only what fails before sending is.
+    pub fn signal_to_nbi(
+        &self,
+        s: SignalRef,
+        offset: usize,
+        data: &[u8],
+        ssp: Option<SignalHandler>,
+        opts: SignalOptions,
+    ) -> Result<()> {
+        let target = s.seg;
+        self.check_rank(target.rank)?;
+        if opts.colour.is_some_and(|c| c as usize >= EMB_COLOURS) {
+            return Err(Error::InvalidConfig {
+                name: "EMB colour",
+                value: format!("{:?}", opts.colour),
+                why: "expected 0..16",
+            });
+        }
+        if data.len() > self.rt.max_medium() {
+            return Err(Error::PayloadTooLarge {
+                len: data.len(),
+                max: self.rt.max_medium(),
+            });
+        }
+        let requester = &self.shared.signals.requester;
+        let (_e, direct) = self.enter_for(target.rank);
+        if direct {
+            requester.issued(opts.colour);
+            let outcome = match self.check_ssp(&s, ssp) {
+                Ok(ssp) => self.signal_direct(s, offset as u64, data, ssp),
+                Err(e) => Err(e),
+            };
+            let outcome = match outcome {
+                Ok(status) => Ok(status),
+                Err(Error::Refused { reason, .. }) => Err(reason),
+                Err(e) => return Err(e),
+            };
+            requester.replied(opts, target.rank, outcome);
+            return Ok(());
+        }
+        let ssp = ssp.map_or(u16::MAX, |h| h.program);
+        let args = dispatch::deliver_args(&s, offset as u64, ssp, 0, opts.word());
+        self.rt
+            .request_medium(target.rank, self.handlers.signal.deliver, &args, data)?;
+        requester.issued(opts.colour);
+        Ok(())
+    }
+
+    /// EMB colour `colour`'s counters: (signals issued, signals whose reply has arrived).
+    /// Equal: every earlier signal of the colour has been delivered.
+    pub fn emb_counters(&self, colour: u8) -> (u64, u64) {
+        self.shared
+            .signals
+            .requester
+            .counters(colour as usize % EMB_COLOURS)
+    }
+
+    /// Waits (polling) until every signal issued so far with EMB colour `colour` has been
+    /// delivered.
+    pub fn emb_wait(&self, colour: u8) {
+        let (issued, _) = self.emb_counters(colour);
+        self.rt.wait_until(|| self.emb_counters(colour).1 >= issued);
+    }
+
+    /// Takes the status reports of non-blocking signals received so far.
+    pub fn take_signal_reports(&self) -> Vec<SignalReport> {
+        self.shared.signals.requester.take_reports()
     }
 
     /// The direct path: the program an SSP signal names, checked against this rank's table

@@ -473,3 +473,90 @@ fn bad_signals_are_refused_and_counted_memory_unchanged() {
         assert_eq!(rma.refused(), 6, "{path:?}");
     }
 }
+
+#[test]
+fn non_blocking_signals_report_as_asked_and_count_emb_colours() {
+    for path in PATHS {
+        let f = fixture(path);
+        let rma = f.setup.attach(&f.rt);
+        let seg = rma.alloc_symmetric(8192, Perms::ALL).unwrap().on(0);
+        let polling = rma
+            .signal_create(
+                seg,
+                0,
+                SignalConfig {
+                    invocation: Invocation::Polling,
+                    storage: Storage::Queue {
+                        entry_size: 8,
+                        capacity: 2,
+                    },
+                    condition: Condition::EveryTimeNonblk,
+                },
+            )
+            .unwrap();
+        let dsp = rma
+            .signal_create(
+                seg,
+                4096,
+                queue(Invocation::Dsp(f.dsp), Condition::EveryTimeNonblk),
+            )
+            .unwrap();
+        let failures = SignalOptions {
+            status: StatusReply::OnlyFailures,
+            colour: Some(1),
+        };
+        for d in [b"1", b"2", b"3"] {
+            rma.signal_to_nbi(polling, 0, d, None, failures).unwrap();
+        }
+        rma.signal_to_nbi(polling.with_offset(8), 0, b"x", None, failures)
+            .unwrap();
+        rma.emb_wait(1);
+        assert_eq!(rma.emb_counters(1), (4, 4), "{path:?}");
+        assert_eq!(
+            rma.take_signal_reports(),
+            [
+                SignalReport {
+                    rank: 0,
+                    outcome: Ok(SignalStatus::Full)
+                },
+                SignalReport {
+                    rank: 0,
+                    outcome: Err(Refusal::NotASignal)
+                }
+            ],
+            "{path:?}: only the failures"
+        );
+        assert_eq!(rma.refused(), 1, "{path:?}");
+        let always = SignalOptions {
+            status: StatusReply::Always,
+            colour: None,
+        };
+        rma.signal_to_nbi(dsp, 0, b"a", None, always).unwrap();
+        rma.signal_to_nbi(dsp, 0, b"b", None, SignalOptions::default())
+            .unwrap();
+        drain(&f.rt);
+        f.rt.wait_until(|| f.seen.lock().unwrap().len() == 2);
+        assert_eq!(
+            rma.take_signal_reports(),
+            [SignalReport {
+                rank: 0,
+                outcome: Ok(SignalStatus::Invoked)
+            }],
+            "{path:?}: a report for the signal that asked, none for the one that did not"
+        );
+        assert_eq!(rma.emb_counters(0), (0, 0));
+        assert!(matches!(
+            rma.signal_to_nbi(
+                dsp,
+                0,
+                b"x",
+                None,
+                SignalOptions {
+                    status: StatusReply::None,
+                    colour: Some(16)
+                }
+            ),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+}
