@@ -16,13 +16,17 @@
 //! 3. **MEMW_SSP (source-specified program, data at an offset of a window).** Every rank sends
 //!    `n` signals naming a program of its choice; each program checks that its data is in
 //!    the window at the offset, and that no requester is recorded.
+//! 3b. **Non-blocking signals with options.** Every rank sends `n` EVERY_TIME_BLK signals
+//!    without waiting, with an EMB colour and failures reported: after waiting on the colour
+//!    every signal is delivered, every report is a `Busy`, and runs plus reports add up.
 //! 4. **Refusals.** Every rank signals a structure offset where none lives: refused, memory
 //!    unchanged, counted at rank 0.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use volley::rma::{
-    Condition, Invocation, Perms, Refusal, Rma, SignalConfig, SignalRef, SignalStatus, Storage,
+    Condition, Invocation, Perms, Refusal, Rma, SignalConfig, SignalOptions, SignalRef,
+    SignalStatus, StatusReply, Storage,
 };
 use volley::{Error, Runtime};
 use volley_tests::{arg_u64, fail, join, mix, path_name, Gather};
@@ -349,6 +353,51 @@ fn main() {
             if !anonymous || *off != place(w[0], w[1]) || w[2] != mix(w[0] ^ w[1] << 20) {
                 die(format!("SSP signal at {off}: {w:?}, anonymous {anonymous}"));
             }
+        }
+    }
+    // Before the barrier: once past it, other ranks' signals of part 3b may run here.
+    let runs_before = blk_runs.load(Ordering::Relaxed);
+    rt.barrier();
+
+    // ---- 3b. Non-blocking signals with options --------------------------------------------
+    // Each rank sends `n` EVERY_TIME_BLK signals without waiting, EMB colour = rank % 16,
+    // failures reported: after the colour's wait, every signal is delivered, every report is a
+    // cancellation, and the runs at rank 0 plus the reports add up to what was sent.
+    let colour = (rank % 16) as u8;
+    let opts = SignalOptions {
+        status: StatusReply::OnlyFailures,
+        colour: Some(colour),
+    };
+    let (issued_before, _) = rma.emb_counters(colour);
+    for i in 0..n {
+        pause(rank, i ^ 0xaaaa);
+        rma.signal_to_nbi(bs, 0, &[], None, opts)
+            .unwrap_or_else(|e| die(format!("non-blocking signal {i}: {e}")));
+    }
+    rma.emb_wait(colour);
+    let (issued, replied) = rma.emb_counters(colour);
+    if issued != replied || issued - issued_before < n {
+        die(format!(
+            "EMB colour {colour}: {issued} issued, {replied} replied"
+        ));
+    }
+    let reports = rma.take_signal_reports();
+    if let Some(r) = reports
+        .iter()
+        .find(|r| r.rank != 0 || r.outcome != Ok(SignalStatus::Busy))
+    {
+        die(format!("a report that is not a cancellation: {r:?}"));
+    }
+    gather.send(&rt, 0, &[reports.len() as u64]);
+    if rank == 0 {
+        let busy: u64 = gather.collect(&rt, 1).iter().map(|s| s[0]).sum();
+        let want = size as u64 * n - busy;
+        rt.wait_until(|| blk_runs.load(Ordering::Relaxed) - runs_before >= want);
+        let runs = blk_runs.load(Ordering::Relaxed) - runs_before;
+        if runs != want {
+            die(format!(
+                "{runs} blocking runs for {want} signals delivered and not cancelled"
+            ));
         }
     }
     rt.barrier();
