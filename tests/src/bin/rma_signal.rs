@@ -16,10 +16,10 @@
 //! 3. **MEMW_SSP (source-specified program, data at an offset of a window).** Every rank sends
 //!    `n` signals naming a program of its choice; each program checks that its data is in
 //!    the window at the offset, and that no requester is recorded.
-//! 3b. **Non-blocking signals with options.** Every rank sends `n` EVERY_TIME_BLK signals
+//! 4. **Non-blocking signals with options.** Every rank sends `n` EVERY_TIME_BLK signals
 //!    without waiting, with an EMB colour and failures reported: after waiting on the colour
 //!    every signal is delivered, every report is a `Busy`, and runs plus reports add up.
-//! 4. **Refusals.** Every rank signals a structure offset where none lives: refused, memory
+//! 5. **Refusals.** Every rank signals a structure offset where none lives: refused, memory
 //!    unchanged, counted at rank 0.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -355,11 +355,11 @@ fn main() {
             }
         }
     }
-    // Before the barrier: once past it, other ranks' signals of part 3b may run here.
+    // Before the barrier: once past it, other ranks' signals of part 4 may run here.
     let runs_before = blk_runs.load(Ordering::Relaxed);
     rt.barrier();
 
-    // ---- 3b. Non-blocking signals with options --------------------------------------------
+    // ---- 4. Non-blocking signals with options --------------------------------------------
     // Each rank sends `n` EVERY_TIME_BLK signals without waiting, EMB colour = rank % 16,
     // failures reported: after the colour's wait, every signal is delivered, every report is a
     // cancellation, and the runs at rank 0 plus the reports add up to what was sent.
@@ -402,7 +402,7 @@ fn main() {
     }
     rt.barrier();
 
-    // ---- 4. Refusals ---------------------------------------------------------------------------
+    // ---- 5. Refusals ---------------------------------------------------------------------------
     let mut before = vec![0u8; 256];
     if rank != 0 {
         rma.get(root, A_AT, &mut before).unwrap();
