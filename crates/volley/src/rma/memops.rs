@@ -15,6 +15,7 @@
 //! | [`Rma::fifo_enqueue`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
 //! | [`Rma::signal`] | `memcpy`, then a short request to the signal's handler | fragments to the signal's handler; the last one invokes it |
 //! | [`Rma::conditional_write`] | a handler at the target | a handler at the target |
+//! | [`Rma::conditional_write_packed`] | a handler at the target | a handler at the target |
 //!
 //! **Operations split into fragments.** Data larger than one medium message travels as several
 //! requests on the same request ring, which is FIFO per sender, so the final action (flag store,

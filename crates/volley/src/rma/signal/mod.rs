@@ -60,6 +60,10 @@
 //! signal overwrites it), MEMW_OFFSET (a window of the segment, the sender gives the offset).
 //! The requester's rank (which names its node and task) is recorded except under MEMW_SSP.
 //!
+//! **Options** ([`options`]): [`Rma::signal_to_nbi`] sends without waiting, with seed 002's
+//! status-reply option and an elastic-memory-barrier colour whose request and reply counters
+//! the program reads ([`Rma::emb_counters`]) and waits on ([`Rma::emb_wait`]).
+//!
 //! **Refusals and cancellations.** A signal to no structure, with data larger than an entry,
 //! outside MEMW_OFFSET's window or naming an unregistered program is refused with
 //! [`Error::Refused`] and counted in the target's segment table ([`Rma::refused`]); full,
@@ -67,7 +71,7 @@
 //! ([`Rma::signal_counts`]). Neither changes the target's memory beyond the counter.
 
 pub(crate) mod dispatch;
-mod options;
+pub mod options;
 pub(crate) mod state;
 mod structure;
 #[cfg(test)]
