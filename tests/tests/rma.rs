@@ -17,6 +17,7 @@ const PROTECT: &str = env!("CARGO_BIN_EXE_rma_protect");
 const NB: &str = env!("CARGO_BIN_EXE_rma_nb");
 const MEMOPS: &str = env!("CARGO_BIN_EXE_rma_memops");
 const SYMMETRIC: &str = env!("CARGO_BIN_EXE_rma_symmetric");
+const SIGNAL: &str = env!("CARGO_BIN_EXE_rma_signal");
 
 const PATHS: [&str; 2] = ["direct", "am"];
 
@@ -206,4 +207,33 @@ fn symmetric_allocations_that_differ_fail_on_every_rank() {
     // (The test matrix runs this across emulated nodes too: offers over UDP and TCP.)
     let want = "symmetric allocation agrees or fails everywhere";
     on_both_paths(3, SYMMETRIC, &[], &[], want);
+}
+
+#[test]
+fn signal_structures_on_3_ranks() {
+    // Seed 002 requirement 16: FIRST_ONLY_NONBLK never runs two programs at once and loses no
+    // queued signal (senders with random pauses into a queue of 8, program holding the flag
+    // every 13th run), blocking and SSP signals accounted, refusals counted.
+    on_both_paths(
+        3,
+        SIGNAL,
+        &["400"],
+        &[],
+        "3 ranks x 400 first-only signals exactly once, in order, never two programs at once; \
+         blocking and SSP signals accounted; refusals counted",
+    );
+}
+
+#[test]
+fn signal_structures_on_6_ranks() {
+    // More senders than cores: a sender is preempted between storing and announcing, and the
+    // program waits for it.
+    on_both_paths(
+        6,
+        SIGNAL,
+        &["200"],
+        &[],
+        "6 ranks x 200 first-only signals exactly once, in order, never two programs at once; \
+         blocking and SSP signals accounted; refusals counted",
+    );
 }

@@ -767,3 +767,47 @@ fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
     }
     assert!(err.contains("every one arrived intact"), "{err}");
 }
+
+#[test]
+fn experiment_seed002_signal_measures_every_mode_and_verifies_them() {
+    let (code, out, err) = run(
+        &[
+            "experiments",
+            "seed002-signal",
+            "--quick",
+            "--reps",
+            "1",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    assert_eq!(doc["experiment"], "seed002-signal", "{doc}");
+    for transport in ["shm", "udp"] {
+        for mode in [
+            "write",
+            "fifo",
+            "signal_polling_quew",
+            "signal_dsp_quew_first_only_nonblk",
+            "signal_dsp_quew_every_time_nonblk",
+            "signal_dsp_memw_every_time_blk",
+            "signal_memw_ssp",
+        ] {
+            for size in ["4", "64", "1024"] {
+                let v = doc["one_way_ns"][transport][mode][size]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                assert!(v.is_finite() && v > 0.0, "{transport} {mode} {size}: {v}");
+            }
+        }
+    }
+    assert!(
+        doc["seed"]["signal_over_write_4b"][0].as_f64() == Some(2.0),
+        "{doc}"
+    );
+    // The table goes to stderr with --json -, the seed's figures beside.
+    assert!(err.contains("SIGNAL / WRITE at 4 B"), "{err}");
+}

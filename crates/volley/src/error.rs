@@ -239,6 +239,14 @@ pub enum Refusal {
         "the long message's range lies on a segment, which only keyed one-sided writes may change"
     )]
     OnSegment,
+    /// No signal structure with the handle's id and configuration lives at that offset (never
+    /// created, destroyed, or overwritten by plain writes).
+    #[error("no signal structure with this id and configuration at that offset")]
+    NotASignal,
+    /// A signal named a program (source-specified, SSP) that no rank registered with
+    /// `register_signal`, or a structure whose type takes none.
+    #[error("the signal names a program that is not registered")]
+    UnknownSignal,
 }
 
 /// Why an xfer operation on a communication segment was refused; nothing was written.
@@ -338,6 +346,8 @@ impl Refusal {
             Refusal::NotAFifo => 8,
             Refusal::EntrySize => 9,
             Refusal::OnSegment => 10,
+            Refusal::NotASignal => 11,
+            Refusal::UnknownSignal => 12,
         }
     }
 
@@ -359,6 +369,8 @@ impl Refusal {
             8 => Refusal::NotAFifo,
             9 => Refusal::EntrySize,
             10 => Refusal::OnSegment,
+            11 => Refusal::NotASignal,
+            12 => Refusal::UnknownSignal,
             _ => return None,
         })
     }

@@ -48,6 +48,10 @@ pub mod reliable;
 pub mod rma;
 #[cfg(not(loom))]
 pub mod settings;
+/// The signal structure's state word alone, for the loom model.
+#[cfg(loom)]
+#[path = "rma/signal/state.rs"]
+mod signal_state_model;
 pub(crate) mod sync;
 pub mod transport;
 #[cfg(not(loom))]

@@ -10,6 +10,7 @@ mod am_vs_sendrecv;
 mod contention;
 mod hardware;
 mod send_breakdown;
+mod signal;
 mod xfer;
 
 use crate::bench::{emit_report, JsonTarget};
@@ -93,6 +94,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     send_breakdown::EXPERIMENT,
     xfer::EXPERIMENT,
     am_vs_sendrecv::EXPERIMENT,
+    signal::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

@@ -95,6 +95,8 @@ pub(crate) struct Shared {
     /// Other ranks' offers for symmetric allocations: sequence number, rank, offer. A fast
     /// rank's offer for the next allocation can arrive before this rank's current one ends.
     offers: Mutex<Vec<(u64, usize, SymmetricOffer)>>,
+    /// Signal programs, the scheduler and this rank's signal structures.
+    pub(crate) signals: super::signal::dispatch::Registry,
 }
 
 /// The handler ids of the one-sided layer.
@@ -108,6 +110,8 @@ pub(crate) struct Handlers {
     pub(crate) mem: MemHandlers,
     /// Takes another rank's [`SymmetricOffer`] (one-way).
     pub(crate) offer: RequestHandler,
+    /// Signals to signal structures.
+    pub(crate) signal: super::signal::dispatch::SignalHandlers,
 }
 
 impl Shared {
@@ -116,6 +120,7 @@ impl Shared {
             local: OnceLock::new(),
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             offers: Mutex::new(Vec::new()),
+            signals: Default::default(),
         }
     }
 
@@ -423,6 +428,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         let _ = tok.reply_short(ack, &reply);
     });
     let mem = memops::register(b, shared, ack);
+    let signal = super::signal::dispatch::register(b, shared, ack);
     let s = shared.clone();
     let offer = b.request_handler("volley.rma.symmetric_offer", move |m, _| {
         let offer = SymmetricOffer::from_args([m.arg(1), m.arg(2), m.arg(3)]);
@@ -437,5 +443,6 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         ack,
         mem,
         offer,
+        signal,
     }
 }

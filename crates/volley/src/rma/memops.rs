@@ -15,6 +15,7 @@
 //! | [`Rma::fifo_enqueue`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
 //! | [`Rma::signal`] | `memcpy`, then a short request to the signal's handler | fragments to the signal's handler; the last one invokes it |
 //! | [`Rma::conditional_write`] | a handler at the target | a handler at the target |
+//! | [`Rma::conditional_write_packed`] | a handler at the target | a handler at the target |
 //!
 //! **Operations split into fragments.** Data larger than one medium message travels as several
 //! requests on the same request ring, which is FIFO per sender, so the final action (flag store,
@@ -30,6 +31,7 @@
 
 use super::handlers::{Shared, IMPLICIT_SLOT};
 use super::segment::{Perms, Refusal, SegmentRef};
+use super::signal::{Signal, SignalHandler};
 use super::{Rma, RmaSetup};
 use crate::am::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
 use crate::error::{Error, Result};
@@ -53,56 +55,7 @@ pub(crate) struct MemHandlers {
     put_flag: RequestHandler,
     fifo: RequestHandler,
     zbuf: RequestHandler,
-}
-
-/// A handler registered with [`RmaSetup::register_signal`]: what [`Rma::signal`] invokes at
-/// the target. Every rank registers the same signals in the same order, so the id means the
-/// same handler everywhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct SignalHandler(RequestHandler);
-
-impl SignalHandler {
-    /// The underlying request handler index.
-    pub fn index(self) -> u16 {
-        self.0.index()
-    }
-}
-
-/// What a signal handler receives: who signalled, and where the data was written in this
-/// rank's segment.
-#[derive(Debug)]
-pub struct Signal<'a> {
-    src: usize,
-    offset: usize,
-    data: &'a [u8],
-}
-
-impl<'a> Signal<'a> {
-    /// The rank that sent the signal.
-    pub fn src(&self) -> usize {
-        self.src
-    }
-
-    /// The offset in the segment at which the data was written.
-    pub fn offset(&self) -> usize {
-        self.offset
-    }
-
-    /// The number of bytes written.
-    pub fn len(&self) -> usize {
-        self.data.len()
-    }
-
-    /// Whether the signal carried no data.
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-
-    /// The written bytes, in this rank's segment. Other ranks may write that memory at any
-    /// time (as with a long message's payload): copy out what you keep.
-    pub fn data(&self) -> &'a [u8] {
-        self.data
-    }
+    zbuf_packed: RequestHandler,
 }
 
 /// The outcome of one FIFO enqueue.
@@ -203,12 +156,12 @@ const TAIL_AT: usize = 64;
 const HEAD_AT: usize = 128;
 const SLOTS_AT: usize = 192;
 
-fn stride(entry_size: u64) -> u64 {
+pub(in crate::rma) fn stride(entry_size: u64) -> u64 {
     8 + entry_size.div_ceil(8) * 8
 }
 
 /// Bytes of a FIFO with this geometry, or `None` if that overflows.
-fn fifo_bytes(entry_size: u64, capacity: u64) -> Option<u64> {
+pub(in crate::rma) fn fifo_bytes(entry_size: u64, capacity: u64) -> Option<u64> {
     stride(entry_size)
         .checked_mul(capacity)?
         .checked_add(SLOTS_AT as u64)
@@ -219,7 +172,7 @@ fn fifo_bytes(entry_size: u64, capacity: u64) -> Option<u64> {
 /// # Safety
 /// `p` must be 8-byte aligned and point to 8 bytes that stay mapped for `'a` and are only
 /// accessed atomically while shared.
-unsafe fn word<'a>(p: *mut u8) -> &'a AtomicU64 {
+pub(in crate::rma) unsafe fn word<'a>(p: *mut u8) -> &'a AtomicU64 {
     // SAFETY: guaranteed by the caller.
     unsafe { AtomicU64::from_ptr(p.cast()) }
 }
@@ -229,7 +182,7 @@ unsafe fn word<'a>(p: *mut u8) -> &'a AtomicU64 {
 /// # Safety
 /// `base` must be 8-byte aligned and `fifo_bytes(entry_size, capacity)` bytes from it must be
 /// mapped memory that no one else uses as a FIFO meanwhile.
-unsafe fn fifo_init(base: *mut u8, entry_size: u64, capacity: u64) {
+pub(in crate::rma) unsafe fn fifo_init(base: *mut u8, entry_size: u64, capacity: u64) {
     let st = stride(entry_size) as usize;
     // SAFETY (whole block): every word below lies inside the FIFO's bytes and is 8-aligned
     // (the base is, and all offsets and the stride are multiples of 8).
@@ -266,7 +219,7 @@ unsafe fn fifo_header_ok(base: *mut u8, entry_size: u64, capacity: u64) -> bool 
 /// # Safety
 /// `base` must be 8-byte aligned, and `fifo_bytes(entry_size, capacity)` bytes from it must be
 /// mapped for the call.
-unsafe fn fifo_enqueue_at(
+pub(in crate::rma) unsafe fn fifo_enqueue_at(
     base: *mut u8,
     entry_size: u64,
     capacity: u64,
@@ -318,7 +271,7 @@ unsafe fn fifo_enqueue_at(
 ///
 /// # Safety
 /// As for [`fifo_enqueue_at`], and no other thread dequeues from this FIFO meanwhile.
-unsafe fn fifo_dequeue_at(
+pub(in crate::rma) unsafe fn fifo_dequeue_at(
     base: *mut u8,
     entry_size: u64,
     capacity: u64,
@@ -594,11 +547,13 @@ pub(crate) fn register(
         });
         reply(tok, ack, slot, r);
     });
+    let zbuf_packed = zbuf_packed::register(b, shared, ack);
     MemHandlers {
         put,
         put_flag,
         fifo,
         zbuf,
+        zbuf_packed,
     }
 }
 
@@ -616,6 +571,8 @@ impl RmaSetup {
     where
         F: Fn(&Signal<'_>) + Send + Sync + 'static,
     {
+        let handler: Arc<dyn Fn(&Signal<'_>) + Send + Sync> = Arc::new(handler);
+        let program = self.shared.signals.add_program(handler.clone());
         let s = self.shared.clone();
         let ack = self.handlers.ack;
         let id = b.request_handler(&format!("volley.rma.signal:{name}"), move |m, tok| {
@@ -627,15 +584,18 @@ impl RmaSetup {
                     let data = unsafe { std::slice::from_raw_parts(base, f.total as usize) };
                     handler(&Signal {
                         src: m.src(),
+                        requester: Some(m.src()),
                         offset: f.off as usize,
                         data,
+                        can_hold: false,
+                        held: std::cell::Cell::new(false),
                     });
                 }
                 (0, f.off, f.total)
             });
             reply(tok, ack, f.slot, r);
         });
-        SignalHandler(id)
+        SignalHandler { am: id, program }
     }
 }
 
@@ -1004,7 +964,7 @@ impl<'rt> Rma<'rt> {
             let _e = self.rt.enter();
             self.put_in_place(target, off, data, None)
         };
-        self.send_fragments((target, handler.0), off, data, in_place, slot, [0, 0])
+        self.send_fragments((target, handler.am), off, data, in_place, slot, [0, 0])
     }
 
     /// MBCF_ZBUFFER: if the 64-bit word at `ref_offset` (8-byte aligned) of `target` is
@@ -1058,3 +1018,4 @@ impl<'rt> Rma<'rt> {
 
 #[cfg(test)]
 mod tests;
+mod zbuf_packed;

@@ -28,8 +28,9 @@
 //! On top of these, [seed 002's memory-based operations](memops): write with flag
 //! ([`Rma::put_with_flag`]), memory-based FIFOs ([`Rma::fifo_create`], [`Rma::fifo_enqueue`],
 //! [`Rma::fifo_enqueue_retry`], [`Rma::fifo_dequeue`]), signals that run a handler at the target
-//! ([`RmaSetup::register_signal`], [`Rma::signal`]) and the conditional z-buffer write
-//! ([`Rma::conditional_write`]).
+//! ([`RmaSetup::register_signal`], [`Rma::signal`]), [signal structures](signal) with seed
+//! 002's whole subcommand matrix ([`Rma::signal_create`], [`Rma::signal_to`]) and the
+//! conditional z-buffer writes ([`Rma::conditional_write`], [`Rma::conditional_write_packed`]).
 //!
 //! ```no_run
 //! use volley::rma::{Perms, Rma};
@@ -51,11 +52,16 @@ pub mod memops;
 mod own;
 pub mod segment;
 pub(crate) mod segment_table;
+pub mod signal;
 
 pub use atomic::AtomicOp;
-pub use memops::{FifoRef, FifoStatus, Signal, SignalHandler};
+pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
+pub use signal::{
+    Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalOptions,
+    SignalRef, SignalReport, SignalStatus, StatusReply, Storage, TakenSignal, EMB_COLOURS,
+};
 
 use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};

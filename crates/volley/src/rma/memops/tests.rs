@@ -472,3 +472,82 @@ fn conditional_write_matches_the_sequential_z_buffer_in_any_order() {
         ));
     }
 }
+
+#[test]
+fn packed_conditional_writes_match_the_sequential_z_buffer_in_any_order() {
+    for path in PATHS {
+        let (rt, setup, _, _) = setup(path);
+        let rma = setup.attach(&rt);
+        let seg = rma.alloc_symmetric(2048, Perms::ALL).unwrap().on(0);
+        let mut expect_z = [u64::MAX; PIXELS];
+        let mut expect_c = [0u64; PIXELS];
+        for (p, d, c) in zbuf_writes() {
+            if expect_z[p] > d {
+                expect_z[p] = d;
+                expect_c[p] = c;
+            }
+        }
+        for seed in 0..4 {
+            for p in 0..PIXELS {
+                rma.write_local(seg, Z + 8 * p, &u64::MAX.to_le_bytes())
+                    .unwrap();
+                rma.write_local(seg, C + 8 * p, &0u64.to_le_bytes())
+                    .unwrap();
+            }
+            // Batches over every pixel, one candidate per pixel each (pixels without one get
+            // the reference u64::MAX, which never writes), in a shuffled order of batches.
+            let mut writes = zbuf_writes();
+            shuffle(&mut writes, seed);
+            let mut batches: Vec<(Vec<u64>, Vec<u8>)> = Vec::new();
+            for (p, d, c) in writes {
+                let i = match batches.iter().position(|b| b.0[p] == u64::MAX) {
+                    Some(i) => i,
+                    None => {
+                        batches.push((vec![u64::MAX; PIXELS], vec![0u8; 8 * PIXELS]));
+                        batches.len() - 1
+                    }
+                };
+                let b = &mut batches[i];
+                b.0[p] = d;
+                b.1[8 * p..8 * p + 8].copy_from_slice(&c.to_le_bytes());
+            }
+            for (refs, data) in &batches {
+                rma.conditional_write_packed(seg, Z, refs, C, data).unwrap();
+            }
+            for p in 0..PIXELS {
+                assert_eq!(u64_at(&rma, seg, Z + 8 * p), expect_z[p], "{path:?} depth");
+                assert_eq!(u64_at(&rma, seg, C + 8 * p), expect_c[p], "{path:?} colour");
+            }
+        }
+        // Every location decides on its own: equal does not write, smaller does.
+        let z0 = expect_z[0];
+        let wrote = rma
+            .conditional_write_packed(seg, Z, &[z0, z0 - 1], C, b"aaaaaaaabbbbbbbb")
+            .unwrap();
+        assert_eq!(wrote, (expect_z[1] > z0 - 1) as usize, "{path:?}");
+        // Refusals: nothing written (not even the locations that were fine), counted.
+        let before = snapshot(&rma, seg);
+        let refused = rma.refused();
+        assert_eq!(
+            reason(rma.conditional_write_packed(seg, Z + 4, &[0, 0], C, b"xy")),
+            Refusal::Misaligned
+        );
+        assert!(matches!(
+            reason(rma.conditional_write_packed(seg, 2040, &[0, 0], C, b"xy")),
+            Refusal::OutOfBounds { .. }
+        ));
+        assert!(matches!(
+            reason(rma.conditional_write_packed(seg, Z, &[0, 0], 2047, b"xy")),
+            Refusal::OutOfBounds { .. }
+        ));
+        assert!(
+            before == snapshot(&rma, seg),
+            "{path:?}: refusal changed memory"
+        );
+        assert_eq!(rma.refused(), refused + 3, "{path:?}");
+        assert!(matches!(
+            rma.conditional_write_packed(seg, Z, &[0, 0], C, b"xyz"),
+            Err(Error::InvalidConfig { .. })
+        ));
+    }
+}
