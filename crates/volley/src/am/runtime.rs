@@ -1,11 +1,11 @@
 //! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
 
+mod delivery;
+mod try_send;
+
 use super::config::Config;
-use super::delivery::Delivery;
 use super::engine::{Engine, EngineSetup, SharedEngine, SystemOp, MAX_BARRIER_ROUNDS};
-use super::handler::{
-    Message, MessageClass, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler,
-};
+use super::handler::{Message, ReplyFn, ReplyHandler, ReplyToken, RequestFn, RequestHandler};
 use super::progress::{ProgressThread, ThreadSync};
 use super::report::reporter::Reporter;
 use super::report::{Doing, OutstandingFn};
@@ -419,46 +419,6 @@ impl Runtime {
         self.engine().thread_sync().is_some()
     }
 
-    /// When handlers run on this rank now (see [`Delivery`]).
-    pub fn delivery(&self) -> Delivery {
-        match self.engine().thread_sync() {
-            Some(sync) if !sync.paused() => Delivery::Asynchronous,
-            _ => Delivery::Polling,
-        }
-    }
-
-    /// Switches how handlers reach this rank from now on, for the program's next phase: in
-    /// [`Delivery::Polling`] they run only inside its own runtime calls (no handler runs on
-    /// the progress thread once this returns), in [`Delivery::Asynchronous`] also while it
-    /// computes. Ranks choose independently. Asynchronous delivery needs a progress thread
-    /// ([`RuntimeBuilder::progress_thread`] or `VOLLEY_PROGRESS=thread`); without one a rank
-    /// always polls, and asking for it is an error.
-    pub fn set_delivery(&self, delivery: Delivery) -> Result<()> {
-        let _e = self.enter();
-        self.guard("set_delivery");
-        match (self.engine().thread_sync(), delivery) {
-            // Owning the engine: the progress thread gives it back before this runs, and
-            // takes it again only after this rank's next leave, which orders the flag.
-            (Some(sync), d) => {
-                sync.set_paused(d == Delivery::Polling);
-                if d == Delivery::Polling {
-                    // A progress thread asleep on the doorbell gets up and naps instead, so
-                    // that this rank's own waits may sleep there.
-                    self.engine().wake_owner();
-                }
-            }
-            (None, Delivery::Polling) => {}
-            (None, Delivery::Asynchronous) => {
-                return Err(Error::InvalidConfig {
-                    name: "delivery",
-                    value: "asynchronous".into(),
-                    why: "this rank has no progress thread (RuntimeBuilder::progress_thread or VOLLEY_PROGRESS=thread)",
-                })
-            }
-        }
-        Ok(())
-    }
-
     #[inline(always)]
     pub(crate) fn engine(&self) -> &Engine {
         self.shared.get()
@@ -597,81 +557,6 @@ impl Runtime {
     pub fn flush(&self) {
         let _e = self.enter();
         self.engine().flush_net();
-    }
-
-    /// Sends a short request if it can go at once, and otherwise returns
-    /// [`Error::WouldBlock`] having sent nothing. Unlike [`Runtime::request_short`] it never
-    /// polls, so no handler runs inside it (whatever floods this rank meanwhile), and it never
-    /// waits. Exact on every transport: shared memory refuses when the target's ring has no
-    /// room, UDP when the reliable window towards the target is full, TCP when the send queue
-    /// towards it is full. [`Runtime::wait_sendable`] waits (polling) until it would go.
-    pub fn try_request_short(
-        &self,
-        dest: usize,
-        handler: RequestHandler,
-        args: &[u64],
-    ) -> Result<()> {
-        let _e = self.enter();
-        self.send_guard("try_request_short")?;
-        self.engine()
-            .try_send_short(dest, Channel::Request, handler.0, args)
-    }
-
-    /// [`Runtime::request_medium`] if it can go at once, [`Error::WouldBlock`] otherwise (no
-    /// medium buffer free, or no room: see [`Runtime::try_request_short`]). Never polls.
-    pub fn try_request_medium(
-        &self,
-        dest: usize,
-        handler: RequestHandler,
-        args: &[u64],
-        payload: &[u8],
-    ) -> Result<()> {
-        let _e = self.enter();
-        self.send_guard("try_request_medium")?;
-        self.engine()
-            .try_send_medium(dest, Channel::Request, handler.0, args, payload)
-    }
-
-    /// [`Runtime::request_long`] if it can go at once, [`Error::WouldBlock`] otherwise; a
-    /// refused send wrote nothing into the target's segment. Never polls.
-    pub fn try_request_long(
-        &self,
-        dest: usize,
-        handler: RequestHandler,
-        args: &[u64],
-        payload: &[u8],
-        offset: usize,
-    ) -> Result<()> {
-        let _e = self.enter();
-        self.send_guard("try_request_long")?;
-        self.engine()
-            .try_send_long(dest, Channel::Request, handler.0, args, payload, offset)
-    }
-
-    /// Whether a request of `class` with up to 16 arguments and a payload of `payload_len`
-    /// bytes (ignored for short messages) would go to `dest` at once: if so, the next
-    /// `try_request_*` of that shape to `dest` succeeds, provided nothing else sends to
-    /// `dest` first (with a progress thread, its handlers' replies may). Does not poll. A
-    /// payload too large for any message of `class` to `dest` is an error.
-    pub fn sendable(&self, dest: usize, class: MessageClass, payload_len: usize) -> Result<bool> {
-        let _e = self.enter();
-        self.engine()
-            .sendable(dest, Channel::Request, class, payload_len)
-    }
-
-    /// Polls (running request and reply handlers, as a blocked request does) until
-    /// [`Runtime::sendable`] holds: the way to wait after [`Error::WouldBlock`].
-    pub fn wait_sendable(
-        &self,
-        dest: usize,
-        class: MessageClass,
-        payload_len: usize,
-    ) -> Result<()> {
-        let _e = self.enter();
-        self.guard("wait_sendable");
-        self.critical_guard("wait_sendable");
-        self.engine()
-            .wait_sendable(dest, Channel::Request, class, payload_len)
     }
 
     /// Runs the handlers of every message that has arrived; returns how many ran.

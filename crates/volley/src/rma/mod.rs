@@ -23,7 +23,7 @@
 //!   64 KiB fragments, atomics one after another) and reply with the status, the data or the old
 //!   value. This is the path for transports that cannot map the target. To a rank of this node
 //!   a put or get still asks the target's handler, but moves its bytes with one copy between
-//!   the caller's buffer and the mapped segment ([`in_place`]).
+//!   the caller's buffer and the mapped segment (`in_place`).
 //!
 //! On top of these, [seed 002's memory-based operations](memops): write with flag
 //! ([`Rma::put_with_flag`]), memory-based FIFOs ([`Rma::fifo_create`], [`Rma::fifo_enqueue`],

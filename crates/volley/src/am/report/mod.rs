@@ -2,11 +2,11 @@
 //! the launcher, or `volley run --hang-report-after SECONDS`).
 //!
 //! A rank that computes without polling cannot answer through the engine, so each rank that
-//! `volley run` started gets a reporter thread ([`reporter`]), blocked on a socket the launcher
+//! `volley run` started gets a reporter thread (`reporter`), blocked on a socket the launcher
 //! hands it (named by [`ENV_REPORT_FD`]). On a request byte it reads what the rank's thread
 //! publishes and answers with one line of JSON, a [`RankReport`]. It reads only atomics,
 //! shared memory and what never changes after `build()`: the published long wait
-//! ([`activity`]), the statistics and per-peer counters, the rings' credit, the network's
+//! (`activity`), the statistics and per-peer counters, the rings' credit, the network's
 //! backlog (published by the next network poll after the reporter asks) and what layers
 //! above report (the one-sided layer's operations in flight). How long a rank has been
 //! computing or running a handler is measured by the reporter itself, which samples the

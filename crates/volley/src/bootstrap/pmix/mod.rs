@@ -3,7 +3,7 @@
 //! it starts; the process then asks it (through `libpmix`, loaded at run time) who it is, and
 //! exchanges endpoint information with a `Put`, a `Commit` and a `Fence` that collects every
 //! rank's data. Shared-memory regions travel between the ranks of a node through a node-local
-//! rendezvous ([`node`]), since file descriptors cannot go through PMIx.
+//! rendezvous (`node`), since file descriptors cannot go through PMIx.
 //!
 //! The client is process-wide (PMIx allows one per process): it is initialized by the first
 //! runtime built under a PMIx launcher and finalized when that runtime finalizes.

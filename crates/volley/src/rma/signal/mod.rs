@@ -26,7 +26,7 @@
 //!
 //! **The engine's step and the invocation.** A signal is first *delivered*: the structure is
 //! checked, the condition applied, the data and the requester stored, counters bumped
-//! ([`structure`]). On the direct path the sender does this itself on the target's mapped
+//! (`structure`). On the direct path the sender does this itself on the target's mapped
 //! memory; a signal that must invoke a program then sends one short request to the target,
 //! and one that only queues behind a running program sends nothing at all. On the AM path
 //! (any rank of another node, or `VOLLEY_RMA=am`) a handler at the target delivers it and
@@ -46,7 +46,7 @@
 //! **Conditions** ([`Condition`]): EVERY_TIME_NONBLK invokes on every signal; FIRST_ONLY_NONBLK
 //! invokes only when no program of the structure runs, and otherwise only stores: the running
 //! program takes the later entries with the atomic "next entry or clear the flag" call
-//! ([`state`]), which the dispatcher makes after every run, so no signal is lost or waits for
+//! (`state`), which the dispatcher makes after every run, so no signal is lost or waits for
 //! a next one. A program that wants to keep the flag calls [`Signal::hold`] and the rank
 //! drains later with [`Rma::signal_next_or_clear`]. The blocking conditions cancel a signal
 //! that arrives while the flag is up ([`SignalStatus::Busy`], nothing stored):
