@@ -7,8 +7,9 @@
 //! - `barrier`: every rank but the last enters a barrier; the last computes forever.
 //! - `full-ring`: rank 0 sends requests to rank 1 without waiting, until its ring is full;
 //!   rank 1 computes forever; the other ranks wait for a flag nobody sets.
-//! - `slow-handler`: rank 0 sends rank 1 a request whose handler computes forever and waits
-//!   for the reply; the other ranks wait for a flag nobody sets.
+//! - `slow-handler`: once rank 1 has left the start's barrier (it says so), rank 0 sends it a
+//!   request whose handler computes forever and waits for the reply; rank 1 and the other
+//!   ranks wait for a flag nobody sets.
 //!
 //! None of them ends: the launcher stops them (the tests send it SIGTERM after the report).
 
@@ -53,6 +54,14 @@ fn main() {
     let computing = b.request_handler("computing", move |_, _token| {
         w.store(true, Ordering::Release)
     });
+    // Rank 1 of `slow-handler` says it left the barrier with a request rank 0 answers, so that
+    // it waits for no reply when the report is taken.
+    let noted = b.reply_handler("noted", |_| {});
+    let w = away.clone();
+    let left = b.request_handler("left", move |_, token| {
+        w.store(true, Ordering::Release);
+        let _ = token.reply_short(noted, &[]);
+    });
     let rt = b.build().unwrap_or_else(|e| {
         eprint_line(&format!("hang: build: {e}"));
         std::process::exit(2)
@@ -74,8 +83,15 @@ fn main() {
             compute_forever()
         }
         ("slow-handler", 0) => {
+            // Only once rank 1 has left the barrier: a request it took inside the barrier
+            // would spin there, before it says it is ready.
+            rt.wait_until(|| away.load(Ordering::Acquire));
             rt.request_short(1, spin, &[]).unwrap();
             rt.wait_until(|| answered.load(Ordering::Acquire));
+        }
+        ("slow-handler", 1) => {
+            rt.request_short(0, left, &[]).unwrap();
+            rt.wait_until(never)
         }
         ("no-reply", 0) => {
             rt.request_short(1, ignore, &[]).unwrap();
