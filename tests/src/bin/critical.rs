@@ -54,9 +54,14 @@ fn main() {
             let before = (1..size).map(|r| next.get(r)).sum::<u64>();
             rt.critical(|| {
                 INSIDE.store(true, Ordering::Relaxed);
+                // 200 us of polls, and at least 16 whatever the clock says: a rank preempted
+                // right after reading the clock would otherwise end the section without a
+                // poll, and under load every section could pass untested.
                 let t = Instant::now();
-                while t.elapsed() < Duration::from_micros(200) {
+                let mut polls = 0;
+                while polls < 16 || t.elapsed() < Duration::from_micros(200) {
                     rt.poll();
+                    polls += 1;
                 }
                 INSIDE.store(false, Ordering::Relaxed);
             });
