@@ -192,15 +192,7 @@ fn table(r: &Report) -> String {
         t,
         "  seed: CAS at least as fast as the lock dedicated, and more robust multiprogrammed"
     );
-    let _ = writeln!(
-        t,
-        "verified: {}",
-        if r.verified {
-            "yes".to_string()
-        } else {
-            format!("NO: {}", r.failures.join("; "))
-        }
-    );
+    t.push_str(&super::verdict(r.verified, "", &r.failures));
     t
 }
 

@@ -225,15 +225,7 @@ fn table(r: &Report) -> String {
         "  memcpy over link: {:.1} here, {:.1} in the seed",
         q.memcpy_over_link, q.seed_memcpy_over_sbus
     );
-    let _ = writeln!(
-        t,
-        "verified: {}",
-        if r.verified {
-            "yes".to_string()
-        } else {
-            format!("NO: {}", r.failures.join("; "))
-        }
-    );
+    t.push_str(&super::verdict(r.verified, "", &r.failures));
     t
 }
 

@@ -206,6 +206,16 @@ pub fn rank_job<T: DeserializeOwned>(
     })
 }
 
+/// The table's last line: "verified: yes" (with `what` was checked, if given) or the
+/// failures.
+pub fn verdict(verified: bool, what: &str, failures: &[String]) -> String {
+    match (verified, what) {
+        (true, "") => "verified: yes\n".into(),
+        (true, what) => format!("verified: yes ({what})\n"),
+        (false, _) => format!("verified: NO: {}\n", failures.join("; ")),
+    }
+}
+
 /// Rank 0's result, written for [`rank_job`].
 pub fn write_result<T: serde::Serialize>(out: &Path, result: &T) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;

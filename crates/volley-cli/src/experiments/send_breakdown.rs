@@ -248,15 +248,7 @@ fn table(r: &Report) -> String {
         100.0 * s.concurrency,
         100.0 * s.polls
     );
-    let _ = writeln!(
-        t,
-        "verified: {}",
-        if r.verified {
-            "yes".to_string()
-        } else {
-            format!("NO: {}", r.failures.join("; "))
-        }
-    );
+    t.push_str(&super::verdict(r.verified, "", &r.failures));
     t
 }
 

@@ -230,15 +230,11 @@ fn table(r: &Report) -> String {
         s.fifo_over_write_4b[0],
         s.fifo_over_write_4b[1]
     );
-    let _ = writeln!(
-        t,
-        "verified: {}",
-        if r.verified {
-            "yes (every operation arrived exactly once with the right data)".to_string()
-        } else {
-            format!("NO: {}", r.failures.join("; "))
-        }
-    );
+    t.push_str(&super::verdict(
+        r.verified,
+        "every operation arrived exactly once with the right data",
+        &r.failures,
+    ));
     t
 }
 
