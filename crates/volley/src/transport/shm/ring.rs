@@ -297,19 +297,24 @@ impl Producer {
     pub fn refresh(&mut self, ring: RingRef<'_>) {
         let size = ring.slot_count();
         // Acquire: pairs with the consumer's release store of `consumed` (as in `reserve`).
-        self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+        self.limit = ring.ctl.consumed.load(Ordering::Acquire).wrapping_add(size);
         self.bound = self.bound_for(size);
     }
 
     /// Takes a credit hint (see the module's "Credit hints"): the receiver had consumed this
     /// ring up to `consumed` when it sent the frame that carried it. An old hint changes
-    /// nothing. A hint beyond what was sent comes from a broken peer and is taken as no more
-    /// than everything: it must never let this producer overwrite slots not yet consumed.
+    /// nothing.
+    ///
+    /// A hint is trusted exactly as far as the control line that [`Producer::refresh`] reads:
+    /// both are written by the receiver, which could write either. A receiver that overstates
+    /// its consumption loses its own unread frames of this ring and nothing else: slot indices
+    /// are masked into the ring, and the laps that `bound` allows stay within it. So a hint
+    /// beyond the tail is not an error here (the addition wraps rather than panics in a debug
+    /// build, which fuzzing reached with a hint near `u64::MAX`).
     #[inline(always)]
     pub fn take_hint(&mut self, ring: RingRef<'_>, consumed: u64) {
         let size = ring.slot_count();
-        let consumed = consumed.min(self.tail);
-        self.limit = self.limit.max(consumed + size);
+        self.limit = self.limit.max(consumed.wrapping_add(size));
         self.bound = self.bound_for(size);
     }
 
@@ -324,7 +329,7 @@ impl Producer {
         if self.tail + need > self.limit {
             // Acquire: pairs with the consumer's release store of `consumed`, so its reads and
             // zeroing of those slots happen-before we overwrite them.
-            self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+            self.limit = ring.ctl.consumed.load(Ordering::Acquire).wrapping_add(size);
             if self.tail + need > self.limit {
                 self.bound = self.bound_for(size);
                 return None;
@@ -356,7 +361,7 @@ impl Producer {
         let need = skip + n;
         if self.tail + need > self.limit {
             // Acquire: as in `reserve`.
-            self.limit = ring.ctl.consumed.load(Ordering::Acquire) + size;
+            self.limit = ring.ctl.consumed.load(Ordering::Acquire).wrapping_add(size);
             self.bound = self.bound_for(size);
         }
         self.tail + need <= self.limit
