@@ -121,9 +121,23 @@ impl From<volley::Error> for GlobalError {
     /// A refusal of the one-sided layer is this layer's refusal; anything else is wrapped.
     fn from(e: volley::Error) -> Self {
         match e {
-            volley::Error::Refused { rank, reason } => GlobalError::Refused { rank, reason },
+            volley::Error::Rma(volley::rma::Error::Refused { rank, reason }) => {
+                GlobalError::Refused { rank, reason }
+            }
             e => GlobalError::Volley(e),
         }
+    }
+}
+
+impl From<volley::rma::Error> for GlobalError {
+    fn from(e: volley::rma::Error) -> Self {
+        volley::Error::from(e).into()
+    }
+}
+
+impl From<volley::am::Error> for GlobalError {
+    fn from(e: volley::am::Error) -> Self {
+        GlobalError::Volley(e.into())
     }
 }
 

@@ -348,7 +348,7 @@ impl<'rt> Global<'rt> {
     pub(crate) fn route(&self, rank: usize) -> Result<Route> {
         self.check_rank(rank)?;
         if self.rt.is_finalized() {
-            return Err(volley::Error::Finalized.into());
+            return Err(volley::am::Error::Finalized.into());
         }
         Ok(if rank == self.me {
             Route::Local

@@ -68,7 +68,7 @@ pub enum MsgError {
     },
     /// The runtime refused an operation underneath.
     #[error(transparent)]
-    Runtime(#[from] volley::Error),
+    Runtime(#[from] volley::am::Error),
 }
 
 /// Result of the tag-matching layer's calls.

@@ -43,6 +43,8 @@ pub mod fuzzing;
 mod lease_model;
 pub(crate) mod membarrier;
 #[cfg(not(loom))]
+mod refusal;
+#[cfg(not(loom))]
 pub mod reliable;
 #[cfg(not(loom))]
 pub mod rma;
@@ -63,7 +65,11 @@ pub use am::{
     ReplyToken, RequestHandler, Runtime, RuntimeBuilder, Stats,
 };
 #[cfg(not(loom))]
-pub use error::{Error, Result, XferRefusal};
+pub use error::{Error, Result};
+#[cfg(not(loom))]
+pub use refusal::Refusal;
+#[cfg(not(loom))]
+pub use xfer::XferRefusal;
 
 /// Most u64 arguments a message carries.
 pub const MAX_ARGS: usize = 16;

@@ -14,7 +14,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use volley::{Delivery, Error, Runtime};
+use volley::am::Error;
+use volley::{Delivery, Runtime};
 use volley_tests::{arg_str, fail, join};
 
 fn monotonic_ns() -> u64 {

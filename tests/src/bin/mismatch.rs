@@ -10,7 +10,8 @@
 //! the job) and exits with status 3. If `build()` succeeds, the rank reports it and exits 1; if
 //! it fails with another error, the rank exits 4.
 
-use volley::{Error, Runtime};
+use volley::am::Error;
+use volley::Runtime;
 use volley_tests::{arg_str, eprint_line, job};
 
 fn main() {

@@ -260,14 +260,14 @@ fn main() {
         assert!(
             matches!(
                 rt.request_medium(peer, med, &[0, 0], &too_big),
-                Err(volley::Error::PayloadTooLarge { .. })
+                Err(volley::am::Error::PayloadTooLarge { .. })
             ),
             "payload: a medium of max_medium()+1 bytes was not refused"
         );
         assert!(
             matches!(
                 rt.request_long(peer, long, &[0, 0], &[1, 2, 3], seg - 2),
-                Err(volley::Error::OutOfBounds { .. })
+                Err(volley::am::Error::OutOfBounds { .. })
             ),
             "payload: a long past the end of the segment was not refused"
         );

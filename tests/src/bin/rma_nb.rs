@@ -16,8 +16,9 @@
 //!    reached it must be reported as `TooManyOutstanding` with the number held, and work again
 //!    once the events are waited for.
 
+use volley::rma::Error;
 use volley::rma::{Perms, Refusal, Rma, SegmentRef};
-use volley::{Error, Runtime};
+use volley::Runtime;
 use volley_tests::{check_pattern, fail, fill_pattern, join, mix, path_name};
 
 const NB_ITEMS: usize = 1200;

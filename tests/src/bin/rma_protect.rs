@@ -26,7 +26,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use volley::rma::{AtomicOp, Perms, Refusal, Rma, SegmentRef};
-use volley::{Error, Result, Runtime};
+use volley::rma::{Error, Result};
+use volley::Runtime;
 use volley_tests::{arg_str, checksum, fail, fill_pattern, join, mix, path_name};
 
 const RW_LEN: usize = 4160;
@@ -66,7 +67,12 @@ impl Attacker<'_> {
     fn refused<T: std::fmt::Debug>(&mut self, what: &str, r: Result<T>, want: Refusal) {
         self.made += 1;
         match r {
-            Err(Error::Refused { rank, reason }) if rank == self.target && reason == want => {}
+            // A long message onto a segment is refused by the AM layer, whose error the
+            // one-sided one carries.
+            Err(
+                Error::Refused { rank, reason }
+                | Error::Am(volley::am::Error::Refused { rank, reason }),
+            ) if rank == self.target && reason == want => {}
             other => self.problems.push(format!(
                 "{what}: expected Refused {{ rank: {}, reason: {want:?} }}, got {other:?}",
                 self.target
@@ -302,7 +308,7 @@ fn main() {
     ] {
         let r = rt.request_long(right, long_msg, &[], &zeros[..len], offset);
         match (a.target_local, r) {
-            (true, r) => a.refused(what, r, Refusal::OnSegment),
+            (true, r) => a.refused(what, r.map_err(Error::from), Refusal::OnSegment),
             (false, Ok(())) => a.made += 1,
             (false, Err(e)) => a.problems.push(format!("{what}, over the network: {e}")),
         }
@@ -542,7 +548,8 @@ fn basic_attacks(
     let w = all_t.to_words();
     let nowhere = SegmentRef::from_words([size as u64 | w[0] >> 32 << 32, w[1], w[2]]);
     match rma.put(nowhere, 0, b"x") {
-        Err(Error::InvalidRank { rank: r, size: s }) if r == size && s == size => {}
+        Err(Error::Am(volley::am::Error::InvalidRank { rank: r, size: s }))
+            if r == size && s == size => {}
         other => a.problems.push(format!("put to rank {size}: {other:?}")),
     }
 }

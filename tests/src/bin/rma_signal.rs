@@ -24,11 +24,12 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use volley::rma::Error;
 use volley::rma::{
     Condition, Invocation, Perms, Refusal, Rma, SignalConfig, SignalOptions, SignalRef,
     SignalStatus, StatusReply, Storage,
 };
-use volley::{Error, Runtime};
+use volley::Runtime;
 use volley_tests::{arg_u64, fail, join, mix, path_name, Gather};
 
 const ENTRY: usize = 24;

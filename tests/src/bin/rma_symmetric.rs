@@ -11,8 +11,9 @@
 //! A hang (a rank waiting for an allocation the others gave up on) ends in the test's
 //! deadline. Prints `path=<path>: symmetric allocation agrees or fails everywhere`.
 
+use volley::rma::Error;
 use volley::rma::{Perms, Rma};
-use volley::{Error, Runtime};
+use volley::Runtime;
 use volley_tests::{fail, join, path_name};
 
 const LEN: usize = 4096;

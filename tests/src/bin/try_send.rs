@@ -18,7 +18,8 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use volley::{Error, MessageClass, Runtime};
+use volley::am::Error;
+use volley::{MessageClass, Runtime};
 use volley_tests::{arg_str, check_pattern, fail, fill_pattern, join, mix};
 
 /// Messages after the first would-block.

@@ -12,8 +12,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use volley::xfer::Error;
 use volley::xfer::{SegmentId, Xfer};
-use volley::{Error, Runtime, XferRefusal};
+use volley::{Runtime, XferRefusal};
 use volley_tests::{arg_u64, fail, fill_pattern, join, mix};
 
 const LEN: usize = 50_000;
@@ -108,7 +109,7 @@ fn main() {
         refused.is_some()
     });
     match refused {
-        Some(Error::Xfer {
+        Some(Error::Refused {
             rank,
             refusal: XferRefusal::NotOpen { .. },
         }) if rank == right => {}

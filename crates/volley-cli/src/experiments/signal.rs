@@ -541,7 +541,7 @@ impl Ctx<'_> {
         want: u64,
         buf: &mut [u8],
     ) -> Result<(), String> {
-        let e = |e: volley::Error| e.to_string();
+        let e = |e: volley::rma::Error| e.to_string();
         let mut spins = 0u32;
         let mut idle = || {
             spins = spins.wrapping_add(1);

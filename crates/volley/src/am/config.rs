@@ -1,9 +1,9 @@
 //! Runtime settings: builder values, else `VOLLEY_*` environment variables, else defaults.
 
-use crate::error::{Error, Result};
+use crate::am::error::{Error, Result};
 use crate::transport::net::faults::FaultConfig;
 use crate::transport::net::poll_policy::PollPolicy;
-use crate::transport::net::NetKind;
+use crate::transport::net::{NetError, NetKind};
 use std::net::IpAddr;
 
 /// Default time after which a silent network peer is declared failed.
@@ -192,7 +192,12 @@ impl Config {
 
     /// `VOLLEY_POLL`: when polls include the network.
     pub(crate) fn poll_policy(&self) -> Result<PollPolicy> {
-        PollPolicy::from_env()
+        PollPolicy::from_env().map_err(|e| match e {
+            NetError::InvalidSetting { name, value, why } => {
+                Error::InvalidConfig { name, value, why }
+            }
+            other => Error::Network(other.to_string()),
+        })
     }
 
     /// Whether to yield early while waiting: explicit setting, else `VOLLEY_POLITE`, else

@@ -1,7 +1,7 @@
 //! Handler identities, the message a handler sees, and the reply token.
 
 use super::engine::Engine;
-use crate::error::{Error, Result};
+use crate::am::error::{Error, Result};
 use crate::transport::Channel;
 
 /// Index of a request handler in the job-wide table (every rank registers the same table).

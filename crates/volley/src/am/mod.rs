@@ -40,6 +40,7 @@ mod config;
 mod critical;
 mod delivery;
 mod engine;
+pub mod error;
 mod handler;
 mod lease;
 mod progress;
@@ -61,6 +62,7 @@ pub(crate) use runtime::DirectMemory;
 pub(crate) use wireup::reads_as_endpoint_info;
 
 pub use delivery::Delivery;
+pub use error::{Error, Result};
 pub(crate) use runtime::Entered;
 pub use runtime::{Runtime, RuntimeBuilder, MAX_HANDLERS};
 pub use stats::{NetworkStats, ProgressStats, Stats};

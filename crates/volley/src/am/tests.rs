@@ -2,7 +2,7 @@
 //! dispatch as traffic between ranks.
 
 use super::*;
-use crate::error::Error;
+use crate::am::error::Error;
 use crate::transport::shm::frame::{FrameHeader, KIND_WORDS};
 use crate::transport::shm::ring::MAX_HINTED_ARGS;
 use crate::transport::Channel;

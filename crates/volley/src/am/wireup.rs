@@ -3,8 +3,8 @@
 //! regions and wake-up descriptors of its node-mates and the network addresses of the rest.
 
 use super::config::Config;
+use crate::am::error::{Error, Result};
 use crate::bootstrap::{pmix, rendezvous, BootstrapError, JobInfo, Start};
-use crate::error::{Error, Result};
 use crate::transport::net::{
     tcp::{TcpConfig, TcpTransport},
     udp::{UdpConfig, UdpTransport},

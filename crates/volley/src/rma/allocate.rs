@@ -48,7 +48,7 @@ impl<'rt> Rma<'rt> {
     /// [`Error::SegmentSpace`] where there was no room, [`Error::SymmetricMismatch`] elsewhere.
     pub fn alloc_symmetric(&self, len: usize, perms: Perms) -> Result<SymmetricSegment> {
         if self.rt.is_finalized() {
-            return Err(Error::Finalized);
+            return Err(crate::am::Error::Finalized.into());
         }
         let seq = self.symmetric_seq.get();
         self.symmetric_seq.set(seq + 1);

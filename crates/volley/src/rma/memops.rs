@@ -34,7 +34,7 @@ use super::segment::{Perms, Refusal, SegmentRef};
 use super::signal::{Signal, SignalHandler};
 use super::{Rma, RmaSetup};
 use crate::am::{Message, ReplyHandler, ReplyToken, RequestHandler, RuntimeBuilder};
-use crate::error::{Error, Result};
+use crate::rma::error::{Error, Result};
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -425,7 +425,7 @@ impl<'rt> Rma<'rt> {
             if let Err(e) = sent {
                 // Pieces not sent will never be acknowledged.
                 self.shared.add_remaining_neg(slot, (pieces - i) as u64);
-                return Err(e);
+                return Err(e.into());
             }
         }
         Ok(())
@@ -628,7 +628,7 @@ impl<'rt> Rma<'rt> {
             .request_medium(target.rank, self.handlers.mem.zbuf, &args, data)
         {
             self.shared.add_remaining_neg(slot, 1);
-            return Err(self.abandon_slot(slot, target, off, len, e));
+            return Err(self.abandon_slot(slot, target, off, len, e.into()));
         }
         self.finish_slot(slot, target, off, len).map(|v| v == 1)
     }

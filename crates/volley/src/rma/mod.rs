@@ -48,6 +48,7 @@
 mod allocate;
 mod atomic;
 mod completion;
+pub mod error;
 mod handlers;
 mod in_place;
 pub mod memops;
@@ -58,6 +59,7 @@ pub mod signal;
 
 pub use atomic::AtomicOp;
 pub use completion::{Event, ImplicitScope};
+pub use error::{Error, Result};
 pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
@@ -68,7 +70,6 @@ pub use signal::{
 
 use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
-use crate::error::{Error, Result};
 use crate::transport::contract::LongGuard;
 use handlers::{Handlers, Shared, SymmetricOffer};
 use segment::AreaAllocator;
@@ -188,7 +189,13 @@ impl Rma<'_> {
     /// the builder's `build` fail with it.
     pub fn register_with(b: &mut RuntimeBuilder, path: Result<RmaPath>) -> RmaSetup {
         let path = path.unwrap_or_else(|e| {
-            b.refuse_build(e);
+            b.refuse_build(match e {
+                Error::InvalidConfig { name, value, why } => {
+                    crate::am::Error::InvalidConfig { name, value, why }
+                }
+                Error::Am(e) => e,
+                other => crate::am::Error::Settings(other.to_string()),
+            });
             RmaPath::Direct
         });
         let shared = Arc::new(Shared::new());
@@ -261,15 +268,14 @@ impl<'rt> Rma<'rt> {
         // The target may have exited after the finalize: its memory is no one's to touch, and
         // the direct path must refuse what the AM path refuses.
         if self.rt.is_finalized() {
-            return Err(Error::Finalized);
+            return Err(crate::am::Error::Finalized.into());
         }
-        let mem = self
-            .rt
-            .direct_memory(target.rank)
-            .ok_or(Error::InvalidRank {
+        let mem = self.rt.direct_memory(target.rank).ok_or(Error::from(
+            crate::am::Error::InvalidRank {
                 rank: target.rank,
                 size: self.rt.size(),
-            })?;
+            },
+        ))?;
         // SAFETY: the table bytes of a mapped region live as long as the runtime.
         let table = unsafe { Table::at(mem.table) };
         match table.check(target.id, target.key, offset, len, need) {
@@ -318,10 +324,10 @@ impl<'rt> Rma<'rt> {
 
     fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.rt.size() {
-            return Err(Error::InvalidRank {
+            return Err(Error::from(crate::am::Error::InvalidRank {
                 rank,
                 size: self.rt.size(),
-            });
+            }));
         }
         Ok(())
     }
@@ -446,7 +452,7 @@ impl<'rt> Rma<'rt> {
                 self.shared.add_remaining_neg(slot, (pieces - i) as u64);
                 // Wait for the pieces already requested before giving the buffer back.
                 let _ = self.pending(slot, target, off, len).wait();
-                return Err(e);
+                return Err(e.into());
             }
         }
         let mut ev = self.pending(slot, target, off, len);
@@ -502,7 +508,7 @@ impl<'rt> Rma<'rt> {
         {
             self.shared.add_remaining_neg(slot, 1);
             self.free_slots.borrow_mut().push(slot);
-            return Err(e);
+            return Err(e.into());
         }
         self.finish_slot(slot, target, off, 8)
     }

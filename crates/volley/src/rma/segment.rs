@@ -4,7 +4,7 @@
 //! the handles and the allocator.
 
 pub use super::segment_table::{Perms, MAX_SEGMENTS};
-pub use crate::error::Refusal;
+pub use crate::refusal::Refusal;
 
 /// Segments start on cache-line boundaries.
 const ALIGN: usize = 64;

@@ -5,7 +5,7 @@
 //! refuses a long message whose range would land on a segment (see [`Table::overlapping`]),
 //! through the guard it installs in the AM layer.
 
-use crate::error::Refusal;
+use crate::refusal::Refusal;
 use crate::transport::shm::UPPER_BYTES;
 use std::sync::atomic::{AtomicU64, Ordering};
 

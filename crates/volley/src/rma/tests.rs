@@ -253,7 +253,7 @@ fn a_bad_path_setting_fails_the_build() {
     );
     assert!(matches!(
         b.build(),
-        Err(Error::InvalidConfig {
+        Err(crate::am::Error::InvalidConfig {
             name: "VOLLEY_RMA",
             ..
         })
@@ -268,7 +268,7 @@ fn symmetric_allocation_after_finalize_is_an_error() {
     rt.finalize();
     assert!(matches!(
         rma.alloc_symmetric(64, Perms::ALL),
-        Err(Error::Finalized)
+        Err(Error::Am(crate::am::Error::Finalized))
     ));
     // Freeing needs no other rank any more: no barrier, no hang.
     assert!(rma.free_symmetric(seg));
@@ -284,7 +284,7 @@ fn every_operation_after_finalize_is_refused_on_both_paths() {
         rt.finalize();
         let finalized = |r: Result<(), Error>, op: &str| {
             assert!(
-                matches!(r, Err(Error::Finalized)),
+                matches!(r, Err(Error::Am(crate::am::Error::Finalized))),
                 "{path:?}: {op} after finalize returned {r:?}"
             );
         };

@@ -26,7 +26,7 @@
 //!   message) is an optional capability: shared memory has it, the network does not.
 
 use super::Channel;
-use crate::error::Refusal;
+use crate::refusal::Refusal;
 use std::ops::ControlFlow;
 
 /// `Inbound::route` of a message that came through the network: a reply goes back the same

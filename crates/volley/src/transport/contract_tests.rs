@@ -16,7 +16,7 @@ use super::shm::link::Links;
 use super::shm::wake_fd::WakeFd;
 use super::shm::{Layout, Region};
 use super::Channel;
-use crate::error::Refusal;
+use crate::refusal::Refusal;
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};

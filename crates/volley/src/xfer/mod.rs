@@ -50,7 +50,7 @@
 //! closed, or an old generation), one that does not fit the segment's memory, and one with
 //! more bytes than the segment still expects are refused whole by the owner: nothing is
 //! written, the owner counts it ([`XferStats::refused`]) and, for request xfers, notices the
-//! sender, whose [`Xfer::check`] then returns [`Error::Xfer`] naming the rank and the
+//! sender, whose [`Xfer::check`] then returns [`Error::Refused`] naming the rank and the
 //! [`XferRefusal`]. Local calls (`shorten_segment` below zero, an unknown id, a 41-bit offset)
 //! fail at once with the same error.
 //!
@@ -65,12 +65,13 @@
 //! otherwise arrive in the order sent); the tests check that the memory ends right and the
 //! end function runs once.
 
+mod error;
 mod table;
 
 pub use table::{EndFn, SEGMENTS};
 
 use crate::am::{Message, ReplyHandler, ReplyToken, RequestHandler, Runtime, RuntimeBuilder};
-use crate::error::{Error, Result, XferRefusal};
+pub use error::{Error, Result, XferRefusal};
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -127,7 +128,7 @@ impl SegmentId {
     /// [`SegmentId::addr`] of a segment of `rank`, for bytes up to `end`: the error names
     /// the rank.
     fn addr_at(self, rank: usize, offset: u64, end: u64) -> Result<u64> {
-        let refused = |refusal| Error::Xfer { rank, refusal };
+        let refused = |refusal| Error::Refused { rank, refusal };
         self.addr(end).map_err(refused)?;
         self.addr(offset).map_err(refused)
     }
@@ -194,7 +195,7 @@ impl Shared {
     }
 
     fn error(&self, refusal: XferRefusal) -> Error {
-        Error::Xfer {
+        Error::Refused {
             rank: self.rank.load(Ordering::Relaxed),
             refusal,
         }
@@ -245,7 +246,8 @@ impl XferReplies {
     ) -> Result<()> {
         let [w0, w1] = words_of(d);
         let addr = seg.addr_at(token.requester(), offset, offset + 16)?;
-        token.reply_short(self.packet4, &[addr, w0, w1])
+        token.reply_short(self.packet4, &[addr, w0, w1])?;
+        Ok(())
     }
 
     /// Sends `buf` (at most `max_medium` bytes: one reply) into `seg` of the requester at
@@ -258,7 +260,8 @@ impl XferReplies {
         buf: &[u8],
     ) -> Result<()> {
         let addr = seg.addr_at(token.requester(), offset, offset + buf.len() as u64)?;
-        token.reply_medium(self.block, &[addr], buf)
+        token.reply_medium(self.block, &[addr], buf)?;
+        Ok(())
     }
 }
 
@@ -408,7 +411,9 @@ impl Xfer<'_> {
     pub fn xfer_4i(&self, node: usize, seg: SegmentId, offset: u64, d: [u32; 4]) -> Result<()> {
         let [w0, w1] = words_of(d);
         let addr = seg.addr_at(node, offset, offset + 16)?;
-        self.rt.request_short(node, self.h.packet4, &[addr, w0, w1])
+        self.rt
+            .request_short(node, self.h.packet4, &[addr, w0, w1])?;
+        Ok(())
     }
 
     /// Sends `buf` into segment `seg` of `node` from `offset` on (seed 000's `am_xfer`): a
@@ -428,8 +433,11 @@ impl Xfer<'_> {
                 .request_medium(node, self.h.block, &[addr], &buf[start..end])
         };
         match self.reorder.get() {
-            None => (0..n).try_for_each(send),
-            Some(seed) => permutation(n, seed).into_iter().try_for_each(send),
+            None => (0..n).try_for_each(send).map_err(Error::from),
+            Some(seed) => permutation(n, seed)
+                .into_iter()
+                .try_for_each(send)
+                .map_err(Error::from),
         }
     }
 
@@ -457,7 +465,7 @@ impl Xfer<'_> {
             .pop_front();
         match next {
             None => Ok(()),
-            Some((rank, refusal)) => Err(Error::Xfer { rank, refusal }),
+            Some((rank, refusal)) => Err(Error::Refused { rank, refusal }),
         }
     }
 

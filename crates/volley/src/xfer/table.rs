@@ -5,8 +5,8 @@
 //! writes the hot count back and loads the other descriptor: the cost that makes two
 //! alternating segments slower than one.
 
+use super::error::XferRefusal;
 use super::SegmentId;
-use crate::error::XferRefusal;
 
 /// Segments per rank (seed 000: 256).
 pub const SEGMENTS: usize = 256;

@@ -54,7 +54,7 @@ fn a_block_xfer_in_shuffled_fragments_lands_whole_and_ends_once() {
     // Closed: its number is free and the old id refused.
     assert!(matches!(
         x.remaining(id),
-        Err(Error::Xfer {
+        Err(Error::Refused {
             refusal: XferRefusal::NotOpen { .. },
             ..
         })
@@ -93,7 +93,7 @@ fn xfer_4i_packets_re_arm_and_shorten_ends_a_segment() {
     rt.wait_until(|| x.remaining(id).unwrap() == 32);
     assert!(matches!(
         x.shorten_segment(id, 33),
-        Err(Error::Xfer {
+        Err(Error::Refused {
             refusal: XferRefusal::PastCount {
                 len: 33,
                 remaining: 32
@@ -126,7 +126,7 @@ fn bad_packets_are_refused_whole_and_reported_to_the_sender() {
     assert_eq!(refusals.len(), 3, "{refusals:?}");
     assert!(matches!(
         refusals[0],
-        Error::Xfer {
+        Error::Refused {
             rank: 0,
             refusal: XferRefusal::OutOfBounds {
                 offset: 24,
@@ -137,7 +137,7 @@ fn bad_packets_are_refused_whole_and_reported_to_the_sender() {
     ));
     assert!(matches!(
         refusals[1],
-        Error::Xfer {
+        Error::Refused {
             refusal: XferRefusal::PastCount {
                 len: 17,
                 remaining: 16
@@ -147,7 +147,7 @@ fn bad_packets_are_refused_whole_and_reported_to_the_sender() {
     ));
     assert!(matches!(
         refusals[2],
-        Error::Xfer {
+        Error::Refused {
             refusal: XferRefusal::NotOpen {
                 number: 3,
                 generation: 1
@@ -165,7 +165,7 @@ fn bad_packets_are_refused_whole_and_reported_to_the_sender() {
     assert!(x.shorten_segment(id, 1).is_err());
     assert!(matches!(
         x.xfer_4i(0, id, 1 << 40, [0; 4]),
-        Err(Error::Xfer {
+        Err(Error::Refused {
             refusal: XferRefusal::OffsetTooLarge { .. },
             ..
         })

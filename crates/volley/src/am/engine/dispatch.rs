@@ -4,7 +4,7 @@
 use super::super::handler::{Message, MessageClass, ReplyToken};
 use super::super::stats::bump;
 use super::Engine;
-use crate::error::Result;
+use crate::am::error::Result;
 use crate::transport::contract::{Body, Class, Inbound, Sink};
 use crate::transport::Channel;
 

@@ -6,7 +6,7 @@ use super::super::handler::MessageClass;
 use super::super::report::Doing;
 use super::super::stats::bump;
 use super::{Engine, SystemOp};
-use crate::error::{Error, Result};
+use crate::am::error::{Error, Result};
 use crate::transport::contract::{Class, Outbound, SendRefused, Transport, BLOCKED_DONE, REMOTE};
 use crate::transport::shm::MEDIUM_MAX;
 use crate::transport::Channel;

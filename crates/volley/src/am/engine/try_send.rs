@@ -7,7 +7,7 @@
 
 use super::super::handler::MessageClass;
 use super::Engine;
-use crate::error::{Error, Result};
+use crate::am::error::{Error, Result};
 use crate::transport::contract::{Class, GiveUp, Outbound, Transport};
 use crate::transport::shm::MEDIUM_MAX;
 use crate::transport::Channel;

@@ -2,7 +2,7 @@
 
 use super::Runtime;
 use crate::am::delivery::Delivery;
-use crate::error::{Error, Result};
+use crate::am::error::{Error, Result};
 
 impl Runtime {
     /// When handlers run on this rank now (see [`Delivery`]).

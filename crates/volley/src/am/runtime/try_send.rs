@@ -2,13 +2,13 @@
 //! [`Runtime::sendable`] / [`Runtime::wait_sendable`] say when they would go.
 
 use super::Runtime;
+use crate::am::error::Result;
 use crate::am::handler::{MessageClass, RequestHandler};
-use crate::error::Result;
 use crate::transport::Channel;
 
 impl Runtime {
     /// Sends a short request if it can go at once, and otherwise returns
-    /// [`Error::WouldBlock`](crate::Error::WouldBlock) having sent nothing. Unlike [`Runtime::request_short`] it never
+    /// [`Error::WouldBlock`](crate::am::Error::WouldBlock) having sent nothing. Unlike [`Runtime::request_short`] it never
     /// polls, so no handler runs inside it (whatever floods this rank meanwhile), and it never
     /// waits. Exact on every transport: shared memory refuses when the target's ring has no
     /// room, UDP when the reliable window towards the target is full, TCP when the send queue
@@ -25,7 +25,7 @@ impl Runtime {
             .try_send_short(dest, Channel::Request, handler.0, args)
     }
 
-    /// [`Runtime::request_medium`] if it can go at once, [`Error::WouldBlock`](crate::Error::WouldBlock) otherwise (no
+    /// [`Runtime::request_medium`] if it can go at once, [`Error::WouldBlock`](crate::am::Error::WouldBlock) otherwise (no
     /// medium buffer free, or no room: see [`Runtime::try_request_short`]). Never polls.
     pub fn try_request_medium(
         &self,
@@ -40,7 +40,7 @@ impl Runtime {
             .try_send_medium(dest, Channel::Request, handler.0, args, payload)
     }
 
-    /// [`Runtime::request_long`] if it can go at once, [`Error::WouldBlock`](crate::Error::WouldBlock) otherwise; a
+    /// [`Runtime::request_long`] if it can go at once, [`Error::WouldBlock`](crate::am::Error::WouldBlock) otherwise; a
     /// refused send wrote nothing into the target's segment. Never polls.
     pub fn try_request_long(
         &self,
@@ -68,7 +68,7 @@ impl Runtime {
     }
 
     /// Polls (running request and reply handlers, as a blocked request does) until
-    /// [`Runtime::sendable`] holds: the way to wait after [`Error::WouldBlock`](crate::Error::WouldBlock).
+    /// [`Runtime::sendable`] holds: the way to wait after [`Error::WouldBlock`](crate::am::Error::WouldBlock).
     pub fn wait_sendable(
         &self,
         dest: usize,

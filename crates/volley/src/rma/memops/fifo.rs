@@ -4,7 +4,7 @@
 //! [`super`].
 
 use super::{word, STORED};
-use crate::error::{Error, Result};
+use crate::rma::error::{Error, Result};
 use crate::rma::segment::{Perms, Refusal, SegmentRef};
 use crate::rma::Rma;
 use std::sync::atomic::Ordering;
@@ -341,7 +341,7 @@ impl<'rt> Rma<'rt> {
             .request_medium(target.rank, self.handlers.mem.fifo, &args, data)
         {
             self.shared.add_remaining_neg(slot, 1);
-            return Err(self.abandon_slot(slot, target, fifo.offset, bytes, e));
+            return Err(self.abandon_slot(slot, target, fifo.offset, bytes, e.into()));
         }
         match self.finish_slot(slot, target, fifo.offset, bytes)? {
             STORED => Ok(FifoStatus::Stored),

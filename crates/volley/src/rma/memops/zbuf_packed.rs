@@ -9,7 +9,7 @@
 
 use super::{check, check_word, reply, word, Fail};
 use crate::am::{ReplyHandler, RequestHandler, RuntimeBuilder};
-use crate::error::{Error, Result};
+use crate::rma::error::{Error, Result};
 use crate::rma::handlers::Shared;
 use crate::rma::segment::{Perms, Refusal, SegmentRef};
 use crate::rma::Rma;
@@ -136,7 +136,7 @@ impl Rma<'_> {
                 .request_medium(target.rank, self.handlers.mem.zbuf_packed, &args, &payload)
         {
             self.shared.add_remaining_neg(slot, 1);
-            return Err(self.abandon_slot(slot, target, off, dlen, e));
+            return Err(self.abandon_slot(slot, target, off, dlen, e.into()));
         }
         self.finish_slot(slot, target, off, dlen)
             .map(|v| v as usize)

@@ -79,7 +79,7 @@ mod tests;
 
 use super::segment::{Perms, Refusal, SegmentRef};
 use super::{Rma, RmaSetup};
-use crate::error::{Error, Result};
+use crate::rma::error::{Error, Result};
 pub use dispatch::Signal;
 pub use options::{SignalOptions, SignalReport, StatusReply, EMB_COLOURS};
 use std::sync::atomic::{fence, Ordering};
@@ -530,7 +530,7 @@ impl Rma<'_> {
                 .request_medium(target.rank, self.handlers.signal.deliver, &args, data)
         {
             self.shared.add_remaining_neg(slot, 1);
-            return Err(self.abandon_slot(slot, target, s.offset, 0, e));
+            return Err(self.abandon_slot(slot, target, s.offset, 0, e.into()));
         }
         let code = self.finish_slot(slot, target, s.offset, 0)?;
         SignalStatus::from_code(code).ok_or(Error::Refused {

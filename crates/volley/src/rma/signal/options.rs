@@ -8,7 +8,7 @@
 //! logged only as the option asks. On the direct path the sender delivers the signal itself,
 //! so the reply is immediate and local.
 
-use crate::error::Refusal;
+use crate::refusal::Refusal;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 

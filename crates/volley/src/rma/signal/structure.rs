@@ -16,7 +16,7 @@
 
 use super::state;
 use super::{Condition, Invocation, SignalStatus, Storage};
-use crate::error::Refusal;
+use crate::refusal::Refusal;
 use crate::rma::memops::{fifo_bytes, fifo_dequeue_at, fifo_enqueue_at, fifo_init, word};
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -121,6 +121,16 @@ pub enum NetError {
         /// What happened (timeout, restart, connection reset, protocol violation).
         why: String,
     },
+    /// A network setting (for example `VOLLEY_POLL`) has a value it does not accept.
+    #[error("invalid setting {name}={value}: {why}")]
+    InvalidSetting {
+        /// The setting's name.
+        name: &'static str,
+        /// The value given.
+        value: String,
+        /// Why it was refused.
+        why: &'static str,
+    },
     /// An operating-system call failed.
     #[error("{what}: {source}")]
     Io {

@@ -13,7 +13,9 @@
 //! A rank whose only shared-memory peer is itself has nothing cheaper to poll, so it polls the
 //! network on every call whatever the policy (the seed's network-only mode).
 
-use crate::error::{Error, Result};
+use super::NetError;
+
+type Result<T> = std::result::Result<T, NetError>;
 
 /// Longest history the adaptive policy keeps.
 pub(crate) const MAX_HISTORY: usize = 256;
@@ -42,7 +44,7 @@ impl Default for PollPolicy {
 impl PollPolicy {
     /// Parses the `VOLLEY_POLL` syntax.
     pub(crate) fn parse(s: &str) -> Result<Self> {
-        let bad = |why: &'static str| Error::InvalidConfig {
+        let bad = |why: &'static str| NetError::InvalidSetting {
             name: "VOLLEY_POLL",
             value: s.to_string(),
             why,
