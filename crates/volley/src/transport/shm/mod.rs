@@ -32,6 +32,6 @@ pub(crate) mod ring;
 pub(crate) mod wake_fd;
 
 #[cfg(not(loom))]
-pub use region::{Layout, MEDIUM_MAX};
+pub(crate) use region::{pool_offset_for, PoolFlags, Region, UPPER_BYTES};
 #[cfg(not(loom))]
-pub(crate) use region::{PoolFlags, Region, UPPER_BYTES};
+pub use region::{Layout, MEDIUM_MAX};

@@ -6,9 +6,9 @@ use super::super::frame::{
     KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED, KIND_SYSTEM, KIND_WORDS,
 };
 use super::super::ring::{MAX_FRAME_SLOTS, SLOT_BYTES};
-use super::super::MEDIUM_MAX;
+use super::super::{pool_offset_for, MEDIUM_MAX};
 use super::send::{Outgoing, TxPeer, Words};
-use super::{extra_words, Links};
+use super::{extra_words, pooled_word, Links};
 use crate::transport::contract::{Class, OnBlocked, Outbound, SendRefused, Sink, Transport};
 use crate::transport::Channel;
 
@@ -194,16 +194,17 @@ impl Links {
         let idx = self
             .claim_medium_buffer(ch, &mut blocked)
             .ok_or(SendRefused::WouldBlock)?;
+        let at = pool_offset_for(payload.as_ptr());
         // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
-        // naming it is published; it holds MEDIUM_MAX >= payload.len() bytes.
+        // naming it is published; MEDIUM_MAX >= payload.len() bytes follow byte `at` < 4096.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 payload.as_ptr(),
-                self.regions[self.me].pool_buf(ch, idx),
+                self.regions[self.me].pool_buf(ch, idx, at),
                 payload.len(),
             );
         }
-        let extra = [payload.len() as u64 | (idx as u64) << 32, 0];
+        let extra = [pooled_word(payload.len(), at, idx), 0];
         let kind = KIND_MEDIUM_POOLED;
         let sent = self.send_encoded(peer, ch, kind, msg.handler, extra, msg.args, &[], blocked);
         if sent.is_err() {

@@ -64,8 +64,6 @@ pub(crate) struct Links {
     deferred: Cell<u32>,
     /// Medium buffers per channel in each region.
     pool_bufs: usize,
-    /// Where the search for a free medium buffer of each channel starts.
-    pool_next: [Cell<usize>; 2],
     /// The global rank of each local index.
     ranks: Vec<usize>,
     /// What refuses a long message on a segment, if the layer above installed one.
@@ -105,6 +103,23 @@ fn extra_words(kind: u8) -> usize {
         KIND_LONG => 2,
         _ => 0,
     }
+}
+
+/// The word after a pooled medium frame's header: the payload's length (low 32 bits), where
+/// it starts in its buffer (the next 16) and the buffer's index (the top 16).
+#[inline(always)]
+fn pooled_word(len: usize, at: usize, idx: usize) -> u64 {
+    len as u64 | (at as u64) << 32 | (idx as u64) << 48
+}
+
+/// The length, start and buffer index that [`pooled_word`] packed (unchecked).
+#[inline(always)]
+fn pooled_fields(word: u64) -> (usize, usize, usize) {
+    (
+        (word & 0xffff_ffff) as usize,
+        ((word >> 32) & 0xffff) as usize,
+        (word >> 48) as usize,
+    )
 }
 
 impl Links {
@@ -163,7 +178,6 @@ impl Links {
             lone: Cell::new(false),
             deferred: Cell::new(NO_DEFERRED),
             pool_bufs,
-            pool_next: Default::default(),
             ranks: ranks.to_vec(),
             guard,
         }

@@ -6,9 +6,10 @@ use super::super::frame::{
     FrameHeader, HeaderWord, KIND_LONG, KIND_MEDIUM_INLINE, KIND_MEDIUM_POOLED, KIND_SKIP,
     KIND_SYSTEM, KIND_WORDS,
 };
+use super::super::region::PAGE;
 use super::super::ring::{Consumer, RingRef, CREDIT_HINT_WORD, SLOT_BYTES};
 use super::super::{path_marks, PoolFlags, MEDIUM_MAX};
-use super::{extra_words, Links};
+use super::{extra_words, pooled_fields, Links};
 use crate::counter::Counter;
 use crate::sync::{AtomicU64, Ordering};
 use crate::transport::contract::{Body, Class, Inbound, Sink};
@@ -229,8 +230,7 @@ impl Links {
                 (Class::Medium, Body::Medium(p))
             }
             KIND_MEDIUM_POOLED => {
-                let len = (w1 & 0xffff_ffff) as usize;
-                let idx = (w1 >> 32) as usize;
+                let (len, at, idx) = pooled_fields(w1);
                 if idx >= self.pool_bufs {
                     return Err(());
                 }
@@ -241,13 +241,14 @@ impl Links {
                     idx,
                     bufs: self.pool_bufs,
                 });
-                if len > MEDIUM_MAX {
+                if len > MEDIUM_MAX || at >= PAGE {
                     return Err(());
                 }
-                // SAFETY: the sender filled buffer idx before publishing the frame and will not
-                // reuse it until `_pooled` releases its flag, when this function returns (after
-                // the handler) or unwinds.
-                let p = unsafe { std::slice::from_raw_parts(region.pool_buf(ch, idx), len) };
+                // SAFETY: the sender filled buffer idx from byte `at` on before publishing the
+                // frame and will not reuse it until `_pooled` releases its flag, when this
+                // function returns (after the handler) or unwinds; MEDIUM_MAX bytes follow
+                // byte `at` < 4096 in the buffer.
+                let p = unsafe { std::slice::from_raw_parts(region.pool_buf(ch, idx, at), len) };
                 (Class::Medium, Body::Medium(p))
             }
             KIND_LONG => (

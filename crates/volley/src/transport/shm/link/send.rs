@@ -290,9 +290,11 @@ impl Links {
         }
     }
 
-    /// Claims one of this rank's medium buffers of channel `ch`; while all are in use (their
-    /// receivers still run the handlers), `blocked` lets them catch up. `None`: `blocked`
-    /// gave up, and nothing was claimed.
+    /// Claims one of this rank's medium buffers of channel `ch`, the free one of lowest index;
+    /// while all are in use (their receivers still run the handlers), `blocked` lets them
+    /// catch up. `None`: `blocked` gave up, and nothing was claimed. Lowest first, so that
+    /// round trips use one or two buffers, which stay in this core's cache, instead of all of
+    /// them in turn.
     pub(super) fn claim_medium_buffer(
         &self,
         ch: Channel,
@@ -301,9 +303,7 @@ impl Links {
         let flags = self.regions[self.me].pool_flags();
         let mut attempt = 0;
         loop {
-            let start = self.pool_next[ch as usize].get();
-            if let Some(idx) = flags.claim(ch, start, self.pool_bufs) {
-                self.pool_next[ch as usize].set(idx + 1);
+            if let Some(idx) = flags.claim(ch, 0, self.pool_bufs) {
                 if attempt > 0 {
                     let _ = blocked.blocked(BLOCKED_DONE);
                 }
@@ -320,7 +320,6 @@ impl Links {
     pub(super) fn unclaim_medium_buffer(&self, ch: Channel, idx: usize) {
         let flags = self.regions[self.me].pool_flags();
         flags.release(ch, idx, self.pool_bufs);
-        self.pool_next[ch as usize].set(idx);
     }
 
     /// Whether one of this rank's medium buffers of `ch` is free (a claim would succeed:
