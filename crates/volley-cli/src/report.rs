@@ -3,7 +3,8 @@
 //! memcpy floor, and beside peers when their results are given), every document's figures as
 //! tables, and the machine and date of the run.
 //!
-//! Inputs: `volley bench loggp --json` documents (their `configs` give the curves), any other
+//! Inputs: `volley bench loggp --json` documents (their `configs` give the curves, their
+//! `peers`, with `--peers`, the peers' curves measured in the same run), any other
 //! `volley bench ... --json` document (a table of its figures), a peer's document
 //! `{"name": "...", "latency": [{"size", "latency_us"}], "bandwidth": [{"size", "mb_per_s"}]}`
 //! (`configs` of such entries work too), and the text output of the OSU micro-benchmarks
@@ -154,6 +155,24 @@ pub fn series(docs: &[Document]) -> Vec<Series> {
                     points: memcpy,
                     floor: true,
                 });
+            }
+        }
+        // Peers measured in the same run (`volley bench ... --peers`).
+        for p in doc.get("peers").and_then(Value::as_array).into_iter().flatten() {
+            let name = p.get("name").and_then(Value::as_str).unwrap_or("peer");
+            for (key, q) in [
+                ("latency", Quantity::Latency),
+                ("bandwidth", Quantity::Bandwidth),
+            ] {
+                let pts = p.get(key).map_or_else(Vec::new, |v| points(v, q));
+                if !pts.is_empty() {
+                    out.push(Series {
+                        name: name.to_string(),
+                        quantity: q,
+                        points: pts,
+                        floor: false,
+                    });
+                }
             }
         }
     }
@@ -582,5 +601,28 @@ mod tests {
         assert!(page.contains("volley shm") && page.contains("memcpy (floor)"));
         assert!(page.contains("Gap per byte G") && page.contains("0.05000"));
         assert!(page.contains("Machine: h (c, 2 CPUs"));
+    }
+
+    #[test]
+    fn peers_of_the_same_run_are_curves_of_their_own() {
+        let mut doc = loggp_doc();
+        doc["peers"] = serde_json::json!([
+            {"name": "ucx ucp_am_bw", "latency": [],
+             "bandwidth": [{"size": 8, "mb_per_s": 50.0}, {"size": 16, "mb_per_s": 90.0}]},
+            {"name": "open mpi", "latency": [{"size": 8, "latency_us": 0.9}],
+             "bandwidth": [{"size": 8, "mb_per_s": 40.0}]}
+        ]);
+        let s = series(&[("a".into(), doc.clone())]);
+        let peers: Vec<_> = s[4..].iter().map(|s| (s.name.as_str(), s.quantity)).collect();
+        assert_eq!(
+            peers,
+            [
+                ("ucx ucp_am_bw", Quantity::Bandwidth),
+                ("open mpi", Quantity::Latency),
+                ("open mpi", Quantity::Bandwidth),
+            ]
+        );
+        let svg = figure(Quantity::Bandwidth, &s).unwrap();
+        assert!(svg.contains("ucx ucp_am_bw") && svg.contains("open mpi"), "{svg}");
     }
 }

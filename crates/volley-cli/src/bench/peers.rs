@@ -127,12 +127,16 @@ fn ucx_sweep(test: &str, lat: bool, scale: f64) -> Result<PeerSeries, String> {
 /// Runs a server and a client of `test` on localhost; the client's `Final:` line.
 fn ucx_once(test: &str, size: usize, n: u64, dir: &TempDir) -> Result<String, String> {
     let warmup = (n / 10).max(1).to_string();
+    // Pinned, one CPU each, as volley's ranks are.
+    let cpus = crate::affinity::allowed_cpus();
+    let cpu = |i: usize| cpus.get(i).or(cpus.first()).map_or("0".into(), |c| c.to_string());
+    let (server_cpu, client_cpu) = (cpu(0), cpu(1));
     let mut last = String::new();
     // A port may be taken, or the server not yet listening: a few tries on new ports.
     for attempt in 0..5u64 {
         let port = (13_000 + (volley::bootstrap::random_u64() % 4000)).to_string();
         let mut server = Command::new("ucx_perftest")
-            .args(["-p", &port, "-c", "0"])
+            .args(["-p", &port, "-c", &server_cpu])
             .env("UCX_TLS", "posix,self")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -142,8 +146,7 @@ fn ucx_once(test: &str, size: usize, n: u64, dir: &TempDir) -> Result<String, St
         std::thread::sleep(Duration::from_millis(200 + 300 * attempt));
         let mut client = Command::new("ucx_perftest");
         client
-            // Pinned, one CPU each, as volley's ranks are.
-            .args(["localhost", "-p", &port, "-t", test, "-c", "1"])
+            .args(["localhost", "-p", &port, "-t", test, "-c", &client_cpu])
             .args(["-s", &size.to_string(), "-n", &n.to_string(), "-w", &warmup])
             .env("UCX_TLS", "posix,self");
         let got = mpi::run_with_deadline(&mut client, &dir.0, "ucx", DEADLINE, "stopped");
