@@ -158,7 +158,12 @@ pub fn series(docs: &[Document]) -> Vec<Series> {
             }
         }
         // Peers measured in the same run (`volley bench ... --peers`).
-        for p in doc.get("peers").and_then(Value::as_array).into_iter().flatten() {
+        for p in doc
+            .get("peers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             let name = p.get("name").and_then(Value::as_str).unwrap_or("peer");
             for (key, q) in [
                 ("latency", Quantity::Latency),
@@ -613,7 +618,10 @@ mod tests {
              "bandwidth": [{"size": 8, "mb_per_s": 40.0}]}
         ]);
         let s = series(&[("a".into(), doc.clone())]);
-        let peers: Vec<_> = s[4..].iter().map(|s| (s.name.as_str(), s.quantity)).collect();
+        let peers: Vec<_> = s[4..]
+            .iter()
+            .map(|s| (s.name.as_str(), s.quantity))
+            .collect();
         assert_eq!(
             peers,
             [
@@ -623,6 +631,9 @@ mod tests {
             ]
         );
         let svg = figure(Quantity::Bandwidth, &s).unwrap();
-        assert!(svg.contains("ucx ucp_am_bw") && svg.contains("open mpi"), "{svg}");
+        assert!(
+            svg.contains("ucx ucp_am_bw") && svg.contains("open mpi"),
+            "{svg}"
+        );
     }
 }

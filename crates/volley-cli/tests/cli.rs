@@ -839,8 +839,14 @@ fn skip_unless(present: bool, what: &str) -> bool {
 
 #[test]
 fn bench_loggp_with_peers_puts_their_sweeps_in_the_json_the_table_and_the_plot() {
-    let (ucx, mpi) = (on_path("ucx_perftest"), on_path("mpirun") && on_path("mpicc"));
-    if skip_unless(ucx && mpi, "ucx_perftest (ucx-utils) or Open MPI (mpirun, mpicc)") {
+    let (ucx, mpi) = (
+        on_path("ucx_perftest"),
+        on_path("mpirun") && on_path("mpicc"),
+    );
+    if skip_unless(
+        ucx && mpi,
+        "ucx_perftest (ucx-utils) or Open MPI (mpirun, mpicc)",
+    ) {
         return;
     }
     let dir = std::env::temp_dir().join(format!("volley-peers-test-{}", std::process::id()));
@@ -873,7 +879,12 @@ fn bench_loggp_with_peers_puts_their_sweeps_in_the_json_the_table_and_the_plot()
     let names: Vec<&str> = peers.iter().map(|p| p["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["ucx ucp_am_lat", "ucx ucp_am_bw", "ucx ucp_put_bw", "open mpi"],
+        [
+            "ucx ucp_am_lat",
+            "ucx ucp_am_bw",
+            "ucx ucp_put_bw",
+            "open mpi"
+        ],
         "stderr:\n{err}"
     );
     let expect: Vec<u64> = (3..=24).map(|p| 1 << p).collect();
@@ -897,18 +908,27 @@ fn bench_loggp_with_peers_puts_their_sweeps_in_the_json_the_table_and_the_plot()
         assert!(curves > 0, "{p}");
     }
     // Beside volley's sweeps in the table, the plot and the CSV.
-    assert!(out.contains("sweeps beside the peers: latency (us)"), "{out}");
+    assert!(
+        out.contains("sweeps beside the peers: latency (us)"),
+        "{out}"
+    );
     let head = out
         .lines()
         .find(|l| l.contains("ucx ucp_put_bw"))
         .unwrap_or_else(|| panic!("a column per peer:\n{out}"));
-    assert!(head.contains("volley shm") && head.contains("open mpi"), "{head}");
+    assert!(
+        head.contains("volley shm") && head.contains("open mpi"),
+        "{head}"
+    );
     let plot = std::fs::read_to_string(&svg).expect("--plot wrote the SVG");
     for name in names {
         assert!(plot.contains(name), "{name} in the plot");
     }
     let csv = std::fs::read_to_string(&csv).expect("--csv wrote the CSV");
-    assert!(csv.lines().any(|l| l.starts_with("open mpi,16777216,")), "{csv}");
+    assert!(
+        csv.lines().any(|l| l.starts_with("open mpi,16777216,")),
+        "{csv}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -943,7 +963,12 @@ fn the_report_renders_in_a_headless_browser() {
     });
     std::fs::write(&json, doc.to_string()).unwrap();
     let (code, out, err) = run(
-        &["report", json.to_str().unwrap(), "-o", html.to_str().unwrap()],
+        &[
+            "report",
+            json.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
         Duration::from_secs(30),
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
@@ -975,7 +1000,15 @@ fn the_report_renders_in_a_headless_browser() {
     let colours: std::collections::HashSet<&[u8]> = pixels.iter().copied().collect();
     let inked = pixels.iter().filter(|p| p[..3] != [255, 255, 255]).count();
     // Text, axes and coloured curves: many colours, and ink on a fair part of the page.
-    assert!(colours.len() >= 16, "{} colours: a blank page?", colours.len());
-    assert!(inked * 100 >= pixels.len(), "{inked} of {} pixels inked", pixels.len());
+    assert!(
+        colours.len() >= 16,
+        "{} colours: a blank page?",
+        colours.len()
+    );
+    assert!(
+        inked * 100 >= pixels.len(),
+        "{inked} of {} pixels inked",
+        pixels.len()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -129,7 +129,11 @@ fn ucx_once(test: &str, size: usize, n: u64, dir: &TempDir) -> Result<String, St
     let warmup = (n / 10).max(1).to_string();
     // Pinned, one CPU each, as volley's ranks are.
     let cpus = crate::affinity::allowed_cpus();
-    let cpu = |i: usize| cpus.get(i).or(cpus.first()).map_or("0".into(), |c| c.to_string());
+    let cpu = |i: usize| {
+        cpus.get(i)
+            .or(cpus.first())
+            .map_or("0".into(), |c| c.to_string())
+    };
     let (server_cpu, client_cpu) = (cpu(0), cpu(1));
     let mut last = String::new();
     // A port may be taken, or the server not yet listening: a few tries on new ports.
@@ -189,7 +193,10 @@ fn mpi_sweep(scale: f64) -> Result<PeerSeries, String> {
     mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
     let mut mpirun = mpi::mpirun(2, &dir.0);
     // Pinned, as volley's ranks are (the later --bind-to wins).
-    mpirun.args(["--bind-to", "core"]).arg(&exe).arg(scale.to_string());
+    mpirun
+        .args(["--bind-to", "core"])
+        .arg(&exe)
+        .arg(scale.to_string());
     let shown = mpi::show(&mpirun);
     let stdout = mpi::run_checked(&mut mpirun, &dir.0, "mpirun", DEADLINE, "killed")?;
     let line = stdout
@@ -233,7 +240,13 @@ pub fn print_side_by_side(
     for lat in [true, false] {
         let cols: Vec<_> = columns
             .iter()
-            .filter(|c| if lat { !c.1.is_empty() } else { !c.2.is_empty() })
+            .filter(|c| {
+                if lat {
+                    !c.1.is_empty()
+                } else {
+                    !c.2.is_empty()
+                }
+            })
             .collect();
         if cols.is_empty() {
             continue;
@@ -298,8 +311,15 @@ mod tests {
             &mut out,
         );
         let s = String::from_utf8(out).unwrap();
-        assert!(s.contains("t: latency (us)") && s.contains("t: bandwidth (MB/s)"), "{s}");
-        assert!(s.lines().any(|l| l.trim_start().starts_with("8 ") && l.contains("1.50")));
-        assert!(s.lines().any(|l| l.trim_start().starts_with("16 ") && l.contains("99.00")));
+        assert!(
+            s.contains("t: latency (us)") && s.contains("t: bandwidth (MB/s)"),
+            "{s}"
+        );
+        assert!(s
+            .lines()
+            .any(|l| l.trim_start().starts_with("8 ") && l.contains("1.50")));
+        assert!(s
+            .lines()
+            .any(|l| l.trim_start().starts_with("16 ") && l.contains("99.00")));
     }
 }
