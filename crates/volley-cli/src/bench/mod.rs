@@ -70,8 +70,8 @@ pub struct LoggpArgs {
     #[arg(long, value_name = "FILE")]
     csv: Option<std::path::PathBuf>,
     /// Draw the sweeps (latency and bandwidth against size, beside the memcpy floor and the
-    /// peers) as SVG to FILE.
-    #[arg(long, value_name = "FILE.svg")]
+    /// peers) to FILE: PNG if its name ends in .png, SVG otherwise.
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     plot: Option<std::path::PathBuf>,
     /// Also measure the peers installed here over shared memory, with the same sizes: UCX
     /// (`ucx_perftest`: ucp_am_lat, ucp_am_bw, ucp_put_bw) and Open MPI (an OSU-style
@@ -333,8 +333,8 @@ fn loggp_main(a: LoggpArgs) -> ExitCode {
         }
     }
     if let Some(path) = &a.plot {
-        let written = crate::report::sweep_svg(&[("volley bench loggp".into(), doc.clone())])
-            .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+        let written =
+            crate::report::write_sweep_plot(&[("volley bench loggp".into(), doc.clone())], path);
         if let Err(e) = written {
             eprintln!("volley bench loggp: writing {}: {e}", path.display());
             return ExitCode::FAILURE;
