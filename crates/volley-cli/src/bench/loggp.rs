@@ -224,7 +224,8 @@ pub struct LoggpReport {
     pub reps: usize,
     /// Iteration scale.
     pub scale: f64,
-    /// Peers measured in the same run (`--peers`): UCX's and Open MPI's sweeps.
+    /// Peers measured in the same run (`--peers`): UCX's and Open MPI's sweeps, medians over
+    /// the repetitions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub peers: Vec<super::peers::PeerSeries>,
 }
@@ -657,7 +658,7 @@ pub fn bench(
     peers: bool,
 ) -> Result<LoggpReport, String> {
     // One step per floor, per job and per peer; no tick thread runs (the floors fork).
-    let steps = 2 * transports.len() + if peers { 2 } else { 0 };
+    let steps = 2 * transports.len() + if peers { 2 * reps } else { 0 };
     let bar = crate::bar::steps(steps as u64);
     // The floors fork, so they all come before any job (whose launcher starts threads).
     let mut floors = Vec::new();
@@ -714,7 +715,7 @@ pub fn bench(
         });
     }
     let peers = if peers {
-        let p = super::peers::measure(scale, |name| {
+        let p = super::peers::measure(scale, reps, |name| {
             bar.set_message(format!("peer: {name}"));
             bar.inc(1);
         });

@@ -43,9 +43,36 @@ pub struct Peers {
 /// How long one `ucx_perftest` or `mpirun` may take.
 const DEADLINE: Duration = Duration::from_secs(300);
 
-/// Measures every peer installed here, iteration counts scaled by `scale`; `step` is called
-/// before each peer with its name (for a progress bar).
-pub fn measure(scale: f64, mut step: impl FnMut(&str)) -> Peers {
+/// Measures every peer installed here `reps` times, iteration counts scaled by `scale`: each
+/// curve's points are medians over the repetitions (as volley's are). `step` is called before
+/// each peer of each repetition with its name (for a progress bar).
+pub fn measure(scale: f64, reps: usize, mut step: impl FnMut(&str)) -> Peers {
+    let runs: Vec<Peers> = (0..reps.max(1))
+        .map(|_| measure_once(scale, &mut step))
+        .collect();
+    let mut out = Peers::default();
+    for r in &runs {
+        for n in &r.notes {
+            if !out.notes.contains(n) {
+                out.notes.push(n.clone());
+            }
+        }
+    }
+    for s in &runs[0].series {
+        let same: Vec<&PeerSeries> = runs
+            .iter()
+            .filter_map(|r| r.series.iter().find(|t| t.name == s.name))
+            .collect();
+        out.series.push(PeerSeries {
+            name: s.name.clone(),
+            latency: super::median_curve(&same, |t| &t.latency),
+            bandwidth: super::median_curve(&same, |t| &t.bandwidth),
+        });
+    }
+    out
+}
+
+fn measure_once(scale: f64, step: &mut impl FnMut(&str)) -> Peers {
     let mut out = Peers::default();
     step("ucx");
     if on_path("ucx_perftest") {
