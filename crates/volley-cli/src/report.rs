@@ -310,11 +310,13 @@ fn draw<DB: DrawingBackend>(
     area.present().map_err(err)
 }
 
+/// An axis label: K and M (binary) for whole KiB and MiB, the bytes otherwise (plotters puts
+/// log-axis ticks at powers of ten, which "9K" would misname).
 fn human_size(x: f64) -> String {
     let b = x.round() as u64;
     match b {
-        b if b >= 1 << 20 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 => format!("{}K", b >> 10),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
         b => b.to_string(),
     }
 }
@@ -644,6 +646,14 @@ mod tests {
         assert!(page.contains("volley shm") && page.contains("memcpy (floor)"));
         assert!(page.contains("Gap per byte G") && page.contains("0.05000"));
         assert!(page.contains("Machine: h (c, 2 CPUs"));
+    }
+
+    #[test]
+    fn axis_labels_name_sizes_exactly() {
+        assert_eq!(human_size(4096.0), "4K");
+        assert_eq!(human_size(16.0 * 1048576.0), "16M");
+        assert_eq!(human_size(10000.0), "10000");
+        assert_eq!(human_size(1e6), "1000000");
     }
 
     #[test]
