@@ -7,7 +7,6 @@
 //! `volley-app {json}` line that says how long its timed phase took and whether its result
 //! verified. A run that fails, or does not verify, is reported and makes the command exit 1.
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -190,10 +189,7 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
         0
     };
     let total = total + mpi_total;
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}").expect("a valid template"),
-    );
+    let bar = crate::bar::steps(total);
     let mut runs = Vec::new();
     let mpi = args.transport == crate::bench::Transport::Shm
         && !args.no_mpi

@@ -4,6 +4,7 @@
 mod affinity;
 mod apps;
 mod apps_mpi;
+mod bar;
 mod bench;
 mod experiments;
 mod info;

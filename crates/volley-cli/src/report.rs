@@ -3,12 +3,14 @@
 //! memcpy floor, and beside peers when their results are given), every document's figures as
 //! tables, and the machine and date of the run.
 //!
-//! Inputs: `volley bench loggp --json` documents (their `configs` give the curves), any other
+//! Inputs: `volley bench loggp --json` documents (their `configs` give the curves, their
+//! `peers`, with `--peers`, the peers' curves measured in the same run), any other
 //! `volley bench ... --json` document (a table of its figures), a peer's document
 //! `{"name": "...", "latency": [{"size", "latency_us"}], "bandwidth": [{"size", "mb_per_s"}]}`
 //! (`configs` of such entries work too), and the text output of the OSU micro-benchmarks
 //! (`osu_latency`, `osu_bw`), named after the file. The plots are drawn with plotters' SVG
-//! backend, whose text is SVG `<text>` and needs no font file.
+//! backend, whose text is SVG `<text>` drawn by the browser; `--plot FILE.png` draws with the
+//! bitmap backend and the DejaVu Sans shipped in `assets/`.
 
 use plotters::prelude::*;
 use serde_json::Value;
@@ -156,6 +158,29 @@ pub fn series(docs: &[Document]) -> Vec<Series> {
                 });
             }
         }
+        // Peers measured in the same run (`volley bench ... --peers`).
+        for p in doc
+            .get("peers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = p.get("name").and_then(Value::as_str).unwrap_or("peer");
+            for (key, q) in [
+                ("latency", Quantity::Latency),
+                ("bandwidth", Quantity::Bandwidth),
+            ] {
+                let pts = p.get(key).map_or_else(Vec::new, |v| points(v, q));
+                if !pts.is_empty() {
+                    out.push(Series {
+                        name: name.to_string(),
+                        quantity: q,
+                        points: pts,
+                        floor: false,
+                    });
+                }
+            }
+        }
     }
     out
 }
@@ -194,12 +219,30 @@ pub fn parse_osu(name: &str, text: &str) -> Option<Value> {
     Some(serde_json::json!({"name": name, k: list}))
 }
 
+/// DejaVu Sans (Bitstream Vera licence, `assets/DejaVuSans.LICENSE`): the font of the PNG
+/// plots' text, and of every plot's text layout, shipped so a fresh machine needs none.
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
+/// Registers [`FONT`] as plotters' "sans-serif", once.
+fn register_font() -> Result<(), String> {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let ok = *DONE.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, FONT).is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err("the plots' font (DejaVu Sans) did not load".into())
+    }
+}
+
 /// Draws the `quantity` curves of `all` in `area`.
 fn draw<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     quantity: Quantity,
     all: &[Series],
 ) -> Result<(), String> {
+    register_font()?;
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| format!("drawing the plot: {e:?}");
     let curves: Vec<&Series> = all.iter().filter(|s| s.quantity == quantity).collect();
     let xs = curves.iter().flat_map(|s| s.points.iter().map(|p| p.0));
@@ -267,11 +310,13 @@ fn draw<DB: DrawingBackend>(
     area.present().map_err(err)
 }
 
+/// An axis label: K and M (binary) for whole KiB and MiB, the bytes otherwise (plotters puts
+/// log-axis ticks at powers of ten, which "9K" would misname).
 fn human_size(x: f64) -> String {
     let b = x.round() as u64;
     match b {
-        b if b >= 1 << 20 => format!("{}M", b >> 20),
-        b if b >= 1 << 10 => format!("{}K", b >> 10),
+        b if b >= 1 << 20 && b % (1 << 20) == 0 => format!("{}M", b >> 20),
+        b if b >= 1 << 10 && b % (1 << 10) == 0 => format!("{}K", b >> 10),
         b => b.to_string(),
     }
 }
@@ -284,6 +329,25 @@ pub fn figure(quantity: Quantity, all: &[Series]) -> Result<String, String> {
         draw(&area, quantity, all)?;
     }
     Ok(svg)
+}
+
+/// Writes both sweeps of `docs` side by side to `path` (`volley bench ... --plot`): a PNG when
+/// the name ends in `.png`, an SVG otherwise.
+pub fn write_sweep_plot(docs: &[Document], path: &Path) -> Result<(), String> {
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !png {
+        let svg = sweep_svg(docs)?;
+        return std::fs::write(path, svg).map_err(|e| e.to_string());
+    }
+    let all = series(docs);
+    let root = BitMapBackend::new(path, (1440, 440)).into_drawing_area();
+    let halves = root.split_evenly((1, 2));
+    draw(&halves[0], Quantity::Latency, &all)?;
+    draw(&halves[1], Quantity::Bandwidth, &all)?;
+    root.present()
+        .map_err(|e| format!("writing the PNG: {e:?}"))
 }
 
 /// One SVG with both sweeps of `docs` side by side (`volley bench loggp --plot`).
@@ -582,5 +646,59 @@ mod tests {
         assert!(page.contains("volley shm") && page.contains("memcpy (floor)"));
         assert!(page.contains("Gap per byte G") && page.contains("0.05000"));
         assert!(page.contains("Machine: h (c, 2 CPUs"));
+    }
+
+    #[test]
+    fn axis_labels_name_sizes_exactly() {
+        assert_eq!(human_size(4096.0), "4K");
+        assert_eq!(human_size(16.0 * 1048576.0), "16M");
+        assert_eq!(human_size(10000.0), "10000");
+        assert_eq!(human_size(1e6), "1000000");
+    }
+
+    #[test]
+    fn a_png_plot_has_text_and_curves_drawn() {
+        let dir = crate::mpi::TempDir::new("volley-png-test").unwrap();
+        let path = dir.0.join("sweeps.png");
+        write_sweep_plot(&[("a".into(), loggp_doc())], &path).unwrap();
+        let file = std::fs::File::open(&path).expect("the PNG");
+        let mut reader = png::Decoder::new(file).read_info().expect("a PNG");
+        let mut buf = vec![0; reader.output_buffer_size()];
+        let info = reader.next_frame(&mut buf).expect("a frame");
+        assert_eq!((info.width, info.height), (1440, 440));
+        let px = info.color_type.samples();
+        let colours: std::collections::HashSet<&[u8]> =
+            buf[..info.buffer_size()].chunks(px).collect();
+        // Anti-aliased text in grey levels, and the curves' colours.
+        assert!(colours.len() >= 32, "{} colours", colours.len());
+    }
+
+    #[test]
+    fn peers_of_the_same_run_are_curves_of_their_own() {
+        let mut doc = loggp_doc();
+        doc["peers"] = serde_json::json!([
+            {"name": "ucx ucp_am_bw", "latency": [],
+             "bandwidth": [{"size": 8, "mb_per_s": 50.0}, {"size": 16, "mb_per_s": 90.0}]},
+            {"name": "open mpi", "latency": [{"size": 8, "latency_us": 0.9}],
+             "bandwidth": [{"size": 8, "mb_per_s": 40.0}]}
+        ]);
+        let s = series(&[("a".into(), doc.clone())]);
+        let peers: Vec<_> = s[4..]
+            .iter()
+            .map(|s| (s.name.as_str(), s.quantity))
+            .collect();
+        assert_eq!(
+            peers,
+            [
+                ("ucx ucp_am_bw", Quantity::Bandwidth),
+                ("open mpi", Quantity::Latency),
+                ("open mpi", Quantity::Bandwidth),
+            ]
+        );
+        let svg = figure(Quantity::Bandwidth, &s).unwrap();
+        assert!(
+            svg.contains("ucx ucp_am_bw") && svg.contains("open mpi"),
+            "{svg}"
+        );
     }
 }

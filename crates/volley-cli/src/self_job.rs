@@ -54,6 +54,7 @@ impl SelfJob {
             args: args(&out),
         };
         let code = crate::launch::launch(&opts).map_err(|e| e.to_string())?;
+        crate::bar::job_done();
         let text = std::fs::read(&out);
         let _ = std::fs::remove_file(&out);
         if let Some(sig) = crate::launch::interrupted_by() {

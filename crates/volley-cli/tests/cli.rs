@@ -811,3 +811,204 @@ fn experiment_seed002_signal_measures_every_mode_and_verifies_them() {
     // The table goes to stderr with --json -, the seed's figures beside.
     assert!(err.contains("SIGNAL / WRITE at 4 B"), "{err}");
 }
+
+/// Whether `name` is an executable on PATH.
+fn on_path(name: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| {
+            std::fs::metadata(d.join(name))
+                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
+}
+
+/// In CI (`CI` set, as `CI=true`) what a test needs is installed by `.ci/run`: missing, the
+/// test fails; elsewhere it says it is skipped.
+fn skip_unless(present: bool, what: &str) -> bool {
+    if present {
+        return false;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{what} is missing, and .ci/run installs it in CI"
+    );
+    eprintln!("skipped: {what} is not installed here");
+    true
+}
+
+#[test]
+fn bench_loggp_with_peers_puts_their_sweeps_in_the_json_the_table_and_the_plot() {
+    let (ucx, mpi) = (
+        on_path("ucx_perftest"),
+        on_path("mpirun") && on_path("mpicc"),
+    );
+    if skip_unless(
+        ucx && mpi,
+        "ucx_perftest (ucx-utils) or Open MPI (mpirun, mpicc)",
+    ) {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("volley-peers-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, svg, csv) = (dir.join("p.json"), dir.join("p.svg"), dir.join("p.csv"));
+    let (code, out, err) = run(
+        &[
+            "bench",
+            "loggp",
+            "--transport",
+            "shm",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--peers",
+            "--json",
+            json.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+            "--csv",
+            csv.to_str().unwrap(),
+        ],
+        Duration::from_secs(400),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("JSON");
+    let peers = doc["peers"].as_array().expect("peers in the JSON");
+    let names: Vec<&str> = peers.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "ucx ucp_am_lat",
+            "ucx ucp_am_bw",
+            "ucx ucp_put_bw",
+            "open mpi"
+        ],
+        "stderr:\n{err}"
+    );
+    let expect: Vec<u64> = (3..=24).map(|p| 1 << p).collect();
+    for p in peers {
+        let mut curves = 0;
+        for (curve, key) in [("latency", "latency_us"), ("bandwidth", "mb_per_s")] {
+            let pts = p[curve].as_array().expect(curve);
+            if pts.is_empty() {
+                continue;
+            }
+            curves += 1;
+            let sizes: Vec<u64> = pts.iter().map(|q| q["size"].as_u64().unwrap()).collect();
+            assert_eq!(sizes, expect, "{}: {curve} sizes", p["name"]);
+            assert!(
+                pts.iter()
+                    .all(|q| q[key].as_f64().is_some_and(|v| v.is_finite() && v > 0.0)),
+                "{}: {curve} in {p}",
+                p["name"]
+            );
+        }
+        assert!(curves > 0, "{p}");
+    }
+    // Beside volley's sweeps in the table, the plot and the CSV.
+    assert!(
+        out.contains("sweeps beside the peers: latency (us)"),
+        "{out}"
+    );
+    let head = out
+        .lines()
+        .find(|l| l.contains("ucx ucp_put_bw"))
+        .unwrap_or_else(|| panic!("a column per peer:\n{out}"));
+    assert!(
+        head.contains("volley shm") && head.contains("open mpi"),
+        "{head}"
+    );
+    let plot = std::fs::read_to_string(&svg).expect("--plot wrote the SVG");
+    for name in names {
+        assert!(plot.contains(name), "{name} in the plot");
+    }
+    let csv = std::fs::read_to_string(&csv).expect("--csv wrote the CSV");
+    assert!(
+        csv.lines().any(|l| l.starts_with("open mpi,16777216,")),
+        "{csv}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_report_renders_in_a_headless_browser() {
+    let browser = ["chromium", "chromium-browser", "google-chrome"]
+        .into_iter()
+        .find(|b| on_path(b));
+    if skip_unless(browser.is_some(), "chromium (headless check of the report)") {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("volley-render-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, html, png) = (dir.join("r.json"), dir.join("r.html"), dir.join("r.png"));
+    let sweep = |k: &str, f: &dyn Fn(f64) -> f64| {
+        (3..=24)
+            .map(|p| serde_json::json!({"size": 1u64 << p, k: f(f64::from(1u32 << p))}))
+            .collect::<Vec<_>>()
+    };
+    let doc = serde_json::json!({
+        "machine": {"host": "h", "cpu": "c", "cpus": 2, "kernel": "6", "date": "2026-01-01"},
+        "reps": 1, "scale": 1.0,
+        "configs": [{
+            "name": "shm", "L_ns": 50.0, "o_s_ns": 20.0, "o_r_ns": 40.0, "g_ns": 30.0,
+            "G_ns_per_byte": 0.05, "half_power_bytes": 4096.0, "floor_rtt_ns": 200.0,
+            "latency": sweep("latency_us", &|n| 0.2 + n / 1e4),
+            "bandwidth": sweep("mb_per_s", &|n| 2e4 * n / (n + 4096.0)),
+            "memcpy": sweep("mb_per_s", &|n| 5e4 * n / (n + 512.0))
+        }],
+        "peers": [{"name": "open mpi", "latency": sweep("latency_us", &|n| 0.5 + n / 5e3),
+                   "bandwidth": sweep("mb_per_s", &|n| 1e4 * n / (n + 8192.0))}]
+    });
+    std::fs::write(&json, doc.to_string()).unwrap();
+    let (code, out, err) = run(
+        &[
+            "report",
+            json.to_str().unwrap(),
+            "-o",
+            html.to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let shot = Command::new(browser.unwrap())
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1200,900",
+        ])
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", html.display()))
+        .stdin(Stdio::null())
+        .output()
+        .expect("the browser starts");
+    let file = std::fs::File::open(&png).unwrap_or_else(|e| {
+        panic!(
+            "no screenshot ({e}); the browser said:\n{}",
+            String::from_utf8_lossy(&shot.stderr)
+        )
+    });
+    let mut reader = png::Decoder::new(file).read_info().expect("a PNG");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a frame");
+    assert!(info.width >= 600 && info.height >= 400, "{info:?}");
+    let px = info.color_type.samples();
+    let pixels: Vec<&[u8]> = buf[..info.buffer_size()].chunks(px).collect();
+    let colours: std::collections::HashSet<&[u8]> = pixels.iter().copied().collect();
+    let inked = pixels.iter().filter(|p| p[..3] != [255, 255, 255]).count();
+    // Text, axes and coloured curves: many colours, and ink on a fair part of the page.
+    assert!(
+        colours.len() >= 16,
+        "{} colours: a blank page?",
+        colours.len()
+    );
+    assert!(
+        inked * 100 >= pixels.len(),
+        "{inked} of {} pixels inked",
+        pixels.len()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

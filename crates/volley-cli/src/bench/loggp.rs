@@ -224,6 +224,10 @@ pub struct LoggpReport {
     pub reps: usize,
     /// Iteration scale.
     pub scale: f64,
+    /// Peers measured in the same run (`--peers`): UCX's and Open MPI's sweeps, medians over
+    /// the repetitions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peers: Vec<super::peers::PeerSeries>,
 }
 
 /// A busy loop of a known cost: the stand-in for computation between sends and before polls.
@@ -646,14 +650,16 @@ pub fn g_and_half_power(curve: &[BandwidthPoint]) -> (f64, f64, f64) {
 }
 
 /// Measures each transport in `transports` (one job each) and builds the table.
-pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpReport, String> {
-    // One step per floor and per job; indicatif draws nothing when stderr is not a terminal,
-    // and no tick thread runs (the floors fork).
-    let bar = indicatif::ProgressBar::new(2 * transports.len() as u64);
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
-            .expect("a valid template"),
-    );
+/// With `peers`, UCX and Open MPI are measured after volley, in the same run.
+pub fn bench(
+    reps: usize,
+    scale: f64,
+    transports: &[Transport],
+    peers: bool,
+) -> Result<LoggpReport, String> {
+    // One step per floor, per job and per peer; no tick thread runs (the floors fork).
+    let steps = 2 * transports.len() + if peers { 2 * reps } else { 0 };
+    let bar = crate::bar::steps(steps as u64);
     // The floors fork, so they all come before any job (whose launcher starts threads).
     let mut floors = Vec::new();
     for &t in transports {
@@ -708,12 +714,25 @@ pub fn bench(reps: usize, scale: f64, transports: &[Transport]) -> Result<LoggpR
             runs: runs.reps,
         });
     }
+    let peers = if peers {
+        let p = super::peers::measure(scale, reps, |name| {
+            bar.set_message(format!("peer: {name}"));
+            bar.inc(1);
+        });
+        for n in &p.notes {
+            bar.suspend(|| eprintln!("volley bench loggp: {n}"));
+        }
+        p.series
+    } else {
+        Vec::new()
+    };
     bar.finish_and_clear();
     Ok(LoggpReport {
         configs,
         machine: Machine::here(),
         reps,
         scale,
+        peers,
     })
 }
 
@@ -775,11 +794,25 @@ pub fn print_table(r: &LoggpReport, w: &mut dyn Write) {
          long-message stream; floor: a cache line between the ranks (shm), 8 bytes over raw \
          sockets (udp, tcp)"
     );
+    if !r.peers.is_empty() {
+        let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = Vec::new();
+        for c in &r.configs {
+            cols.push((format!("volley {}", c.name), &c.latency, &c.bandwidth));
+        }
+        if let Some(c) = r.configs.iter().find(|c| !c.memcpy.is_empty()) {
+            cols.push(("memcpy (floor)".into(), &[], &c.memcpy));
+        }
+        for p in &r.peers {
+            cols.push((p.name.clone(), &p.latency, &p.bandwidth));
+        }
+        super::peers::print_side_by_side("sweeps beside the peers", &cols, w);
+    }
 }
 
 /// The sweeps in the OSU micro-benchmarks' layout: `osu_latency`'s and `osu_bw`'s headers
 /// and columns (`%-10d%18.2f`), one pair of blocks per configuration.
 pub fn print_osu(r: &LoggpReport, w: &mut dyn Write) {
+    super::peers::print_osu(&r.peers, w);
     for c in &r.configs {
         let _ = writeln!(
             w,
@@ -812,6 +845,23 @@ pub fn csv(r: &LoggpReport) -> String {
             s += &format!(
                 "{},{},{:.3},{:.1},{:.1}\n",
                 c.name, p.size, p.latency_us, bw, mc
+            );
+        }
+    }
+    // A peer's curves are apart (a bandwidth test has no latency): one row per size it has.
+    for p in &r.peers {
+        for lg in SIZES {
+            let size = 1usize << lg;
+            let lat = p.latency.iter().find(|q| q.size == size);
+            let bw = p.bandwidth.iter().find(|q| q.size == size);
+            if lat.is_none() && bw.is_none() {
+                continue;
+            }
+            s += &format!(
+                "{},{size},{:.3},{:.1},\n",
+                p.name,
+                lat.map_or(f64::NAN, |q| q.latency_us),
+                bw.map_or(f64::NAN, |q| q.mb_per_s)
             );
         }
     }

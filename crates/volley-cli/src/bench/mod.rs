@@ -8,6 +8,7 @@ mod launchers;
 pub mod loggp;
 mod mpi_peer;
 pub(crate) mod msg;
+pub mod peers;
 mod progress;
 mod rma;
 mod splitc;
@@ -68,10 +69,16 @@ pub struct LoggpArgs {
     /// Write the sweeps as CSV to FILE.
     #[arg(long, value_name = "FILE")]
     csv: Option<std::path::PathBuf>,
-    /// Draw the sweeps (latency and bandwidth against size, beside the memcpy floor) as SVG
-    /// to FILE.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Draw the sweeps (latency and bandwidth against size, beside the memcpy floor and the
+    /// peers) to FILE: PNG if its name ends in .png, SVG otherwise.
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     plot: Option<std::path::PathBuf>,
+    /// Also measure the peers installed here over shared memory, with the same sizes: UCX
+    /// (`ucx_perftest`: ucp_am_lat, ucp_am_bw, ucp_put_bw) and Open MPI (an OSU-style
+    /// ping-pong and windowed MPI_Isend stream); their curves join the table, the JSON
+    /// (`peers`) and the plot. A peer not installed is one line on standard error.
+    #[arg(long)]
+    peers: bool,
 }
 
 /// Options of `volley bench launchers`.
@@ -242,7 +249,10 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            match launchers::bench(a.reps as usize, a.scale, a.ranks as usize) {
+            let activity = crate::bar::activity("volley bench launchers");
+            let measured = launchers::bench(a.reps as usize, a.scale, a.ranks as usize);
+            drop(activity);
+            match measured {
                 Ok(report) => {
                     let mut text = Vec::new();
                     launchers::print_table(&report, &mut text);
@@ -303,7 +313,7 @@ fn loggp_main(a: LoggpArgs) -> ExitCode {
         Some(t) => vec![t],
         None => vec![Transport::Shm, Transport::Udp, Transport::Tcp],
     };
-    let report = match loggp::bench(a.reps as usize, a.scale, &transports) {
+    let report = match loggp::bench(a.reps as usize, a.scale, &transports, a.peers) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("volley bench loggp: {e}");
@@ -323,8 +333,8 @@ fn loggp_main(a: LoggpArgs) -> ExitCode {
         }
     }
     if let Some(path) = &a.plot {
-        let written = crate::report::sweep_svg(&[("volley bench loggp".into(), doc.clone())])
-            .and_then(|svg| std::fs::write(path, svg).map_err(|e| e.to_string()));
+        let written =
+            crate::report::write_sweep_plot(&[("volley bench loggp".into(), doc.clone())], path);
         if let Err(e) = written {
             eprintln!("volley bench loggp: writing {}: {e}", path.display());
             return ExitCode::FAILURE;
@@ -376,7 +386,10 @@ fn run_bench<R: Serialize>(
             return ExitCode::from(2);
         }
     };
-    match bench(args.reps as usize, args.scale, args.transport) {
+    let activity = crate::bar::activity(&format!("volley bench {name}"));
+    let measured = bench(args.reps as usize, args.scale, args.transport);
+    drop(activity);
+    match measured {
         Ok(report) => {
             let mut text = Vec::new();
             table(&report, &mut text);

@@ -131,7 +131,10 @@ pub fn main(a: ExperimentsArgs) -> ExitCode {
         reps: a.reps as usize,
         corrupt: a.corrupt,
     };
-    let outcome = match (exp.run)(&opts) {
+    let activity = crate::bar::activity(&format!("volley experiments {name}"));
+    let outcome = (exp.run)(&opts);
+    drop(activity);
+    let outcome = match outcome {
         Ok(o) => o,
         Err(e) => {
             eprintln!("volley experiments {name}: {e}");

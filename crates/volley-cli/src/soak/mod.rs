@@ -5,7 +5,7 @@
 pub mod rank;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 use rank::JobResult;
 use serde::Serialize;
 use std::process::ExitCode;
@@ -111,11 +111,7 @@ pub fn main(args: SoakArgs) -> ExitCode {
         .unwrap_or_else(|| volley::bootstrap::random_u64() | 1);
     let total = Duration::from_secs_f64(args.minutes * 60.0);
     let slice = total / configs.len() as u32;
-    let bar = ProgressBar::new(total.as_secs());
-    bar.set_style(
-        ProgressStyle::with_template("{bar:30} {elapsed_precise} of {len}s  {msg}")
-            .expect("a valid template"),
-    );
+    let bar = crate::bar::seconds(total.as_secs());
     let start = Instant::now();
     let mut results = Vec::new();
     for &(transport, progress) in &configs {
