@@ -42,7 +42,11 @@ fn main() {
     let long = b.request_handler("long", move |m, tok| {
         let p = m.payload();
         if m.segment_offset() != Some(OFFSET) || p.len() != size {
-            fail(1, 1, &format!("long at {:?}, {} bytes", m.segment_offset(), p.len()));
+            fail(
+                1,
+                1,
+                &format!("long at {:?}, {} bytes", m.segment_offset(), p.len()),
+            );
         }
         if let Some(at) = check_pattern(SEED, p) {
             fail(1, 1, &format!("long payload wrong at byte {at} of {size}"));

@@ -151,11 +151,7 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     }
     let kind = (w0 >> KIND_SHIFT) & 7;
     let part = kind == KIND_PART;
-    let class = if part {
-        Class::Long
-    } else {
-        class_of(kind)?
-    };
+    let class = if part { Class::Long } else { class_of(kind)? };
     let tail = w0 & TAIL_BIT != 0;
     if (tail && class != Class::Long) || (part && (tail || w0 as u32 & 0x1f_ffff != 0)) {
         return None;
@@ -282,10 +278,21 @@ mod tests {
         b[0] = 1;
         assert!(decode(&b).is_none());
 
-        encode_tail(&mut buf, Channel::Request, 7, &[1, 2], b"xyz", 4096, 1 << 24);
+        encode_tail(
+            &mut buf,
+            Channel::Request,
+            7,
+            &[1, 2],
+            b"xyz",
+            4096,
+            1 << 24,
+        );
         let f = decode(&buf).expect("tail decodes");
         assert!(!f.part);
-        assert_eq!((f.class, f.handler, &f.args[..f.nargs]), (Class::Long, 7, &[1, 2][..]));
+        assert_eq!(
+            (f.class, f.handler, &f.args[..f.nargs]),
+            (Class::Long, 7, &[1, 2][..])
+        );
         assert_eq!((f.payload, f.offset, f.span), (&b"xyz"[..], 4096, 1 << 24));
         // A tail longer than its span is malformed.
         encode_tail(&mut buf, Channel::Request, 7, &[], b"xyz", 0, 2);

@@ -345,9 +345,7 @@ impl NetLink {
             Class::Long => {
                 let offset = usize::try_from(f.offset).map_err(|_| ())?;
                 let span = usize::try_from(f.span).map_err(|_| ())?;
-                let tail_at = offset
-                    .checked_add(span - f.payload.len())
-                    .ok_or(())?;
+                let tail_at = offset.checked_add(span - f.payload.len()).ok_or(())?;
                 if f.part {
                     self.place_long(offset, f.payload)?;
                     return Ok(None);
@@ -370,7 +368,8 @@ impl NetLink {
             body,
         };
         let batch = sink.begin_batch(src);
-        sink.run(&batch, msg).map(|()| Some(f.class != Class::System))
+        sink.run(&batch, msg)
+            .map(|()| Some(f.class != Class::System))
     }
 
     /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
