@@ -15,6 +15,7 @@ const FETCH_ADD: &str = env!("CARGO_BIN_EXE_fetch_add_check");
 const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
 const RMA_PUTGET: &str = env!("CARGO_BIN_EXE_rma_putget");
 const CRASH: &str = env!("CARGO_BIN_EXE_crash");
+const BULK: &str = env!("CARGO_BIN_EXE_bulk");
 
 const SLOW: Duration = Duration::from_secs(180);
 
@@ -111,6 +112,23 @@ fn payload_integrity_over_udp_with_faults() {
 #[test]
 fn put_get_over_udp_with_faults() {
     under_faults(3, 1, RMA_PUTGET, &[], &[("VOLLEY_SEGMENT_BYTES", "20M")]);
+}
+
+/// A 16 MiB long message (two network messages' worth, so it travels in parts) arrives
+/// intact while short and medium messages go to and come back from a third rank.
+#[test]
+fn sixteen_mib_long_with_traffic_to_a_third_rank_over_udp_with_faults() {
+    under_faults(3, 1, BULK, &["16"], &[]);
+}
+
+#[test]
+fn sixteen_mib_long_with_traffic_to_a_third_rank_over_tcp() {
+    Job::raw(["run", "-n", "3", "--ranks-per-node", "1", BULK, "16"])
+        .env("VOLLEY_NET", "tcp")
+        .timeout(SLOW)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["bulk: 16 MiB long intact, 55 echoes from rank 2 intact"]);
 }
 
 #[test]

@@ -343,9 +343,21 @@ fn bench_am_over_each_network_reports_its_floor() {
             "memcpy_gbps",
             "raw_stream_gbps",
             "long_stream_gbps_1MiB",
+            "short_rtt_idle_ns",
         ] {
             let v = doc[key].as_f64().unwrap_or(f64::NAN);
             assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
+        }
+        // Counted only for pings answered before the 16 MiB transfer: null if none was.
+        for key in [
+            "short_rtt_during_bulk_ns",
+            "short_rtt_during_bulk_over_idle",
+        ] {
+            let v = &doc[key];
+            assert!(
+                v.is_null() || v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0),
+                "{key} = {v} in {doc}"
+            );
         }
         assert!(doc["am_medium_rtt_ns"]
             .as_array()

@@ -87,6 +87,9 @@ pub fn net_message(data: &[u8]) {
     if let Some(f) = crate::transport::net::frame::decode(data) {
         assert!(f.nargs <= crate::MAX_ARGS);
         assert!(f.payload.len() <= data.len());
+        // A tail's bytes are the end of its span; a part runs no handler and has no arguments.
+        assert!(f.payload.len() as u64 <= f.span);
+        assert!(!f.part || (f.nargs == 0 && f.handler == 0));
     }
 }
 

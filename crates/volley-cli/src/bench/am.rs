@@ -228,6 +228,16 @@ pub struct AmReport {
     /// processes pinned like the ranks, measured before the job, GB/s (UDP and TCP only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_stream_gbps: Option<f64>,
+    /// Short round trip from rank 0 to rank 2 of a three-rank job (one rank per node), idle,
+    /// ns (UDP and TCP only; see `pipe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_rtt_idle_ns: Option<f64>,
+    /// The same round trip while rank 0 streams 16 MiB long messages to rank 1, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_rtt_during_bulk_ns: Option<f64>,
+    /// `short_rtt_during_bulk_ns` over `short_rtt_idle_ns` (target: small, about 3 at most).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_rtt_during_bulk_over_idle: Option<f64>,
     /// LogP receive overhead (absent when no repetition kept a sample).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub o_recv_ns: Option<f64>,
@@ -686,6 +696,21 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             (runs, Some((ns, stream)))
         }
     };
+    // Pipelining: three ranks, one per node (network only).
+    let pipe = match transport {
+        Transport::Shm => None,
+        net => Some(
+            super::run_ranks::<Reps<super::pipe::PipeRep>>(
+                "am-pipe",
+                3,
+                scale * NETWORK_SCALE,
+                reps,
+                net,
+                &[],
+            )?
+            .medians()?,
+        ),
+    };
     let raw_stream_gbps = socket_floor.map(|f| f.1);
     let socket_floor = socket_floor.map(|f| f.0);
     let m = runs.medians()?;
@@ -730,6 +755,11 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         memcpy_64k_ns: m.memcpy_64k_ns,
         long_stream_gbps_1mib: m.long_stream_gbps_1mib,
         raw_stream_gbps,
+        short_rtt_idle_ns: pipe.as_ref().map(|p| p.short_rtt_idle_ns),
+        short_rtt_during_bulk_ns: pipe.as_ref().and_then(|p| p.short_rtt_during_bulk_ns),
+        short_rtt_during_bulk_over_idle: pipe
+            .as_ref()
+            .and_then(|p| over(p.short_rtt_during_bulk_ns, Some(p.short_rtt_idle_ns))),
         o_recv_ns: m.o_recv_ns,
         o_send_ns: m.o_send_ns,
         l_ns: m.o_recv_ns.map(|or| rtt / 2.0 - m.o_send_ns - or),
@@ -910,6 +940,14 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
         r.long_stream_gbps_1mib,
         format!("1 MiB long requests, one way{over_raw}"),
     );
+    if let (Some(idle), Some(bulk)) = (r.short_rtt_idle_ns, r.short_rtt_during_bulk_ns) {
+        let x = r.short_rtt_during_bulk_over_idle.unwrap_or(f64::NAN);
+        let _ = writeln!(
+            w,
+            "  {:<28} {idle:>9.1} ns    rank 0 to rank 2 of three, one per node\n  {:<28} {bulk:>9.1} ns    the same while rank 0 sends 16 MiB longs to rank 1 ({x:.2} x idle, target <= 3)",
+            "short_rtt_idle_ns", "short_rtt_during_bulk_ns"
+        );
+    }
 }
 
 #[cfg(test)]

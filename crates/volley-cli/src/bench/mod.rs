@@ -9,6 +9,7 @@ pub mod loggp;
 mod mpi_peer;
 pub(crate) mod msg;
 pub mod peers;
+mod pipe;
 mod progress;
 mod rma;
 mod splitc;
@@ -407,6 +408,7 @@ fn run_bench<R: Serialize>(
 pub fn rank_main(which: &str, out: &std::path::Path, scale: f64, reps: usize) -> ExitCode {
     let result = match which {
         "am" => am::run(out, scale, reps),
+        "am-pipe" => pipe::run(out, scale, reps),
         "rma-direct" => rma::run(out, volley::rma::RmaPath::Direct, scale, reps),
         "rma-am" => rma::run(out, volley::rma::RmaPath::ActiveMessages, scale, reps),
         "progress-rtt" => progress::run(out, scale, reps, progress::Part::RoundTrip),
@@ -460,7 +462,7 @@ pub(crate) fn median_present(xs: impl IntoIterator<Item = f64>) -> f64 {
 }
 
 /// [`median_present`] of a figure that repetitions may lack: None when none has it.
-fn median_opt(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
+pub(crate) fn median_opt(xs: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
     Some(median_present(xs.into_iter().flatten())).filter(|m| !m.is_nan())
 }
 

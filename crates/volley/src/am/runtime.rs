@@ -525,8 +525,9 @@ impl Runtime {
 
     /// Sends a long request: `payload` is written into `dest`'s segment at `offset`, then
     /// `handler` runs there with the written bytes as its payload. Any size that fits the
-    /// segment goes to a rank of this node; to a rank on another node a long message travels
-    /// whole, so it carries at most a network message's worth ([`Error::LongTooLarge`]).
+    /// segment goes to a rank of this node and to a rank on another node (beyond one network
+    /// message's worth, 8 MiB, in parts that are written as they arrive; the handler runs once
+    /// every part is in place).
     ///
     /// Long messages write the part of the segment area that no segment covers: segments of
     /// the one-sided layer ([`crate::rma`]) are carved from the same area, and only keyed

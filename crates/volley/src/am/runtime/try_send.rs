@@ -41,7 +41,9 @@ impl Runtime {
     }
 
     /// [`Runtime::request_long`] if it can go at once, [`Error::WouldBlock`](crate::am::Error::WouldBlock) otherwise; a
-    /// refused send wrote nothing into the target's segment. Never polls.
+    /// refused send wrote nothing into the target's segment. Never polls. To a rank on another
+    /// node it carries at most one network message's worth (8 MiB, [`Error::LongTooLarge`](crate::am::Error::LongTooLarge)
+    /// beyond): a larger long travels in parts, which cannot be all or nothing.
     pub fn try_request_long(
         &self,
         dest: usize,

@@ -1,11 +1,17 @@
 //! How an Active Message travels as one network message.
 //!
 //! ```text
-//! word 0   bits 0..16 handler | 16..21 nargs | 21..24 kind | 24 channel | 25..64 zero
-//! word 1   payload length           (medium and long only)
-//! word 2   segment offset           (long only)
+//! word 0   bits 0..16 handler | 16..21 nargs | 21..24 kind | 24 channel | 25 tail | 26..64 zero
+//! word 1   payload length           (medium and long only; a tail's whole length)
+//! word 2   segment offset           (long and part only)
 //! then     nargs u64 arguments, then the payload bytes
 //! ```
+//!
+//! A long payload larger than one network message travels as parts (kind 5: offset and bytes,
+//! no handler, no arguments), each written into the segment on arrival, then a tail: a long
+//! message with the tail bit, whose length word is the whole payload's and whose bytes are its
+//! last ones. The transport delivers a peer's messages in order, so when the tail's handler
+//! runs every part is in place.
 //!
 //! All words little-endian. Unlike the shared-memory frame there is no sequence or check byte:
 //! the transport below already delivers whole messages, in order, from a known rank of this
@@ -27,9 +33,17 @@ pub(crate) struct NetFrame<'a> {
     pub(crate) payload: &'a [u8],
     /// Segment offset of a long message.
     pub(crate) offset: u64,
+    /// A long message's whole length: the payload's, or for a tail more (its parts came first).
+    pub(crate) span: u64,
+    /// A part of a long payload: placed, no handler runs.
+    pub(crate) part: bool,
 }
 
 const KIND_SHIFT: u32 = 21;
+/// The kind field of a part of a long payload.
+const KIND_PART: u64 = 5;
+/// A long message whose payload is the end of a longer one sent in parts before it.
+const TAIL_BIT: u64 = 1 << 25;
 
 /// The kind field of each class on the wire.
 fn kind_of(class: Class) -> u64 {
@@ -90,6 +104,35 @@ pub(crate) fn encode(
     out.extend_from_slice(payload);
 }
 
+/// Encodes (into `out`, cleared first) a part of a long payload: `payload` goes to `offset`
+/// of the target's segment, and no handler runs.
+pub(crate) fn encode_part(out: &mut Vec<u8>, ch: Channel, payload: &[u8], offset: u64) {
+    out.clear();
+    let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
+    out.extend_from_slice(&(KIND_PART << KIND_SHIFT | ch_bit).to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&offset.to_le_bytes());
+    out.extend_from_slice(payload);
+}
+
+/// Encodes (into `out`, cleared first) the tail of a long message of `span` bytes at `offset`
+/// whose other bytes went as parts before it: `tail` is its last `tail.len()` bytes.
+pub(crate) fn encode_tail(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    handler: u16,
+    args: &[u64],
+    tail: &[u8],
+    offset: u64,
+    span: u64,
+) {
+    debug_assert!(args.len() <= MAX_ARGS && tail.len() as u64 <= span);
+    encode(out, ch, Class::Long, handler, args, tail, offset);
+    let w0 = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) | TAIL_BIT;
+    out[..8].copy_from_slice(&w0.to_le_bytes());
+    out[8..16].copy_from_slice(&span.to_le_bytes());
+}
+
 /// The bytes [`encode`] makes of a message of `class` with `nargs` arguments and a payload
 /// of `payload_len` bytes.
 pub(crate) fn encoded_len(class: Class, nargs: usize, payload_len: usize) -> usize {
@@ -103,10 +146,16 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
         Some(u64::from_le_bytes(b.try_into().ok()?))
     };
     let w0 = word(0)?;
-    if w0 >> 25 != 0 {
+    if w0 >> 26 != 0 {
         return None;
     }
-    let class = class_of((w0 >> KIND_SHIFT) & 7)?;
+    let kind = (w0 >> KIND_SHIFT) & 7;
+    let part = kind == KIND_PART;
+    let class = if part { Class::Long } else { class_of(kind)? };
+    let tail = w0 & TAIL_BIT != 0;
+    if (tail && class != Class::Long) || (part && (tail || w0 as u32 & 0x1f_ffff != 0)) {
+        return None;
+    }
     let ch = if w0 & CH_BIT != 0 {
         Channel::Reply
     } else {
@@ -128,7 +177,12 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
     }
     let start = (1 + extra + nargs) * 8;
     let payload = &bytes[start.min(bytes.len())..];
-    if payload.len() as u64 != len || (extra == 0 && !payload.is_empty()) {
+    let fits = if tail {
+        payload.len() as u64 <= len
+    } else {
+        payload.len() as u64 == len
+    };
+    if !fits || (extra == 0 && !payload.is_empty()) {
         return None;
     }
     Some(NetFrame {
@@ -139,6 +193,8 @@ pub(crate) fn decode(bytes: &[u8]) -> Option<NetFrame<'_>> {
         nargs,
         payload,
         offset,
+        span: len,
+        part,
     })
 }
 
@@ -191,11 +247,12 @@ mod tests {
         let mut longer = buf.clone();
         longer.push(0);
         assert!(decode(&longer).is_none());
-        // Unknown kind, nonzero reserved bits, too many arguments.
+        // Unknown kind, nonzero reserved bits, a tail bit on a medium, too many arguments.
         for w0 in [
-            5u64 << KIND_SHIFT,
+            7u64 << KIND_SHIFT,
             3 << KIND_SHIFT,
             1 << 40,
+            (2 << KIND_SHIFT) | TAIL_BIT,
             (1 << KIND_SHIFT) | (17 << 16),
         ] {
             let mut b = buf.clone();
@@ -206,6 +263,43 @@ mod tests {
         encode(&mut buf, Channel::Request, Class::Short, 1, &[], b"", 0);
         buf.push(1);
         assert!(decode(&buf).is_none());
+    }
+
+    #[test]
+    fn parts_and_tails_round_trip() {
+        let mut buf = Vec::new();
+        encode_part(&mut buf, Channel::Reply, b"abcdef", 1 << 33);
+        let f = decode(&buf).expect("part decodes");
+        assert!(f.part);
+        assert_eq!((f.ch, f.class, f.nargs), (Channel::Reply, Class::Long, 0));
+        assert_eq!((f.payload, f.offset, f.span), (&b"abcdef"[..], 1 << 33, 6));
+        // A part with a handler or arguments is malformed.
+        let mut b = buf.clone();
+        b[0] = 1;
+        assert!(decode(&b).is_none());
+
+        encode_tail(
+            &mut buf,
+            Channel::Request,
+            7,
+            &[1, 2],
+            b"xyz",
+            4096,
+            1 << 24,
+        );
+        let f = decode(&buf).expect("tail decodes");
+        assert!(!f.part);
+        assert_eq!(
+            (f.class, f.handler, &f.args[..f.nargs]),
+            (Class::Long, 7, &[1, 2][..])
+        );
+        assert_eq!((f.payload, f.offset, f.span), (&b"xyz"[..], 4096, 1 << 24));
+        // A tail longer than its span is malformed.
+        encode_tail(&mut buf, Channel::Request, 7, &[], b"xyz", 0, 2);
+        assert!(decode(&buf).is_none());
+        // Whole longs keep their length as span.
+        encode(&mut buf, Channel::Request, Class::Long, 1, &[], b"ab", 8);
+        assert_eq!(decode(&buf).map(|f| (f.span, f.part)), Some((2, false)));
     }
 
     #[test]

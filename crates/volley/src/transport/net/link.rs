@@ -29,6 +29,14 @@ const FLUSH_INTERVAL_NS: u64 = 2_000;
 /// length, offset, 16 arguments) with room to spare.
 const FRAME_OVERHEAD: usize = 256;
 
+/// Bytes of each part of a long payload too large for one network message (see
+/// [`frame`]): small enough that the parts of one transfer leave room between them for the
+/// sender's other traffic and for the handlers it runs while it waits.
+const LONG_PART: usize = 1 << 20;
+
+/// The largest payload of one network message.
+const WHOLE_MAX: usize = MAX_MESSAGE - FRAME_OVERHEAD;
+
 /// A message from the network: source rank and bytes.
 type Delivered = (usize, Vec<u8>);
 
@@ -319,14 +327,15 @@ impl NetLink {
     }
 
     /// Decodes one message from `src` that came on channel `ch` and hands it to `sink`;
-    /// `Ok(true)` when a user handler ran.
+    /// `Ok(Some(true))` when a user handler ran, `Ok(None)` for a part of a long payload
+    /// (placed, no handler).
     fn deliver<S: Sink>(
         &self,
         sink: &S,
         src: usize,
         ch: Channel,
         bytes: &[u8],
-    ) -> Result<bool, ()> {
+    ) -> Result<Option<bool>, ()> {
         let f = frame::decode(bytes).ok_or(())?;
         if f.ch != ch {
             return Err(());
@@ -335,11 +344,17 @@ impl NetLink {
             Class::Medium => Body::Medium(f.payload),
             Class::Long => {
                 let offset = usize::try_from(f.offset).map_err(|_| ())?;
-                self.place_long(offset, f.payload)?;
-                Body::Long {
-                    offset,
-                    len: f.payload.len(),
+                let span = usize::try_from(f.span).map_err(|_| ())?;
+                let tail_at = offset.checked_add(span - f.payload.len()).ok_or(())?;
+                if f.part {
+                    self.place_long(offset, f.payload)?;
+                    return Ok(None);
                 }
+                // A tail's parts were admitted one by one; the handler's range is admitted
+                // whole, so a range a segment took meanwhile is refused here too.
+                self.admit_long(offset, span)?;
+                self.copy_in(tail_at, f.payload);
+                Body::Long { offset, len: span }
             }
             Class::Short | Class::System => Body::None,
         };
@@ -353,28 +368,84 @@ impl NetLink {
             body,
         };
         let batch = sink.begin_batch(src);
-        sink.run(&batch, msg).map(|()| f.class != Class::System)
+        sink.run(&batch, msg)
+            .map(|()| Some(f.class != Class::System))
+    }
+
+    /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
+    fn admit_long(&self, offset: usize, len: usize) -> Result<(), ()> {
+        let p = &self.placement;
+        if offset.checked_add(len).is_none_or(|e| e > p.len) {
+            return Err(());
+        }
+        if let Some(guard) = &p.guard {
+            guard.admit(p.upper, offset, len).map_err(|_| ())?;
+        }
+        Ok(())
     }
 
     /// Copies a long payload into this rank's segment at `offset` before its handler runs, as
     /// the sender does on the shared-memory route: the sender could not see our segments, so
     /// the guard is asked here (a refused one is dropped and counted).
     fn place_long(&self, offset: usize, payload: &[u8]) -> Result<(), ()> {
+        self.admit_long(offset, payload.len())?;
+        self.copy_in(offset, payload);
+        Ok(())
+    }
+
+    /// Copies `payload` to `offset` of our segment, a range [`NetLink::admit_long`] admitted.
+    fn copy_in(&self, offset: usize, payload: &[u8]) {
         let p = &self.placement;
-        if offset.checked_add(payload.len()).is_none_or(|e| e > p.len) {
-            return Err(());
-        }
-        if let Some(guard) = &p.guard {
-            guard
-                .admit(p.upper, offset, payload.len())
-                .map_err(|_| ())?;
-        }
+        assert!(offset + payload.len() <= p.len, "an admitted range");
         // SAFETY: bounds checked against our own segment, which stays mapped while the
         // runtime (and so this route) lives.
         unsafe {
             std::ptr::copy_nonoverlapping(payload.as_ptr(), p.segment.add(offset), payload.len())
         };
-        Ok(())
+    }
+}
+
+impl NetLink {
+    /// Hands one encoded network message to the transport, waiting as `blocked` says while
+    /// the transport's window is full.
+    fn send_frame<B: OnBlocked>(
+        &self,
+        dest: usize,
+        buf: &[u8],
+        blocked: &mut B,
+        attempt: &mut u32,
+    ) -> Result<(), SendRefused> {
+        loop {
+            let now = self.now();
+            let sent = self.transport.borrow_mut().send(dest, buf, now);
+            match sent {
+                Ok(()) => {
+                    // A message alone leaves at once; messages sent in a quick run share the
+                    // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
+                    if now.saturating_sub(self.last_flush.get()) >= FLUSH_INTERVAL_NS {
+                        self.flush_at(now);
+                    } else {
+                        self.unflushed.set(true);
+                    }
+                    return Ok(());
+                }
+                Err(NetError::WouldBlock) => {
+                    // The transport queued nothing. A send that gives up returns before it
+                    // takes anything in: it neither polls nor makes handlers due.
+                    if B::GIVES_UP {
+                        return Err(SendRefused::WouldBlock);
+                    }
+                    // The window opens only when acks arrive: take them in now, not just
+                    // when the policy's turn comes, and let the caller wait.
+                    self.take_in();
+                    if let ControlFlow::Break(()) = blocked.blocked(*attempt) {
+                        return Err(SendRefused::WouldBlock);
+                    }
+                    *attempt += 1;
+                }
+                Err(e) => self.failed(e),
+            }
+        }
     }
 }
 
@@ -396,64 +467,59 @@ impl Transport for NetLink {
         mut blocked: B,
     ) -> Result<(), SendRefused> {
         let max = self.max_payload(msg.class);
-        if msg.payload.len() > max {
+        let whole = msg.class != Class::Long || msg.payload.len() <= WHOLE_MAX;
+        if msg.payload.len() > max || (B::GIVES_UP && !whole) {
+            // A send that gives up must send all or nothing: one network message.
             return Err(SendRefused::TooLarge {
                 len: msg.payload.len(),
-                max,
+                max: if B::GIVES_UP { WHOLE_MAX } else { max },
             });
         }
         let mut buf = self.encode_buf.take();
         let (ch, class) = (msg.ch, msg.class);
-        frame::encode(
-            &mut buf,
-            ch,
-            class,
-            msg.handler,
-            msg.args,
-            msg.payload,
-            msg.offset as u64,
-        );
         let mut attempt = 0;
-        loop {
-            let now = self.now();
-            let sent = self.transport.borrow_mut().send(dest, &buf, now);
-            match sent {
-                Ok(()) => {
-                    // A message alone leaves at once; messages sent in a quick run share the
-                    // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
-                    if now.saturating_sub(self.last_flush.get()) >= FLUSH_INTERVAL_NS {
-                        self.flush_at(now);
-                    } else {
-                        self.unflushed.set(true);
-                    }
-                    break;
+        if whole {
+            frame::encode(
+                &mut buf,
+                ch,
+                class,
+                msg.handler,
+                msg.args,
+                msg.payload,
+                msg.offset as u64,
+            );
+        } else {
+            // Parts first, then the tail that runs the handler; once the first part is
+            // queued the send cannot give up (it does not: `GIVES_UP` sends come whole).
+            let parts = msg.payload.len().div_ceil(LONG_PART) - 1;
+            for (i, part) in msg.payload.chunks(LONG_PART).take(parts).enumerate() {
+                let offset = (msg.offset + i * LONG_PART) as u64;
+                frame::encode_part(&mut buf, ch, part, offset);
+                if let Err(e) = self.send_frame(dest, &buf, &mut blocked, &mut attempt) {
+                    self.encode_buf.set(buf);
+                    return Err(e);
                 }
-                Err(NetError::WouldBlock) => {
-                    // The transport queued nothing. A send that gives up returns before it
-                    // takes anything in: it neither polls nor makes handlers due.
-                    if B::GIVES_UP {
-                        self.encode_buf.set(buf);
-                        return Err(SendRefused::WouldBlock);
-                    }
-                    // The window opens only when acks arrive: take them in now, not just
-                    // when the policy's turn comes, and let the caller wait.
-                    self.take_in();
-                    if let ControlFlow::Break(()) = blocked.blocked(attempt) {
-                        self.encode_buf.set(buf);
-                        return Err(SendRefused::WouldBlock);
-                    }
-                    attempt += 1;
-                }
-                Err(e) => self.failed(e),
             }
+            let tail = &msg.payload[parts * LONG_PART..];
+            frame::encode_tail(
+                &mut buf,
+                ch,
+                msg.handler,
+                msg.args,
+                tail,
+                msg.offset as u64,
+                msg.payload.len() as u64,
+            );
         }
+        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt);
+        self.encode_buf.set(buf);
+        sent?;
         if attempt > 0 {
             let _ = blocked.blocked(BLOCKED_DONE);
         }
         if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
             c.sent[ch as usize].bump();
         }
-        self.encode_buf.set(buf);
         if class != Class::System {
             bump(&self.sent);
         }
@@ -468,7 +534,8 @@ impl Transport for NetLink {
             let next = self.inbox[ch as usize].borrow_mut().pop_front();
             let Some((src, msg)) = next else { break };
             match self.deliver(sink, src, ch, &msg) {
-                Ok(user) => {
+                Ok(None) => {}
+                Ok(Some(user)) => {
                     handled += 1;
                     if user {
                         bump(&self.handled);
@@ -506,7 +573,9 @@ impl Transport for NetLink {
 
     fn max_payload(&self, class: Class) -> usize {
         match class {
-            Class::Medium | Class::Long => MAX_MESSAGE - FRAME_OVERHEAD,
+            Class::Medium => WHOLE_MAX,
+            // Larger longs travel in parts (the segment bounds them).
+            Class::Long => usize::MAX,
             Class::Short | Class::System => 0,
         }
     }

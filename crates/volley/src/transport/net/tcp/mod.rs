@@ -405,7 +405,10 @@ impl NetTransport for TcpTransport {
             self.stats.would_block += 1;
             return Err(NetError::WouldBlock);
         }
-        conn.tx.enqueue(msg);
+        if let Err(e) = conn.tx.send_large(&conn.stream, msg, &mut self.stats) {
+            let why = write_failure(conn.state, &e);
+            return Err(self.fail(idx, why));
+        }
         self.stats.messages_sent += 1;
         if conn.tx.queued() > self.config.flush_threshold {
             if let Err(e) = conn.tx.flush(&conn.stream, &mut self.stats) {

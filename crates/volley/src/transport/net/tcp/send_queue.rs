@@ -1,5 +1,6 @@
 //! A connection's output queue: frames copied in by `send`, written out with one gathering
-//! `sendmsg` per attempt.
+//! `sendmsg` per attempt. A large frame with nothing queued ahead of it is written straight
+//! from the caller's bytes, and only its unwritten rest is copied in.
 
 use std::collections::VecDeque;
 use std::io;
@@ -65,6 +66,75 @@ impl SendQueue {
                 shared: false,
             });
         }
+    }
+
+    /// Sends one large frame: with nothing queued ahead of it, it is written straight from
+    /// `msg` (prefix and body gathered in one `sendmsg`), and only what the kernel does not
+    /// take is copied into the queue; otherwise it is queued like any other.
+    pub(super) fn send_large(
+        &mut self,
+        stream: &TcpStream,
+        msg: &[u8],
+        stats: &mut NetStats,
+    ) -> io::Result<()> {
+        if self.queued > 0 || msg.len() <= SMALL_MESSAGE {
+            self.enqueue(msg);
+            return Ok(());
+        }
+        let prefix = (msg.len() as u32).to_le_bytes();
+        let iov = [
+            libc::iovec {
+                iov_base: prefix.as_ptr() as *mut libc::c_void,
+                iov_len: PREFIX,
+            },
+            libc::iovec {
+                iov_base: msg.as_ptr() as *mut libc::c_void,
+                iov_len: msg.len(),
+            },
+        ];
+        let n = loop {
+            // SAFETY: msghdr is plain old data; all zeroes is a valid, empty header.
+            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+            hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
+            hdr.msg_iovlen = 2;
+            // SAFETY: both iovecs point at live byte slices (`prefix`, `msg`) with their exact
+            // lengths, which outlive the call; the kernel only reads them.
+            let n = unsafe {
+                libc::sendmsg(
+                    stream.as_raw_fd(),
+                    &hdr,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+            stats.send_calls += 1;
+            if n >= 0 {
+                break n as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => break 0,
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        };
+        stats.bytes_sent += n as u64;
+        if n == PREFIX + msg.len() {
+            stats.packets_sent += 1;
+            return Ok(());
+        }
+        // The rest, as the queue's only (own) buffer.
+        let mut data = Vec::with_capacity(PREFIX + msg.len() - n);
+        if n < PREFIX {
+            data.extend_from_slice(&prefix[n..]);
+        }
+        data.extend_from_slice(&msg[n.saturating_sub(PREFIX)..]);
+        self.queued += data.len();
+        self.out.push_back(OutBuf {
+            data,
+            frames: 1,
+            shared: false,
+        });
+        Ok(())
     }
 
     /// Appends the goodbye, the last thing a connection carries.

@@ -139,6 +139,8 @@ pub struct UdpTransport {
     last_from: Option<(SocketAddr, usize)>,
     /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
     out: VecDeque<Outgoing>,
+    /// Scratch for `transmit`: the slots still writing datagrams.
+    due: Vec<usize>,
     /// Spare datagram buffers, so steady traffic allocates none.
     pool: Vec<Vec<u8>>,
     faults: Option<FaultInjector<Outgoing>>,
@@ -239,6 +241,7 @@ impl UdpTransport {
             by_addr: HashMap::new(),
             last_from: None,
             out: VecDeque::new(),
+            due: Vec::new(),
             pool: Vec::new(),
             faults,
             send_msgs: MsgVec::new(batch),
@@ -272,24 +275,33 @@ impl UdpTransport {
     }
 
     /// Polls every peer that may have a datagram due (sent or received to since its last poll,
-    /// or a timer expired) and queues what it writes.
+    /// or a timer expired) and queues what it writes, one datagram per peer in turn, so a
+    /// peer with a window of bulk data to send does not queue it all ahead of a short message
+    /// to another peer.
     fn transmit(&mut self, now: u64) {
+        let mut due = std::mem::take(&mut self.due);
+        due.clear();
         for (slot, link) in self.links.iter_mut().enumerate() {
-            if !link.dirty && link.wake > now {
-                continue;
+            if link.dirty || link.wake <= now {
+                link.peer.handle_timeout(now);
+                due.push(slot);
             }
-            link.peer.handle_timeout(now);
-            loop {
+        }
+        while !due.is_empty() {
+            due.retain(|&slot| {
+                let link = &mut self.links[slot];
                 let mut buf = self.pool.pop().unwrap_or_default();
                 if link.peer.poll_transmit(now, &mut buf).is_none() {
                     self.pool.push(buf);
-                    break;
+                    link.dirty = false;
+                    link.wake = link.peer.poll_timeout().unwrap_or(u64::MAX);
+                    return false;
                 }
                 enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
-            }
-            link.dirty = false;
-            link.wake = link.peer.poll_timeout().unwrap_or(u64::MAX);
+                true
+            });
         }
+        self.due = due;
     }
 
     /// Queues the full datagrams `slot`'s peer can send now, leaving a partly filled last one
