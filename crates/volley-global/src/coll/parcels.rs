@@ -1,0 +1,239 @@
+//! Sending and receiving a collective's parcels: through the mailbox, or through a fast
+//! lane's slots for latency-bound ones.
+
+use super::*;
+
+/// Where a latency-bound collective's messages travel.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Lane {
+    /// The mailbox (data larger than a short message).
+    Mailbox,
+    /// Fast slots of lane `lane`, call number `seq` of that lane.
+    Fast { lane: u64, seq: u64 },
+}
+
+/// The fast lane of barriers.
+pub(super) const BARRIER_LANE: u64 = 0;
+/// The fast lane of small all-reduces.
+pub(super) const REDUCE_LANE: u64 = 1;
+/// The step of recursive doubling's unfold (the last slot of a lane).
+pub(super) const UNFOLD_STEP: u64 = 63;
+
+/// Reduces by a user closure: operator code 255.
+pub(super) const USER_OP: u8 = 255;
+/// Reductions up to this size use recursive doubling; larger ones reduce-scatter and gather.
+pub(super) const SMALL_REDUCE: usize = 16 << 10;
+
+impl Global<'_> {
+    pub(super) fn next_epoch(&self) -> u64 {
+        let e = self.epoch.get();
+        self.epoch.set(e + 1);
+        e
+    }
+
+    /// Sends one parcel (fragmented into medium messages); to itself, straight into the
+    /// mailbox.
+    pub(super) fn send_parcel(
+        &self,
+        dest: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let total = bytes.len() as u64;
+        if dest == self.me {
+            self.shared
+                .mailbox
+                .deliver(self.me, [epoch, what.code(), total, 0, step], bytes);
+            return Ok(());
+        }
+        let frag = self.rt.max_medium();
+        let n = bytes.len().div_ceil(frag).max(1);
+        for i in 0..n {
+            let start = (i * frag).min(bytes.len());
+            let piece = &bytes[start..(start + frag).min(bytes.len())];
+            let h = [epoch, what.code(), total, start as u64, step];
+            self.rt.request_medium(dest, self.h.coll, &h, piece)?;
+        }
+        Ok(())
+    }
+
+    /// Receives the parcel of `src` for (epoch, step), checking that it comes from the same
+    /// collective and, when `len` is given, has that many bytes.
+    pub(super) fn recv_parcel(
+        &self,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        len: Option<usize>,
+    ) -> Result<Vec<u8>> {
+        let mb = &self.shared.mailbox;
+        let lanes = &self.shared.lanes;
+        let (mut polls, mut elsewhere) = (0u32, None);
+        let cond = || {
+            if mb.ready(src, epoch, step) {
+                return true;
+            }
+            polls = polls.wrapping_add(1);
+            // Now and then: has the other rank called a fast-lane collective at this epoch?
+            if polls % 4096 == 0 {
+                elsewhere = lanes.iter().find_map(|l| l.what_of(epoch));
+            }
+            elsewhere.is_some()
+        };
+        self.wait_for(cond, &|| {
+            format!(
+                "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
+                     calls it, or calls another, keeps every other rank here",
+                What::describe(what.code())
+            )
+        });
+        if let Some((theirs, rank)) = elsewhere.filter(|_| !mb.ready(src, epoch, step)) {
+            return Err(GlobalError::CollectiveMismatch {
+                epoch,
+                me: self.me,
+                rank,
+                mine: What::describe(what.code()),
+                theirs: What::describe(theirs),
+            });
+        }
+        let p = mb.take(src, epoch, step).expect("ready parcel");
+        if p.what != what.code() || len.is_some_and(|l| l != p.total) {
+            let mine = What::describe(what.code())
+                + &len.map_or(String::new(), |l| format!(" ({l} bytes per message)"));
+            let theirs = What::describe(p.what) + &format!(" ({} bytes per message)", p.total);
+            return Err(GlobalError::CollectiveMismatch {
+                epoch,
+                me: self.me,
+                rank: src,
+                mine,
+                theirs,
+            });
+        }
+        Ok(p.data)
+    }
+
+    pub(super) fn recv_into<T: Pod>(
+        &self,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        dst: &mut [T],
+    ) -> Result<()> {
+        let data = self.recv_parcel(src, epoch, step, what, Some(std::mem::size_of_val(dst)))?;
+        bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(&data);
+        self.shared.mailbox.recycle(data);
+        Ok(())
+    }
+
+    /// Sends one step's message of a latency-bound collective on `lane`: one short message,
+    /// its data inline.
+    pub(super) fn send_fast(
+        &self,
+        lane: Lane,
+        dest: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let Lane::Fast { lane, seq } = lane else {
+            return self.send_parcel(dest, epoch, step, what, bytes);
+        };
+        let mut args = [0u64; 4 + FAST_WORDS];
+        args[0] = lane | step << 8 | (bytes.len() as u64) << 16;
+        args[1] = seq;
+        args[2] = epoch;
+        args[3] = what.code();
+        let words = crate::handlers::to_words(bytes, &mut args[4..]);
+        self.rt
+            .request_short(dest, self.h.coll_fast, &args[..4 + words])?;
+        Ok(())
+    }
+
+    /// Receives one step's message of a latency-bound collective from `src` into `dst`.
+    pub(super) fn recv_fast(
+        &self,
+        lane: Lane,
+        src: usize,
+        epoch: u64,
+        step: u64,
+        what: What,
+        dst: &mut [u8],
+    ) -> Result<()> {
+        let Lane::Fast { lane, seq } = lane else {
+            return self.recv_into(src, epoch, step, what, dst);
+        };
+        let slot = self.shared.lanes[lane as usize].slot(step, seq);
+        let mut polls = 0u32;
+        let mut elsewhere = None;
+        let mb = &self.shared.mailbox;
+        self.wait_for(
+            || {
+                if slot.seq.load(Ordering::Acquire) == seq + 1 {
+                    return true;
+                }
+                polls = polls.wrapping_add(1);
+                // Now and then: has another rank called another collective at this epoch?
+                if polls % 4096 == 0 {
+                    let lanes = &self.shared.lanes;
+                    elsewhere = mb.what_of(epoch).or_else(|| {
+                        (0..lanes.len() as u64)
+                            .filter(|&l| l != lane)
+                            .find_map(|l| lanes[l as usize].what_of(epoch))
+                    });
+                }
+                elsewhere.is_some()
+            },
+            &|| {
+                format!(
+                    "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
+                     calls it, or calls another, keeps every other rank here",
+                    What::describe(what.code())
+                )
+            },
+        );
+        let mismatch = |rank: usize, theirs: String| GlobalError::CollectiveMismatch {
+            epoch,
+            me: self.me,
+            rank,
+            mine: What::describe(what.code()) + &format!(" ({} bytes per message)", dst.len()),
+            theirs,
+        };
+        if let Some((theirs, rank)) = elsewhere {
+            return Err(mismatch(rank, What::describe(theirs)));
+        }
+        let (e, w, len) = (
+            slot.epoch.load(Ordering::Relaxed),
+            slot.what.load(Ordering::Relaxed),
+            slot.len.load(Ordering::Relaxed) as usize,
+        );
+        if e != epoch || w != what.code() || len != dst.len() {
+            return Err(mismatch(
+                src,
+                What::describe(w) + &format!(" ({len} bytes per message)"),
+            ));
+        }
+        let words: Vec<u64> = slot.words[..len.div_ceil(8)]
+            .iter()
+            .map(|x| x.load(Ordering::Relaxed))
+            .collect();
+        crate::handlers::from_words(&words, dst);
+        Ok(())
+    }
+
+    /// The lane of the next call of a latency-bound collective of `bytes` per message:
+    /// `lane`'s fast slots when the data fits one short message, else the mailbox.
+    pub(super) fn lane(&self, lane: u64, bytes: usize) -> Lane {
+        if bytes > FAST_WORDS * 8 {
+            return Lane::Mailbox;
+        }
+        let counter = &self.fast_calls[lane as usize];
+        let seq = counter.get();
+        counter.set(seq + 1);
+        Lane::Fast { lane, seq }
+    }
+}
