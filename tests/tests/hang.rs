@@ -5,14 +5,10 @@
 
 mod common;
 
-use common::Job;
+use common::{last_report, stuck_report, Job};
 use std::time::Duration;
 
 const HANG: &str = env!("CARGO_BIN_EXE_hang");
-const HEADER: &str = "volley run: hang report";
-/// The cause a report gives when no rank waits on another (yet).
-const BUSY: &str = "the job looks busy, not stuck";
-
 /// How the report is asked for.
 #[derive(Clone, Copy, PartialEq)]
 enum Ask {
@@ -20,19 +16,6 @@ enum Ask {
     After,
     /// SIGUSR1 once every rank is ready.
     Signal,
-}
-
-/// The last complete report in `stderr`, if there is one: from its header to its last cause.
-fn last_report(stderr: &str) -> Option<String> {
-    const CAUSES: &str = "  likely cause:\n";
-    let report = &stderr[stderr.rfind(HEADER)?..];
-    let at = report.find(CAUSES)? + CAUSES.len();
-    let causes: Vec<&str> = report[at..]
-        .lines()
-        .take_while(|l| l.starts_with("    "))
-        .collect();
-    // The report is one write: its cause lines are there once one is.
-    (!causes.is_empty()).then(|| format!("{}{}\n", &report[..at], causes.join("\n")))
 }
 
 /// Runs `hang MODE` on `n` ranks (with `flags` before the program and `env` for every rank),
@@ -54,30 +37,7 @@ fn report_of(mode: &str, n: usize, flags: &[&str], env: &[(&str, &str)], ask: As
     job.wait_for_lines(n, Duration::from_secs(60), |l| {
         l.starts_with("hang: rank ") && l.ends_with(" ready")
     });
-    // "ready" is printed before a rank enters its hang (rank 0 of `no-poll` still waits for
-    // rank 1 to say it computes), so a report can come early and find the job busy. Such a
-    // report, automatic or asked for, does not count: ask again, a few times at most.
-    let mut stderr = job.stderr_so_far();
-    let mut asked = 0;
-    loop {
-        let before = stderr.matches(HEADER).count();
-        let early = before > 0 && last_report(&stderr).is_some_and(|r| r.contains(BUSY));
-        if before > 0 && !early {
-            break;
-        }
-        if ask == Ask::Signal || early {
-            assert!(asked < 10, "every report found the job busy:\n{stderr}");
-            if asked > 0 {
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            asked += 1;
-            job.signal(libc::SIGUSR1);
-        }
-        let wanted = before + 1;
-        stderr = job.wait_for_stderr(Duration::from_secs(60), |s| {
-            s.matches(HEADER).count() >= wanted && last_report(s).is_some()
-        });
-    }
+    let stderr = stuck_report(&mut job, ask == Ask::Signal);
     assert!(job.alive(), "the job ended after the report:\n{stderr}");
     job.signal(libc::SIGTERM);
     let out = job.finish();

@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{process_gone, voluntary_switches, Job};
+use common::{last_report, process_gone, stuck_report, voluntary_switches, Job};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -801,10 +801,7 @@ fn a_hang_report_gathers_the_ranks_of_every_host() {
     job.wait_for_lines(4, Duration::from_secs(30), |l| {
         l.starts_with("hang: rank ") && l.ends_with(" ready")
     });
-    job.signal(libc::SIGUSR1);
-    let stderr = job.wait_for_stderr(Duration::from_secs(30), |s| {
-        s.contains("volley run: hang report") && s.contains("  likely cause:\n    ")
-    });
+    let stderr = last_report(&stuck_report(&mut job, true)).expect("a complete report");
     assert!(job.alive(), "the job ended after the report:\n{stderr}");
     job.signal(libc::SIGTERM);
     let _ = job.finish();

@@ -767,3 +767,49 @@ impl Drop for Running {
         }
     }
 }
+
+/// The header of a hang report.
+pub const HANG_REPORT: &str = "volley run: hang report";
+/// The cause a hang report gives when no rank waits on another (yet).
+pub const HANG_BUSY: &str = "the job looks busy, not stuck";
+
+/// The last complete report in `stderr`, if there is one: from its header to its last cause.
+pub fn last_report(stderr: &str) -> Option<String> {
+    const CAUSES: &str = "  likely cause:\n";
+    let report = &stderr[stderr.rfind(HANG_REPORT)?..];
+    let at = report.find(CAUSES)? + CAUSES.len();
+    let causes: Vec<&str> = report[at..]
+        .lines()
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    // The report is one write: its cause lines are there once one is.
+    (!causes.is_empty()).then(|| format!("{}{}\n", &report[..at], causes.join("\n")))
+}
+
+/// Waits for a hang report of `job` taken while it is stuck, asking with SIGUSR1 when `ask`
+/// (else waiting for the automatic one), and returns stderr up to it. "ready" lines come
+/// before the ranks enter their hang, so a report can come early and find the job busy: such
+/// a report does not count, and the launcher is asked again, 10 times at most.
+pub fn stuck_report(job: &mut Running, ask: bool) -> String {
+    let mut stderr = job.stderr_so_far();
+    let mut asked = 0;
+    loop {
+        let before = stderr.matches(HANG_REPORT).count();
+        let early = before > 0 && last_report(&stderr).is_some_and(|r| r.contains(HANG_BUSY));
+        if before > 0 && !early {
+            return stderr;
+        }
+        if ask || early {
+            assert!(asked < 10, "every report found the job busy:\n{stderr}");
+            if asked > 0 {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            asked += 1;
+            job.signal(libc::SIGUSR1);
+        }
+        let wanted = before + 1;
+        stderr = job.wait_for_stderr(Duration::from_secs(60), |s| {
+            s.matches(HANG_REPORT).count() >= wanted && last_report(s).is_some()
+        });
+    }
+}
