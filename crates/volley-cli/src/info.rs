@@ -4,7 +4,7 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 use volley::am::{DEFAULT_MEDIUM_BUFFERS, DEFAULT_RING_SLOTS, DEFAULT_SEGMENT_BYTES};
-use volley::transport::shm::{Layout, MEDIUM_MAX};
+use volley::transport::shm::{Layout, MEDIUM_MAX, POOL_BUF_BYTES};
 
 /// Prints the table; a failed write (a closed pipe, a full disk) ends with an error code
 /// rather than a panic.
@@ -36,8 +36,8 @@ fn table() -> String {
         "ring slots (default)   {DEFAULT_RING_SLOTS} x 64 B per sender and channel"
     ));
     line(format!(
-        "medium buffers         {DEFAULT_MEDIUM_BUFFERS} x {} KiB per channel",
-        MEDIUM_MAX / 1024
+        "medium buffers         {DEFAULT_MEDIUM_BUFFERS} x {} KiB per channel (a payload and a page, to place it at its source's page offset)",
+        POOL_BUF_BYTES / 1024
     ));
     line(format!(
         "segment (default)      {} MiB",
@@ -61,7 +61,7 @@ fn table() -> String {
         };
         line(format!("  {ranks:>3} local ranks: rings {:>7.1} KiB, medium buffers {} KiB, region total {:.1} MiB",
             l.ring_footprint() as f64 / 1024.0,
-            2 * DEFAULT_MEDIUM_BUFFERS * MEDIUM_MAX / 1024,
+            2 * DEFAULT_MEDIUM_BUFFERS * POOL_BUF_BYTES / 1024,
             l.total_len() as f64 / (1 << 20) as f64
         ));
     }

@@ -34,4 +34,4 @@ pub(crate) mod wake_fd;
 #[cfg(not(loom))]
 pub(crate) use region::{pool_offset_for, PoolFlags, Region, UPPER_BYTES};
 #[cfg(not(loom))]
-pub use region::{Layout, MEDIUM_MAX};
+pub use region::{Layout, MEDIUM_MAX, POOL_BUF_BYTES};

@@ -20,9 +20,9 @@ const UPPER_OFFSET: usize = 1024;
 pub const UPPER_BYTES: usize = HEADER_BYTES - UPPER_OFFSET;
 /// A page, and the period of the copy slowdown that [`pool_offset_for`] avoids.
 pub(crate) const PAGE: usize = 4096;
-/// Bytes of a medium buffer: room for [`MEDIUM_MAX`] bytes at any offset below a page (see
-/// [`pool_offset_for`]).
-const POOL_BUF_BYTES: usize = MEDIUM_MAX + PAGE;
+/// Bytes of a medium buffer: room for [`MEDIUM_MAX`] bytes at any offset below a page (a
+/// payload is placed at its source's offset within a page).
+pub const POOL_BUF_BYTES: usize = MEDIUM_MAX + PAGE;
 
 /// Where, in a medium buffer, a payload read from `src` starts: at `src`'s own offset within
 /// its page, so that the copy's destination lies at the same place modulo 4 KiB as its source.
