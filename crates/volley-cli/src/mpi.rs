@@ -177,6 +177,38 @@ pub fn run_checked(
     }
 }
 
+/// Compiles the C program `source` (as `NAME.c`) with `mpicc` in a fresh temporary directory,
+/// runs it on `ranks` ranks with `mpirun` (bound one per core when `pin`, as volley's ranks
+/// are; the later `--bind-to` wins) and `args`, and parses the last line of its standard
+/// output that starts with `{` (rank 0's JSON).
+pub fn run_json<T: serde::de::DeserializeOwned>(
+    name: &str,
+    source: &str,
+    ranks: usize,
+    pin: bool,
+    args: &[String],
+    deadline: Duration,
+) -> Result<T, String> {
+    let dir = TempDir::new(&format!("volley-{name}"))?;
+    let src = dir.0.join(format!("{name}.c"));
+    let exe = dir.0.join(name);
+    std::fs::write(&src, source).map_err(|e| format!("writing {}: {e}", src.display()))?;
+    compile(&src, &exe, &[], &dir.0, deadline, "killed")?;
+    let mut cmd = mpirun(ranks, &dir.0);
+    if pin {
+        cmd.args(["--bind-to", "core"]);
+    }
+    cmd.arg(&exe).args(args);
+    let shown = show(&cmd);
+    let stdout = run_checked(&mut cmd, &dir.0, "mpirun", deadline, "killed")?;
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| format!("`{shown}` printed no JSON line; its output:\n{stdout}"))?;
+    serde_json::from_str(line).map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))
+}
+
 /// A new directory `PREFIX-PID-RANDOM` under the system's temporary directory (never an
 /// existing one).
 pub fn fresh_dir(prefix: &str) -> Result<PathBuf, String> {

@@ -2,7 +2,7 @@
 //! volley's own. The MPI program (`mpi_coll.c`, embedded) is compiled with `mpicc` into a
 //! temporary directory and run with `mpirun`; rank 0 prints one line of JSON.
 
-use crate::mpi::{self, available, TempDir};
+use crate::mpi::{self, available};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -48,28 +48,15 @@ pub fn measure(ranks: usize, scale: f64, reps: usize) -> Result<Option<MpiColl>,
             "MPI collectives: bad parameters (ranks {ranks}, scale {scale}, reps {reps})"
         ));
     }
-    let dir = TempDir::new("volley-mpi-coll")?;
-    let src = dir.0.join("mpi_coll.c");
-    let exe = dir.0.join("mpi_coll");
-    std::fs::write(&src, SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
-
-    mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
-
-    let mut mpirun = mpi::mpirun(ranks, &dir.0);
-    mpirun
-        .arg(&exe)
-        .arg(scale.to_string())
-        .arg(reps.to_string());
-    let shown = mpi::show(&mpirun);
-    let stdout = mpi::run_checked(&mut mpirun, &dir.0, "mpirun", DEADLINE, "killed")?;
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| format!("`{shown}` printed no JSON line; its output:\n{stdout}"))?;
-    serde_json::from_str(line)
-        .map(Some)
-        .map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))
+    mpi::run_json(
+        "mpi_coll",
+        SOURCE,
+        ranks,
+        false,
+        &[scale.to_string(), reps.to_string()],
+        DEADLINE,
+    )
+    .map(Some)
 }
 
 /// The send/receive ping-pong: `mpi_pingpong ITERS REPS`.
@@ -81,33 +68,15 @@ pub fn sendrecv_rtt_ns(iters: u64, reps: usize) -> Result<Option<f64>, String> {
     if !available() {
         return Ok(None);
     }
-    let dir = TempDir::new("volley-mpi-pingpong")?;
-    let src = dir.0.join("mpi_pingpong.c");
-    let exe = dir.0.join("mpi_pingpong");
-    std::fs::write(&src, PINGPONG_SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
-    let mut mpirun = mpi::mpirun(2, &dir.0);
-    // Pinned, as volley's ranks are (the later --bind-to wins): unbound, a round trip here
-    // measures the scheduler as much as Open MPI (3 times slower in a trial).
-    mpirun.args(["--bind-to", "core"]);
-    mpirun
-        .arg(&exe)
-        .arg(iters.max(1).to_string())
-        .arg(reps.max(1).to_string());
-    let shown = mpi::show(&mpirun);
-    let stdout = mpi::run_checked(&mut mpirun, &dir.0, "mpirun", DEADLINE, "killed")?;
     #[derive(Deserialize)]
     struct Line {
         mpi_sendrecv_rtt_ns: f64,
     }
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| format!("`{shown}` printed no JSON line; its output:\n{stdout}"))?;
-    serde_json::from_str::<Line>(line)
+    // Pinned, as volley's ranks are: unbound, a round trip here measures the scheduler as
+    // much as Open MPI (3 times slower in a trial).
+    let args = [iters.max(1).to_string(), reps.max(1).to_string()];
+    mpi::run_json::<Line>("mpi_pingpong", PINGPONG_SOURCE, 2, true, &args, DEADLINE)
         .map(|l| Some(l.mpi_sendrecv_rtt_ns))
-        .map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))
 }
 
 #[cfg(test)]

@@ -213,26 +213,15 @@ fn parse_final(line: &str) -> Option<(f64, f64)> {
 const MPI_SOURCE: &str = include_str!("mpi_sweep.c");
 
 fn mpi_sweep(scale: f64) -> Result<PeerSeries, String> {
-    let dir = TempDir::new("volley-mpi-sweep")?;
-    let src = dir.0.join("mpi_sweep.c");
-    let exe = dir.0.join("mpi_sweep");
-    std::fs::write(&src, MPI_SOURCE).map_err(|e| format!("writing {}: {e}", src.display()))?;
-    mpi::compile(&src, &exe, &[], &dir.0, DEADLINE, "killed")?;
-    let mut mpirun = mpi::mpirun(2, &dir.0);
-    // Pinned, as volley's ranks are (the later --bind-to wins).
-    mpirun
-        .args(["--bind-to", "core"])
-        .arg(&exe)
-        .arg(scale.to_string());
-    let shown = mpi::show(&mpirun);
-    let stdout = mpi::run_checked(&mut mpirun, &dir.0, "mpirun", DEADLINE, "killed")?;
-    let line = stdout
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| format!("`{shown}` printed no JSON line; its output:\n{stdout}"))?;
-    let mut s: PeerSeries =
-        serde_json::from_str(line).map_err(|e| format!("`{shown}`: cannot parse {line:?}: {e}"))?;
+    // Pinned, as volley's ranks are.
+    let mut s: PeerSeries = mpi::run_json(
+        "mpi_sweep",
+        MPI_SOURCE,
+        2,
+        true,
+        &[scale.to_string()],
+        DEADLINE,
+    )?;
     s.name = "open mpi".into();
     Ok(s)
 }
