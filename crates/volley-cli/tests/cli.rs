@@ -144,15 +144,56 @@ fn bench_am_reports_every_figure_as_json() {
 }
 
 #[test]
-fn bench_rma_reports_both_paths_as_json() {
+fn bench_rma_reports_both_paths_as_json_osu_csv_and_a_plot() {
+    let dir = std::env::temp_dir().join(format!("volley-rma-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, svg) = (dir.join("rma.csv"), dir.join("rma.svg"));
     let (code, out, err) = run(
         &[
-            "bench", "rma", "--reps", "1", "--scale", "0.01", "--json", "-",
+            "bench",
+            "rma",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--json",
+            "-",
+            "--osu",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
         ],
         Duration::from_secs(240),
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    // With --json -, the table and the OSU blocks go to stderr: four operations, each a
+    // latency block and a bandwidth block from 8 B to 16 MiB.
+    for header in [
+        "# Size          Latency (us)",
+        "# Size      Bandwidth (MB/s)",
+    ] {
+        assert_eq!(err.matches(header).count(), 4, "{header:?}:\n{err}");
+    }
+    assert!(err.contains("\n16777216  "), "a row for 16 MiB:\n{err}");
+    let names: Vec<&str> = doc["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["put direct", "get direct", "put am", "get am"]);
+    assert_eq!(doc["configs"][0]["memcpy"].as_array().map(Vec::len), Some(22));
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    assert!(csv.starts_with("config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s\n"));
+    assert_eq!(csv.lines().count(), 1 + 4 * 22, "{csv}");
+    assert!(csv.contains("\nget am,16777216,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).expect("the plot");
+    for series in ["volley put direct", "volley get am", "memcpy (floor)"] {
+        assert!(svg.contains(series), "{series} in the plot");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     let positive = |v: &serde_json::Value, what: &str| {
         let x = v.as_f64().unwrap_or(f64::NAN);
         assert!(x.is_finite() && x > 0.0, "{what} = {v} in {doc}");
@@ -169,10 +210,10 @@ fn bench_rma_reports_both_paths_as_json() {
             positive(&path[key], key);
         }
         for (key, field, n) in [
-            ("put_latency_ns", "ns", 4),
-            ("get_latency_ns", "ns", 4),
-            ("put_gbps", "gbps", 5),
-            ("get_gbps", "gbps", 5),
+            ("put_latency_ns", "ns", 22),
+            ("get_latency_ns", "ns", 22),
+            ("put_gbps", "gbps", 22),
+            ("get_gbps", "gbps", 22),
         ] {
             let list = path[key]
                 .as_array()

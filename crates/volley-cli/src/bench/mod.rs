@@ -13,6 +13,7 @@ mod pipe;
 mod progress;
 mod rma;
 mod splitc;
+pub mod sweep;
 
 use clap::Subcommand;
 use serde::de::DeserializeOwned;
@@ -26,8 +27,9 @@ use std::process::ExitCode;
 pub enum BenchCommand {
     /// Active Message latency, bandwidth and LogP overheads between two local ranks.
     Am(BenchArgs),
-    /// One-sided put, get and atomics between two local ranks, on the direct and AM paths.
-    Rma(BenchArgs),
+    /// One-sided put, get and atomics between two local ranks, on the direct and AM paths,
+    /// with latency and bandwidth swept from 8 B to 16 MiB.
+    Rma(RmaArgs),
     /// Progress engines: round trip per wait mode, wake-up of a sleeping rank, and seed 004's
     /// polling-granularity experiment.
     Progress(BenchArgs),
@@ -63,23 +65,23 @@ pub struct LoggpArgs {
     /// Which transport to measure (default: shm, udp and tcp, one job each).
     #[arg(long, value_enum)]
     transport: Option<Transport>,
-    /// Also print the sweeps in the OSU micro-benchmarks' layout (`# Size  Latency (us)`,
-    /// `# Size  Bandwidth (MB/s)`).
-    #[arg(long)]
-    osu: bool,
-    /// Write the sweeps as CSV to FILE.
-    #[arg(long, value_name = "FILE")]
-    csv: Option<std::path::PathBuf>,
-    /// Draw the sweeps (latency and bandwidth against size, beside the memcpy floor and the
-    /// peers) to FILE: PNG if its name ends in .png, SVG otherwise.
-    #[arg(long, value_name = "FILE.svg|FILE.png")]
-    plot: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
     /// Also measure the peers installed here over shared memory, with the same sizes: UCX
     /// (`ucx_perftest`: ucp_am_lat, ucp_am_bw, ucp_put_bw) and Open MPI (an OSU-style
     /// ping-pong and windowed MPI_Isend stream); their curves join the table, the JSON
     /// (`peers`) and the plot. A peer not installed is one line on standard error.
     #[arg(long)]
     peers: bool,
+}
+
+/// Options of `volley bench rma`.
+#[derive(Debug, clap::Args)]
+pub struct RmaArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
 }
 
 /// Options of `volley bench launchers`.
@@ -210,13 +212,19 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             },
             am::bench,
             am::print_table,
+            None,
         ),
         BenchCommand::Rma(a) => run_bench(
             "rma",
-            a,
+            a.common,
             SHM_PAIR,
             |reps, scale, _| rma::bench(reps, scale),
             rma::print_table,
+            Some(Sweeps {
+                out: &a.out,
+                osu: rma::print_osu,
+                csv: rma::csv,
+            }),
         ),
         BenchCommand::Progress(a) => run_bench(
             "progress",
@@ -224,6 +232,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             SHM_PAIR,
             |reps, scale, _| progress::bench(reps, scale),
             progress::print_table,
+            None,
         ),
         BenchCommand::Splitc(a) => {
             let strategies = a.strategy.strategies();
@@ -236,6 +245,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 },
                 |reps, scale, transport| splitc::bench(reps, scale, transport, &strategies),
                 splitc::print_table,
+                None,
             )
         }
         BenchCommand::Launchers(a) => {
@@ -276,6 +286,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             },
             msg::bench,
             msg::print_table,
+            None,
         ),
         BenchCommand::Coll(a) => run_bench(
             "coll",
@@ -286,6 +297,7 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             },
             |reps, scale, _| coll::bench(reps, scale),
             coll::print_table,
+            None,
         ),
     }
 }
@@ -323,23 +335,13 @@ fn loggp_main(a: LoggpArgs) -> ExitCode {
     };
     let mut text = Vec::new();
     loggp::print_table(&report, &mut text);
-    if a.osu {
+    if a.out.osu {
         loggp::print_osu(&report, &mut text);
     }
     let doc = serde_json::to_value(&report).expect("a report serializes");
-    if let Some(path) = &a.csv {
-        if let Err(e) = std::fs::write(path, loggp::csv(&report)) {
-            eprintln!("volley bench loggp: writing {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
-    }
-    if let Some(path) = &a.plot {
-        let written =
-            crate::report::write_sweep_plot(&[("volley bench loggp".into(), doc.clone())], path);
-        if let Err(e) = written {
-            eprintln!("volley bench loggp: writing {}: {e}", path.display());
-            return ExitCode::FAILURE;
-        }
+    if let Err(e) = a.out.write("loggp", &doc, || loggp::csv(&report)) {
+        eprintln!("volley bench loggp: {e}");
+        return ExitCode::FAILURE;
     }
     emit_text(&text, &doc, json)
 }
@@ -354,14 +356,22 @@ struct Needs {
     two_cpus: bool,
 }
 
+/// A benchmark's size sweeps in the extra layouts, when its options ask for them.
+struct Sweeps<'a, R> {
+    out: &'a sweep::SweepOutputs,
+    osu: fn(&R, &mut dyn Write),
+    csv: fn(&R) -> String,
+}
+
 /// Checks the common options, runs the benchmark, prints its table and writes its JSON
-/// (serialized from its report).
+/// (serialized from its report), and its sweeps' extra outputs.
 fn run_bench<R: Serialize>(
     name: &str,
     args: BenchArgs,
     needs: Needs,
     bench: impl FnOnce(usize, f64, Transport) -> Result<R, String>,
     table: fn(&R, &mut dyn Write),
+    sweeps: Option<Sweeps<'_, R>>,
 ) -> ExitCode {
     if !(args.scale > 0.0 && args.scale <= 100.0) {
         eprintln!("volley bench {name}: --scale must be in (0, 100]");
@@ -395,6 +405,15 @@ fn run_bench<R: Serialize>(
             let mut text = Vec::new();
             table(&report, &mut text);
             let doc = serde_json::to_value(&report).expect("a report serializes");
+            if let Some(s) = sweeps {
+                if s.out.osu {
+                    (s.osu)(&report, &mut text);
+                }
+                if let Err(e) = s.out.write(name, &doc, || (s.csv)(&report)) {
+                    eprintln!("volley bench {name}: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
             emit_text(&text, &doc, json)
         }
         Err(e) => {

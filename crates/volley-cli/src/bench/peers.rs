@@ -230,18 +230,10 @@ fn mpi_sweep(scale: f64) -> Result<PeerSeries, String> {
 pub fn print_osu(peers: &[PeerSeries], w: &mut dyn Write) {
     for p in peers {
         if !p.latency.is_empty() {
-            let _ = writeln!(w, "# {}: one-way latency", p.name);
-            let _ = writeln!(w, "{:<10}{:>18}", "# Size", "Latency (us)");
-            for q in &p.latency {
-                let _ = writeln!(w, "{:<10}{:>18.2}", q.size, q.latency_us);
-            }
+            super::sweep::osu_latency(w, &format!("{}: one-way latency", p.name), &p.latency);
         }
         if !p.bandwidth.is_empty() {
-            let _ = writeln!(w, "# {}: bandwidth", p.name);
-            let _ = writeln!(w, "{:<10}{:>18}", "# Size", "Bandwidth (MB/s)");
-            for q in &p.bandwidth {
-                let _ = writeln!(w, "{:<10}{:>18.2}", q.size, q.mb_per_s);
-            }
+            super::sweep::osu_bandwidth(w, &format!("{}: bandwidth", p.name), &p.bandwidth);
         }
     }
 }

@@ -1,7 +1,14 @@
 //! `volley bench rma`: one-sided put, get and atomics on the direct and AM paths, one job per
 //! path. Rank 0 drives and records; rank 1 owns the target segment and polls (which the AM
 //! path needs and the direct path ignores).
+//!
+//! Latency and bandwidth are swept from 8 B to 16 MiB by powers of two, as OSU's one-sided
+//! benchmarks do: latency is the time of one blocking put or get (OSU's `osu_put_latency`
+//! times a put and its flush); bandwidth is a window of up to 64 operations in flight
+//! completed together (`put_nbi` then `sync`; gets in one implicit scope), as `osu_put_bw`
+//! and `osu_get_bw` do.
 
+use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
 use super::{median_curve, median_present, CurvePoint, Medians, Reps, Transport};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -11,8 +18,10 @@ use std::time::Instant;
 use volley::rma::{Perms, Rma, RmaPath};
 use volley::Runtime;
 
-const LATENCY_SIZES: [usize; 4] = [8, 64, 512, 4096];
-const BANDWIDTH_SIZES: [usize; 5] = [4096, 65536, 1 << 20, 4 << 20, 16 << 20];
+/// Operations in flight in a bandwidth window (OSU's default), fewer for large sizes so
+/// that a window's buffers stay within this many bytes.
+const WINDOW: usize = 64;
+const WINDOW_BYTES: usize = 64 << 20;
 /// Where the atomic word lives, clear of the data area.
 const WORD: usize = 16 << 20;
 
@@ -116,6 +125,21 @@ pub struct RmaRatios {
     pub am_get_gbps_1mib_over_memcpy: Option<f64>,
 }
 
+/// One operation on one path as named curves, in the layout `volley report` and `--plot`
+/// read (µs and MB/s, like OSU's).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct RmaCurves {
+    /// `put direct`, `get am`, ...
+    pub name: String,
+    /// Blocking operation time by size.
+    pub latency: Vec<LatencyPoint>,
+    /// Windowed bandwidth by size.
+    pub bandwidth: Vec<BandwidthPoint>,
+    /// The floor: memcpy of each size in one process (on the first curve only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memcpy: Vec<BandwidthPoint>,
+}
+
 /// The whole benchmark's results: the direct path's medians at the top level, the AM path's
 /// under `am`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -143,6 +167,12 @@ pub struct RmaReport {
     pub ratios: RmaRatios,
     /// The Active Message path.
     pub am: RmaFigures,
+    /// The sweeps as named curves (put and get on each path), the first with the memcpy floor.
+    #[serde(default)]
+    pub configs: Vec<RmaCurves>,
+    /// Where and when.
+    #[serde(default)]
+    pub machine: Machine,
     /// Repetitions.
     pub reps: usize,
     /// Iteration scale.
@@ -174,6 +204,10 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
         .map_err(|e| e.to_string())?;
     let target = seg.on(1);
     let iters = |n: u64| ((n as f64 * scale) as u64).max(5);
+    // Operations per size: many for small sizes, a bounded number of bytes for large ones.
+    let sweep_iters = |scale: f64, size: usize, cap: u64, bytes: u64| {
+        (((cap as f64).min(bytes as f64 / size as f64) * scale) as u64).max(3)
+    };
     let mut runs = Vec::new();
     for rep in 0..reps {
         rt.barrier();
@@ -193,30 +227,42 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
         };
         let mut put_lat = Vec::new();
         let mut get_lat = Vec::new();
-        for &size in &LATENCY_SIZES {
-            let src = vec![1u8; size];
-            let mut dst = vec![0u8; size];
-            let n = iters(20_000);
-            let p = time(n, &mut || rma.put(target, 8, &src).expect("put"));
-            let g = time(n, &mut || rma.get(target, 8, &mut dst).expect("get"));
-            put_lat.push(SizeNs { size, ns: p });
-            get_lat.push(SizeNs { size, ns: g });
-        }
         let mut put_bw = Vec::new();
         let mut get_bw = Vec::new();
-        for &size in &BANDWIDTH_SIZES {
-            let src = vec![3u8; size];
+        for size in SIZES.map(|p| 1usize << p) {
+            let src = vec![1u8; size];
             let mut dst = vec![0u8; size];
-            let n = iters((256 << 20) as u64 / size as u64).min(iters(2000));
+            let n = sweep_iters(scale, size, 20_000, 256 << 20);
             let p = time(n, &mut || rma.put(target, 0, &src).expect("put"));
             let g = time(n, &mut || rma.get(target, 0, &mut dst).expect("get"));
+            put_lat.push(SizeNs { size, ns: p });
+            get_lat.push(SizeNs { size, ns: g });
+            let window = (WINDOW_BYTES / size).clamp(1, WINDOW);
+            let mut dst = vec![0u8; size * window];
+            let n = sweep_iters(scale, size * window, 2_000, 512 << 20);
+            let p = time(n, &mut || {
+                for _ in 0..window {
+                    rma.put_nbi(target, 0, &src).expect("put_nbi");
+                }
+                rma.sync().expect("sync");
+            });
+            let g = time(n, &mut || {
+                rma.implicit(|s| {
+                    for chunk in dst.chunks_mut(size) {
+                        s.get(target, 0, chunk)?;
+                    }
+                    Ok(())
+                })
+                .expect("gets");
+            });
+            let bytes = (size * window) as f64;
             put_bw.push(SizeGbps {
                 size,
-                gbps: size as f64 / p,
+                gbps: bytes / p,
             });
             get_bw.push(SizeGbps {
                 size,
-                gbps: size as f64 / g,
+                gbps: bytes / g,
             });
         }
         let n = iters(200_000);
@@ -277,15 +323,112 @@ pub fn memcpy_gbps(reps: usize, scale: f64) -> f64 {
     super::median(&mut samples)
 }
 
+/// memcpy of every sweep size in this process, MB/s (median of `reps`).
+fn memcpy_curve(reps: usize, scale: f64) -> Vec<BandwidthPoint> {
+    SIZES
+        .map(|p| {
+            let size = 1usize << p;
+            let src = vec![5u8; size];
+            let mut dst = vec![0u8; size];
+            let n = ((((256usize << 20) / size).min(100_000) as f64 * scale) as usize).max(3);
+            let mut samples: Vec<f64> = (0..reps.max(3))
+                .map(|_| {
+                    dst.copy_from_slice(std::hint::black_box(&src));
+                    let t0 = Instant::now();
+                    for _ in 0..n {
+                        dst.copy_from_slice(std::hint::black_box(&src));
+                        std::hint::black_box(&mut dst);
+                    }
+                    (n * size) as f64 / t0.elapsed().as_nanos() as f64 * 1e3
+                })
+                .collect();
+            BandwidthPoint {
+                size,
+                mb_per_s: super::median(&mut samples),
+            }
+        })
+        .collect()
+}
+
+/// A path's operation as named curves in µs and MB/s.
+fn curves(name: &str, latency: &[SizeNs], bandwidth: &[SizeGbps]) -> RmaCurves {
+    RmaCurves {
+        name: name.into(),
+        latency: latency
+            .iter()
+            .map(|p| LatencyPoint {
+                size: p.size,
+                latency_us: p.ns / 1e3,
+            })
+            .collect(),
+        bandwidth: bandwidth
+            .iter()
+            .map(|p| BandwidthPoint {
+                size: p.size,
+                mb_per_s: p.gbps * 1e3,
+            })
+            .collect(),
+        memcpy: Vec::new(),
+    }
+}
+
+/// The sweeps in the OSU micro-benchmarks' layout, one block per operation, path and figure.
+pub fn print_osu(r: &RmaReport, w: &mut dyn Write) {
+    for c in &r.configs {
+        let heading = format!("volley bench rma {}: one blocking operation", c.name);
+        super::sweep::osu_latency(w, &heading, &c.latency);
+        let heading = format!(
+            "volley bench rma {}: a window of operations in flight",
+            c.name
+        );
+        super::sweep::osu_bandwidth(w, &heading, &c.bandwidth);
+    }
+}
+
+/// The sweeps as CSV: `config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s`.
+pub fn csv(r: &RmaReport) -> String {
+    let floor = r.configs.first().map_or(&[][..], |c| &c.memcpy[..]);
+    let mut s = String::from("config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s\n");
+    for c in &r.configs {
+        for (i, p) in c.latency.iter().enumerate() {
+            let bw = c.bandwidth.get(i).map_or(f64::NAN, |b| b.mb_per_s);
+            let mc = floor.get(i).map_or(f64::NAN, |b| b.mb_per_s);
+            s += &format!(
+                "{},{},{:.3},{:.1},{:.1}\n",
+                c.name, p.size, p.latency_us, bw, mc
+            );
+        }
+    }
+    s
+}
+
 /// Runs both paths' jobs beside the memcpy floor.
 pub fn bench(reps: usize, scale: f64) -> Result<RmaReport, String> {
+    let machine = Machine::here();
     let memcpy = memcpy_gbps(reps, scale);
+    let memcpy_curve = memcpy_curve(reps, scale);
     let job = |which: &str| {
         super::run_ranks::<Reps<RmaFigures>>(which, 2, scale, reps, Transport::Shm, &[])?.medians()
     };
     let direct = job("rma-direct")?;
     let am = job("rma-am")?;
+    let mut configs = Vec::new();
+    for (path, f) in [("direct", &direct), ("am", &am)] {
+        configs.push(curves(
+            &format!("put {path}"),
+            &f.put_latency_ns,
+            &f.put_gbps,
+        ));
+        configs.push(curves(
+            &format!("get {path}"),
+            &f.get_latency_ns,
+            &f.get_gbps,
+        ));
+    }
+    configs[0].memcpy = memcpy_curve;
     Ok(RmaReport {
+        configs,
+        machine,
         ratios: RmaRatios {
             put_gbps_1mib_over_memcpy: direct.put_gbps_1mib / memcpy,
             get_gbps_1mib_over_memcpy: direct.get_gbps_1mib / memcpy,
@@ -332,35 +475,13 @@ pub fn print_table(r: &RmaReport, w: &mut dyn Write) {
     ] {
         let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
     }
-    // Each point beside the AM path's point of the same index.
-    fn rows<P: CurvePoint>(d: &[P], a: &[P], size: fn(&P) -> usize) -> Vec<(usize, f64, f64)> {
-        d.iter()
-            .enumerate()
-            .map(|(i, p)| (size(p), p.figure(), a.get(i).map_or(f64::NAN, P::figure)))
-            .collect()
+    let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = r
+        .configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.latency[..], &c.bandwidth[..]))
+        .collect();
+    if let Some(c) = r.configs.first().filter(|c| !c.memcpy.is_empty()) {
+        cols.push(("memcpy (floor)".into(), &[], &c.memcpy[..]));
     }
-    let latency = |d, a| rows(d, a, |p: &SizeNs| p.size);
-    let bandwidth = |d, a| rows(d, a, |p: &SizeGbps| p.size);
-    for (name, unit, points) in [
-        (
-            "put_latency",
-            "ns",
-            latency(&d.put_latency_ns, &am.put_latency_ns),
-        ),
-        (
-            "get_latency",
-            "ns",
-            latency(&d.get_latency_ns, &am.get_latency_ns),
-        ),
-        ("put_gbps", "GB/s", bandwidth(&d.put_gbps, &am.put_gbps)),
-        ("get_gbps", "GB/s", bandwidth(&d.get_gbps, &am.get_gbps)),
-    ] {
-        for (size, d, a) in points {
-            let name = format!("{name} {}", super::human(size as u64));
-            let _ = writeln!(
-                w,
-                "  {name:<24} direct {d:>10.2} {unit:<4}   am {a:>10.2} {unit}"
-            );
-        }
-    }
+    super::peers::print_side_by_side("sweeps", &cols, w);
 }

@@ -80,24 +80,13 @@ pub fn print_table(r: &LoggpReport, w: &mut dyn Write) {
 pub fn print_osu(r: &LoggpReport, w: &mut dyn Write) {
     super::super::peers::print_osu(&r.peers, w);
     for c in &r.configs {
-        let _ = writeln!(
-            w,
-            "# volley bench loggp {}: long Active Message ping-pong, half the round trip",
-            c.name
+        let name = &c.name;
+        let heading = format!(
+            "volley bench loggp {name}: long Active Message ping-pong, half the round trip"
         );
-        let _ = writeln!(w, "{:<10}{:>18}", "# Size", "Latency (us)");
-        for p in &c.latency {
-            let _ = writeln!(w, "{:<10}{:>18.2}", p.size, p.latency_us);
-        }
-        let _ = writeln!(
-            w,
-            "# volley bench loggp {}: one-way stream of long Active Messages",
-            c.name
-        );
-        let _ = writeln!(w, "{:<10}{:>18}", "# Size", "Bandwidth (MB/s)");
-        for p in &c.bandwidth {
-            let _ = writeln!(w, "{:<10}{:>18.2}", p.size, p.mb_per_s);
-        }
+        super::super::sweep::osu_latency(w, &heading, &c.latency);
+        let heading = format!("volley bench loggp {name}: one-way stream of long Active Messages");
+        super::super::sweep::osu_bandwidth(w, &heading, &c.bandwidth);
     }
 }
 
