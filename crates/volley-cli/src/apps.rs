@@ -7,6 +7,7 @@
 //! `volley-app {json}` line that says how long its timed phase took and whether its result
 //! verified. A run that fails, or does not verify, is reported and makes the command exit 1.
 
+use crate::apps_mpi::has_version as has_mpi_version;
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -62,8 +63,8 @@ pub struct AppsArgs {
     /// Where the program binaries are (default: beside this `volley`).
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
-    /// Skip the Open MPI versions of radixb, sampleb and cannon (run by default over shared
-    /// memory when `mpicc` and `mpirun` are installed).
+    /// Skip the Open MPI versions of radix, radixb, sample, sampleb and cannon (run by
+    /// default over shared memory when `mpicc` and `mpirun` are installed).
     #[arg(long)]
     no_mpi: bool,
 }
@@ -184,7 +185,7 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
         && !args.no_mpi
         && crate::apps_mpi::available()
     {
-        programs.iter().filter(|p| MPI_VERSIONS.contains(p)).count() as u64 * args.reps
+        programs.iter().filter(|p| has_mpi_version(p)).count() as u64 * args.reps
     } else {
         0
     };
@@ -203,7 +204,7 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
             }
         }
         // The message-passing version of the same algorithm, where there is one.
-        if mpi && MPI_VERSIONS.contains(p) {
+        if mpi && has_mpi_version(p) {
             for rep in 0..args.reps as usize {
                 bar.set_message(format!("{p} [mpi] #{rep}"));
                 runs.push(run_mpi(p, rep, args));
@@ -224,9 +225,6 @@ fn run(args: &AppsArgs) -> Result<ExitCode, String> {
     }
     Ok(code)
 }
-
-/// Programs that also have a C version against Open MPI (`apps/mpi/`).
-pub const MPI_VERSIONS: [&str; 3] = ["radixb", "sampleb", "cannon"];
 
 /// Runs the Open MPI version of `program` once.
 fn run_mpi(program: &str, rep: usize, args: &AppsArgs) -> AppRun {
@@ -426,7 +424,7 @@ fn print_table(r: &AppsReport, args: &AppsArgs, w: &mut dyn Write) {
     for row in &r.table {
         let mut line = format!("{:<9} {:<28}", row.program, row.problem);
         for s in &strategies {
-            let missing = if *s == "mpi" && !MPI_VERSIONS.contains(&row.program.as_str()) {
+            let missing = if *s == "mpi" && !has_mpi_version(&row.program) {
                 "-"
             } else {
                 "failed"

@@ -1,9 +1,11 @@
-//! Message-passing peers of three programs of the Split-C suite: `radixb`, `sampleb` and
-//! `cannon` written in C against Open MPI (`apps/mpi/*.c`), with the same algorithm, problem
-//! sizes, input and check as the volley programs, so `volley apps` can show volley's
-//! one-sided model beside conventional message passing.
+//! Message-passing peers of five programs of the Split-C suite: `radix`, `radixb`, `sample`,
+//! `sampleb` and `cannon` written in C against Open MPI (`apps/mpi/*.c`), with the same
+//! algorithm, problem sizes, input and check as the volley programs, so `volley apps` can show
+//! volley's one-sided model beside conventional message passing. The fine-grained two move
+//! every key on its own as the volley programs do: `radix` with one `MPI_Put` per key in a
+//! fence epoch, `sample` with an `MPI_Fetch_and_op` for the slot and an `MPI_Put` per key.
 //!
-//! The C sources are embedded (with `harness.h`, which they share), so an installed `volley`
+//! The C sources are embedded (with the headers they share), so an installed `volley`
 //! needs no source tree. The first [`run`] of a program compiles it with `mpicc` into a
 //! temporary directory that lives as long as this process (removed when it exits); every run
 //! is `mpirun -n P` on this host's shared memory (`--mca pml ob1 --mca btl self,vader`, as the
@@ -18,15 +20,24 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 /// The programs with an MPI version: the suite's name and the C source.
-const SOURCES: [(&str, &str); 3] = [
+const SOURCES: [(&str, &str); 5] = [
+    ("radix", include_str!("../../../apps/mpi/radix.c")),
     ("radixb", include_str!("../../../apps/mpi/radixb.c")),
+    ("sample", include_str!("../../../apps/mpi/sample.c")),
     ("sampleb", include_str!("../../../apps/mpi/sampleb.c")),
     ("cannon", include_str!("../../../apps/mpi/cannon.c")),
 ];
 
-/// The harness the three programs include (`#include "harness.h"`), written next to them in
-/// the build directory.
-const HARNESS: &str = include_str!("../../../apps/mpi/harness.h");
+/// The headers the programs include (the harness, the radix sorts' digits, the sample sorts'
+/// sorting), written next to them in the build directory.
+const HEADERS: [(&str, &str); 3] = [
+    ("harness.h", include_str!("../../../apps/mpi/harness.h")),
+    (
+        "radix_digits.h",
+        include_str!("../../../apps/mpi/radix_digits.h"),
+    ),
+    ("sort_keys.h", include_str!("../../../apps/mpi/sort_keys.h")),
+];
 
 /// How long one run may take before it is stopped (as `volley apps`' own runs).
 const DEADLINE: Duration = Duration::from_secs(900);
@@ -44,7 +55,12 @@ static BUILT: Mutex<BTreeMap<&'static str, PathBuf>> = Mutex::new(BTreeMap::new(
 /// when the process exits.
 static BUILD_DIR: OnceLock<PathBuf> = OnceLock::new();
 
-/// Runs the MPI version of `program` (`radixb`, `sampleb` or `cannon`) on `ranks` local
+/// Whether `program` of the suite has a C version against Open MPI.
+pub fn has_version(program: &str) -> bool {
+    SOURCES.iter().any(|(n, _)| *n == program)
+}
+
+/// Runs the MPI version of `program` (`radix`, `radixb`, `sample`, `sampleb` or `cannon`) on `ranks` local
 /// ranks with `--size size` and returns what its result line says: the problem in words,
 /// the timed phase's seconds (the slowest rank's) and whether its check passed.
 ///
@@ -110,7 +126,8 @@ fn compiled(name: &'static str, source: &str) -> Result<PathBuf, String> {
     let dir = build_dir()?;
     let src = dir.join(format!("{name}.c"));
     let exe = dir.join(name);
-    for (path, text) in [(dir.join("harness.h"), HARNESS), (src.clone(), source)] {
+    let headers = HEADERS.iter().map(|&(h, text)| (dir.join(h), text));
+    for (path, text) in headers.chain([(src.clone(), source)]) {
         std::fs::write(&path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
     let logs = TempDir::new(&format!("{PREFIX}-cc"))?;
@@ -167,7 +184,7 @@ mod tests {
             eprintln!("apps_mpi: skipped, Open MPI (mpicc, mpirun) is not installed");
             return;
         }
-        for program in ["radixb", "sampleb", "cannon"] {
+        for program in ["radix", "radixb", "sample", "sampleb", "cannon"] {
             let (problem, seconds, verified) = run(program, 4, "test")
                 .unwrap_or_else(|e| panic!("{program}: {e}"))
                 .expect("Open MPI is available");

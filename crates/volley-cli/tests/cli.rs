@@ -184,7 +184,10 @@ fn bench_rma_reports_both_paths_as_json_osu_csv_and_a_plot() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["put direct", "get direct", "put am", "get am"]);
-    assert_eq!(doc["configs"][0]["memcpy"].as_array().map(Vec::len), Some(22));
+    assert_eq!(
+        doc["configs"][0]["memcpy"].as_array().map(Vec::len),
+        Some(22)
+    );
     let csv = std::fs::read_to_string(&csv).expect("the CSV");
     assert!(csv.starts_with("config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s\n"));
     assert_eq!(csv.lines().count(), 1 + 4 * 22, "{csv}");
