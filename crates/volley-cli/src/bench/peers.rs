@@ -133,9 +133,22 @@ fn ucx_sweep(test: &str, lat: bool, scale: f64) -> Result<PeerSeries, String> {
     };
     for lg in SIZES {
         let size = 1usize << lg;
-        let n = ucx_iters(scale, lat, size);
-        let line = ucx_once(test, size, n, &dir)?;
-        let f = parse_final(&line).ok_or_else(|| format!("cannot read {line:?}"))?;
+        let mut n = ucx_iters(scale, lat, size);
+        // A run too short for ucx_perftest's clock reports 0 or `inf`: longer runs, then give up.
+        let mut tries = 0;
+        let f = loop {
+            let line = ucx_once(test, size, n, &dir)?;
+            let f = parse_final(&line).ok_or_else(|| format!("cannot read {line:?}"))?;
+            let figure = if lat { f.0 } else { f.1 };
+            if figure.is_finite() && figure > 0.0 {
+                break f;
+            }
+            tries += 1;
+            if tries == 3 {
+                return Err(format!("no usable figure at {size} bytes in {line:?}"));
+            }
+            n *= 4;
+        };
         if lat {
             s.latency.push(LatencyPoint {
                 size,
