@@ -46,15 +46,47 @@ fn info_reports_limits_and_footprint() {
 }
 
 #[test]
-fn bench_am_reports_every_figure_as_json() {
+fn bench_am_reports_every_figure_as_json_and_its_sweeps_as_osu_csv_and_a_plot() {
+    let dir = std::env::temp_dir().join(format!("volley-am-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, png) = (dir.join("am.csv"), dir.join("am.png"));
     let (code, out, err) = run(
         &[
-            "bench", "am", "--reps", "1", "--scale", "0.01", "--json", "-",
+            "bench",
+            "am",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--json",
+            "-",
+            "--osu",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            png.to_str().unwrap(),
         ],
         Duration::from_secs(240),
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    // The medium and long echoes in the OSU layout (on stderr with --json -), a CSV row per
+    // size and a PNG.
+    let header = "# Size          Latency (us)";
+    assert_eq!(err.matches(header).count(), 2, "{err}");
+    assert!(
+        err.contains("\n16777216  "),
+        "a long row for 16 MiB:\n{err}"
+    );
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    assert_eq!(csv.lines().count(), 1 + 14 + 22, "{csv}");
+    assert!(
+        csv.contains("\nmedium,65536,") && csv.contains("\nlong,16777216,"),
+        "{csv}"
+    );
+    let png = std::fs::read(&png).expect("the plot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let _ = std::fs::remove_dir_all(&dir);
     for key in [
         "cacheline_rtt_ns",
         "am_short_rtt_ns",
@@ -93,8 +125,10 @@ fn bench_am_reports_every_figure_as_json() {
             })
             .collect()
     };
-    assert_eq!(sizes("am_medium_rtt_ns"), [0, 8, 64, 512, 4096, 65536]);
-    assert_eq!(sizes("am_long_rtt_ns"), [8, 4096, 65536, 1 << 20]);
+    let powers = |top: u32| (3..=top).map(|p| 1u64 << p);
+    let medium: Vec<u64> = std::iter::once(0).chain(powers(16)).collect();
+    assert_eq!(sizes("am_medium_rtt_ns"), medium);
+    assert_eq!(sizes("am_long_rtt_ns"), powers(24).collect::<Vec<_>>());
     // The floor was measured by the ranks themselves, beside their round trips, and the
     // ratio is the blocks' own.
     let runs = doc["runs"].as_array().expect("runs array");
@@ -405,7 +439,10 @@ fn bench_am_over_each_network_reports_its_floor() {
         }
         assert!(doc["am_medium_rtt_ns"]
             .as_array()
-            .is_some_and(|a| a.len() == 6));
+            .is_some_and(|a| a.len() == 15));
+        assert!(doc["am_long_rtt_ns"]
+            .as_array()
+            .is_some_and(|a| a.len() == 22));
         let ratio = doc["ratios"]["long_stream_gbps_1MiB_over_raw_stream"]
             .as_f64()
             .unwrap_or(f64::NAN);

@@ -25,8 +25,9 @@ use std::process::ExitCode;
 /// The benchmarks.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
-    /// Active Message latency, bandwidth and LogP overheads between two local ranks.
-    Am(BenchArgs),
+    /// Active Message latency, bandwidth and LogP overheads between two local ranks, with
+    /// medium and long round trips swept by size.
+    Am(AmArgs),
     /// One-sided put, get and atomics between two local ranks, on the direct and AM paths,
     /// with latency and bandwidth swept from 8 B to 16 MiB.
     Rma(RmaArgs),
@@ -73,6 +74,15 @@ pub struct LoggpArgs {
     /// (`peers`) and the plot. A peer not installed is one line on standard error.
     #[arg(long)]
     peers: bool,
+}
+
+/// Options of `volley bench am`.
+#[derive(Debug, clap::Args)]
+pub struct AmArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
 }
 
 /// Options of `volley bench rma`.
@@ -205,14 +215,18 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
     match cmd {
         BenchCommand::Am(a) => run_bench(
             "am",
-            a,
+            a.common,
             Needs {
                 any_transport: true,
                 two_cpus: true,
             },
             am::bench,
             am::print_table,
-            None,
+            Some(Sweeps {
+                out: &a.out,
+                osu: am::print_osu,
+                csv: am::csv,
+            }),
         ),
         BenchCommand::Rma(a) => run_bench(
             "rma",

@@ -9,6 +9,7 @@
 //! and `osu_get_bw` do.
 
 use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
+use super::sweep::Curves;
 use super::{median_curve, median_present, CurvePoint, Medians, Reps, Transport};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -125,21 +126,6 @@ pub struct RmaRatios {
     pub am_get_gbps_1mib_over_memcpy: Option<f64>,
 }
 
-/// One operation on one path as named curves, in the layout `volley report` and `--plot`
-/// read (µs and MB/s, like OSU's).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RmaCurves {
-    /// `put direct`, `get am`, ...
-    pub name: String,
-    /// Blocking operation time by size.
-    pub latency: Vec<LatencyPoint>,
-    /// Windowed bandwidth by size.
-    pub bandwidth: Vec<BandwidthPoint>,
-    /// The floor: memcpy of each size in one process (on the first curve only).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub memcpy: Vec<BandwidthPoint>,
-}
-
 /// The whole benchmark's results: the direct path's medians at the top level, the AM path's
 /// under `am`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -169,7 +155,7 @@ pub struct RmaReport {
     pub am: RmaFigures,
     /// The sweeps as named curves (put and get on each path), the first with the memcpy floor.
     #[serde(default)]
-    pub configs: Vec<RmaCurves>,
+    pub configs: Vec<Curves>,
     /// Where and when.
     #[serde(default)]
     pub machine: Machine,
@@ -351,8 +337,8 @@ fn memcpy_curve(reps: usize, scale: f64) -> Vec<BandwidthPoint> {
 }
 
 /// A path's operation as named curves in µs and MB/s.
-fn curves(name: &str, latency: &[SizeNs], bandwidth: &[SizeGbps]) -> RmaCurves {
-    RmaCurves {
+fn curves(name: &str, latency: &[SizeNs], bandwidth: &[SizeGbps]) -> Curves {
+    Curves {
         name: name.into(),
         latency: latency
             .iter()
@@ -374,32 +360,13 @@ fn curves(name: &str, latency: &[SizeNs], bandwidth: &[SizeGbps]) -> RmaCurves {
 
 /// The sweeps in the OSU micro-benchmarks' layout, one block per operation, path and figure.
 pub fn print_osu(r: &RmaReport, w: &mut dyn Write) {
-    for c in &r.configs {
-        let heading = format!("volley bench rma {}: one blocking operation", c.name);
-        super::sweep::osu_latency(w, &heading, &c.latency);
-        let heading = format!(
-            "volley bench rma {}: a window of operations in flight",
-            c.name
-        );
-        super::sweep::osu_bandwidth(w, &heading, &c.bandwidth);
-    }
+    let (lat, bw) = ("one blocking operation", "a window of operations in flight");
+    super::sweep::print_osu("rma", lat, bw, &r.configs, w);
 }
 
-/// The sweeps as CSV: `config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s`.
+/// The sweeps as CSV.
 pub fn csv(r: &RmaReport) -> String {
-    let floor = r.configs.first().map_or(&[][..], |c| &c.memcpy[..]);
-    let mut s = String::from("config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s\n");
-    for c in &r.configs {
-        for (i, p) in c.latency.iter().enumerate() {
-            let bw = c.bandwidth.get(i).map_or(f64::NAN, |b| b.mb_per_s);
-            let mc = floor.get(i).map_or(f64::NAN, |b| b.mb_per_s);
-            s += &format!(
-                "{},{},{:.3},{:.1},{:.1}\n",
-                c.name, p.size, p.latency_us, bw, mc
-            );
-        }
-    }
-    s
+    super::sweep::csv(&r.configs)
 }
 
 /// Runs both paths' jobs beside the memcpy floor.

@@ -2,9 +2,83 @@
 //! (`--osu`, `--csv`, `--plot`) and the OSU micro-benchmarks' text layout.
 
 use super::loggp::{BandwidthPoint, LatencyPoint};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
+
+/// One operation's sweeps as named curves, in the layout `volley report` and `--plot` read
+/// (µs and MB/s, like OSU's): a report's `configs`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Curves {
+    /// `put direct`, `long`, ...
+    pub name: String,
+    /// One-way latency by size (OSU's: half an echo's round trip, or one blocking operation).
+    pub latency: Vec<LatencyPoint>,
+    /// Bandwidth by size (empty when the bench has none).
+    #[serde(default)]
+    pub bandwidth: Vec<BandwidthPoint>,
+    /// The floor: memcpy of each size in one process (on one curve of a report only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memcpy: Vec<BandwidthPoint>,
+}
+
+/// Every curve's sweeps in the OSU micro-benchmarks' layout, each block headed by
+/// `volley bench BENCH NAME: WHAT`.
+pub fn print_osu(
+    bench: &str,
+    what_latency: &str,
+    what_bandwidth: &str,
+    configs: &[Curves],
+    w: &mut dyn Write,
+) {
+    for c in configs {
+        if !c.latency.is_empty() {
+            osu_latency(
+                w,
+                &format!("volley bench {bench} {}: {what_latency}", c.name),
+                &c.latency,
+            );
+        }
+        if !c.bandwidth.is_empty() {
+            osu_bandwidth(
+                w,
+                &format!("volley bench {bench} {}: {what_bandwidth}", c.name),
+                &c.bandwidth,
+            );
+        }
+    }
+}
+
+/// The curves as CSV: `config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s`, the memcpy
+/// column from the first curve that has the floor (empty where a figure is missing).
+pub fn csv(configs: &[Curves]) -> String {
+    let floor = configs
+        .iter()
+        .find(|c| !c.memcpy.is_empty())
+        .map_or(&[][..], |c| &c.memcpy[..]);
+    let cell = |x: Option<f64>, digits: usize| x.map_or(String::new(), |x| format!("{x:.digits$}"));
+    let mut s = String::from("config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s\n");
+    for c in configs {
+        for (i, p) in c.latency.iter().enumerate() {
+            let bw = c
+                .bandwidth
+                .get(i)
+                .filter(|b| b.size == p.size)
+                .map(|b| b.mb_per_s);
+            let mc = floor.iter().find(|b| b.size == p.size).map(|b| b.mb_per_s);
+            s += &format!(
+                "{},{},{:.3},{},{}\n",
+                c.name,
+                p.size,
+                p.latency_us,
+                cell(bw, 1),
+                cell(mc, 1)
+            );
+        }
+    }
+    s
+}
 
 /// The sweeps' extra outputs, beside the table and `--json`.
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -30,8 +30,10 @@ mod table;
 pub use report::*;
 pub use table::print_table;
 
-const MEDIUM_SIZES: [usize; 6] = [0, 8, 64, 512, 4096, 65536];
-const LONG_SIZES: [usize; 4] = [8, 4096, 65536, 1 << 20];
+/// The medium round trip's sizes: 0, then 8 B to 64 KiB by powers of two.
+fn medium_sizes() -> impl Iterator<Item = usize> {
+    std::iter::once(0).chain((3..=16).map(|p| 1 << p))
+}
 const BURST: usize = 32;
 /// Blocks of the short round trip and the one-way flood, each right after a floor ping-pong.
 const BLOCKS: usize = 5;
@@ -101,7 +103,8 @@ impl Bench {
             rep.store(m.arg(0), Ordering::Relaxed);
         });
         let mut b = b;
-        b.segment_bytes(2 << 20);
+        // Room for the largest long echo of the sweep.
+        b.segment_bytes(1 << *super::loggp::SIZES.end());
         let rt = b.build().unwrap_or_else(|e| {
             // A bad VOLLEY_* setting, say: one line, not a panic.
             eprintln!("volley bench rank: joining the benchmark job: {e}");
@@ -269,15 +272,9 @@ impl Bench {
         *phase += 1;
         if me == 0 {
             let mut medium = Vec::new();
-            for &size in &MEDIUM_SIZES {
+            for size in medium_sizes() {
                 let buf = vec![7u8; size];
-                let n = self.iters(if size >= 65536 {
-                    5_000
-                } else if size >= 4096 {
-                    20_000
-                } else {
-                    50_000
-                });
+                let n = self.iters(sweep_iters(size, 50_000, 256 << 20));
                 let ns = self.rtt(n, || {
                     self.rt
                         .request_medium(1, self.ping_medium, &[], &buf)
@@ -289,13 +286,9 @@ impl Bench {
             r.memcpy_gbps = Some(floor::memcpy_gbps(self.iters(300)));
             r.memcpy_64k_ns = Some(floor::memcpy_ns(64 << 10, self.iters(3000)));
             let mut long = Vec::new();
-            for &size in &LONG_SIZES {
+            for size in super::loggp::SIZES.map(|p| 1usize << p) {
                 let buf = vec![9u8; size];
-                let n = self.iters(match size {
-                    s if s >= 1 << 20 => 300,
-                    s if s >= 65536 => 3_000,
-                    _ => 20_000,
-                });
+                let n = self.iters(sweep_iters(size, 20_000, 512 << 20));
                 let ns = self.rtt(n, || {
                     self.rt
                         .request_long(1, self.ping_long, &[], &buf, 0)
@@ -528,6 +521,11 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             medium_64k_over_two_memcpys: over(medium_64k, m.memcpy_64k_ns.map(|ns| 2.0 * ns)),
             long_stream_over_raw_stream: over(m.long_stream_gbps_1mib, raw_stream_gbps),
         },
+        configs: vec![
+            curves("medium", &m.am_medium_rtt_ns),
+            curves("long", &m.am_long_rtt_ns),
+        ],
+        machine: Some(super::loggp::Machine::here()),
         am_medium_rtt_ns: m.am_medium_rtt_ns,
         am_long_rtt_ns: m.am_long_rtt_ns,
         transport: transport.name().into(),
@@ -536,6 +534,40 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         runs: runs.reps,
     })
+}
+
+/// Round trips per size before `--scale`: `cap` for small sizes, `bytes` of payload for
+/// large ones.
+fn sweep_iters(size: usize, cap: u64, bytes: u64) -> u64 {
+    cap.min(bytes / size.max(1) as u64)
+}
+
+/// A round trip curve as one-way latency (half the echo's round trip, OSU's figure) in µs,
+/// named `name`; size 0 left out (a log axis has no place for it).
+fn curves(name: &str, rtt: &[SizeRtt]) -> super::sweep::Curves {
+    super::sweep::Curves {
+        name: name.into(),
+        latency: rtt
+            .iter()
+            .filter(|p| p.size > 0)
+            .map(|p| super::loggp::LatencyPoint {
+                size: p.size,
+                latency_us: p.rtt_ns / 2e3,
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// The sweeps in the OSU micro-benchmarks' layout.
+pub fn print_osu(r: &AmReport, w: &mut dyn Write) {
+    let lat = "Active Message echo of the payload, half the round trip";
+    super::sweep::print_osu("am", lat, "", &r.configs, w);
+}
+
+/// The sweeps as CSV.
+pub fn csv(r: &AmReport) -> String {
+    super::sweep::csv(&r.configs)
 }
 
 #[cfg(test)]

@@ -235,6 +235,13 @@ pub struct AmReport {
     pub bare_am_rtt_ns: Option<f64>,
     /// The ratios.
     pub ratios: AmRatios,
+    /// The medium and long round trips as one-way latency curves (µs), as `volley report` and
+    /// `--plot` read them (the same messages' bandwidth is `volley bench loggp`'s).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub configs: Vec<crate::bench::sweep::Curves>,
+    /// Where and when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<crate::bench::loggp::Machine>,
     /// shm, udp or tcp.
     pub transport: String,
     /// Repetitions.

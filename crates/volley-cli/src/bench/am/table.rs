@@ -78,12 +78,15 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
     ] {
         row(w, key, v, note);
     }
-    for (curve, label) in [(&r.am_medium_rtt_ns, "medium"), (&r.am_long_rtt_ns, "long")] {
-        for e in curve {
-            let name = format!("{label} rtt {}", super::super::human(e.size as u64));
-            row(w, &name, e.rtt_ns, "");
-        }
+    if let Some(e) = r.am_medium_rtt_ns.iter().find(|e| e.size == 0) {
+        row(w, "medium rtt 0 B", e.rtt_ns, "");
     }
+    let cols: Vec<_> = r
+        .configs
+        .iter()
+        .map(|c| (format!("{} rtt/2", c.name), &c.latency[..], &[][..]))
+        .collect();
+    super::super::peers::print_side_by_side("echo sweeps", &cols, w);
     let ratios = &r.ratios;
     let _ = writeln!(
         w,
