@@ -105,8 +105,9 @@ fn cas_push(tail: &AtomicU64, slots: &Slots, msg: &Message, prewrite: bool) -> b
 /// [`CasQueue`] with seed 001's footnote-2 optimization: before the check that the slot is
 /// free, the producer writes an unused word of the slot and fences, so that the line arrives
 /// once, ready for writing, instead of once to be read and again to be written. The seed saw
-/// it save 40 cycles of an isolated send and lose in every real use, "presumably due to cache
-/// line thrashing when a receiver polls during the send operation".
+/// it save 40 cycles of an isolated send and lose in the full LogP figures and the
+/// applications, "presumably due to cache line thrashing when a receiver polls during the
+/// send operation".
 ///
 /// The unused word is the message's last ([`SPARE`]): messages through this queue must leave
 /// it 0, because the prewrite may land on a slot still holding an earlier message.
