@@ -152,4 +152,8 @@ fn seed001_send_breakdown_adds_up_every_component() {
     );
     positive(&doc, "tsc_ghz");
     positive(&doc, "shm_only_cycles");
+    let prewrite = &doc["prewrite"];
+    positive(prewrite, "with_cycles");
+    positive(prewrite, "without_cycles");
+    assert_eq!(prewrite["seed_saved_cycles"], 40.0, "{doc}");
 }
