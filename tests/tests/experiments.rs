@@ -85,23 +85,25 @@ fn seed001_hardware_measures_table_1() {
 fn seed001_contention_floods_every_design_and_pattern() {
     let doc = quick("seed001-contention");
     let points = doc["points"].as_array().expect("points");
-    // 3 designs x 2 patterns x 2 loads, each with a throughput.
-    assert_eq!(points.len(), 12, "{doc}");
+    // 4 designs x 2 patterns x 2 loads, each with a throughput.
+    assert_eq!(points.len(), 16, "{doc}");
     for p in points {
         positive(p, "msgs_per_us");
     }
-    for design in ["rings", "cas", "lock"] {
+    for design in ["rings", "cas", "lock", "prewrite"] {
         assert_eq!(
             points.iter().filter(|p| p["design"] == design).count(),
             4,
             "{doc}"
         );
     }
-    assert_eq!(
-        doc["cas_over_lock"].as_array().map(Vec::len),
-        Some(4),
-        "{doc}"
-    );
+    for ratio in ["cas_over_lock", "rings_over_cas", "prewrite_over_cas"] {
+        assert_eq!(
+            doc[ratio].as_array().map(Vec::len),
+            Some(4),
+            "{ratio}: {doc}"
+        );
+    }
 }
 
 #[test]
@@ -150,4 +152,8 @@ fn seed001_send_breakdown_adds_up_every_component() {
     );
     positive(&doc, "tsc_ghz");
     positive(&doc, "shm_only_cycles");
+    let prewrite = &doc["prewrite"];
+    positive(prewrite, "with_cycles");
+    positive(prewrite, "without_cycles");
+    assert_eq!(prewrite["seed_saved_cycles"], 40.0, "{doc}");
 }

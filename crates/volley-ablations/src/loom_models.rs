@@ -1,7 +1,7 @@
 //! Loom models: two producers (one for the ring) and one consumer on a queue of two slots,
 //! every message delivered once, each producer's in order, no torn message.
 
-use crate::queues::{CasQueue, LockQueue, Ring};
+use crate::queues::{CasQueue, LockQueue, PrewriteQueue, Ring};
 use crate::sync::relax;
 use crate::Enqueue;
 use loom::sync::Arc;
@@ -21,7 +21,7 @@ fn model<Q: Enqueue + Send + 'static>(make: fn() -> Q, producers: u64, each: u64
                 loom::thread::spawn(move || {
                     for i in 0..each {
                         let mut spins = 0;
-                        while !q.try_push(&[p, i, p + i + 1, 0, 0, 0, 0xabc]) {
+                        while !q.try_push(&[p, i, p + i + 1, 0, 0, 0xabc, 0]) {
                             relax(&mut spins);
                         }
                     }
@@ -32,7 +32,11 @@ fn model<Q: Enqueue + Send + 'static>(make: fn() -> Q, producers: u64, each: u64
         let mut take = |m: [u64; 7]| {
             let p = m[0] as usize;
             assert_eq!(m[1], next[p], "producer {p} out of order");
-            assert_eq!((m[2], m[6]), (m[0] + m[1] + 1, 0xabc), "torn message");
+            assert_eq!(
+                (m[2], m[5], m[6]),
+                (m[0] + m[1] + 1, 0xabc, 0),
+                "torn message"
+            );
             next[p] += 1;
             next.iter().sum::<u64>()
         };
@@ -60,6 +64,17 @@ fn loom_cas_queue() {
 fn loom_cas_queue_wraps() {
     // Three messages through two slots: a producer finds the queue full and the slot reused.
     model(|| CasQueue::new(2), 1, 3);
+}
+
+#[test]
+fn loom_prewrite_queue() {
+    model(|| PrewriteQueue::new(2), 2, 1);
+}
+
+#[test]
+fn loom_prewrite_queue_wraps() {
+    // The prewrite lands on a slot whose message the consumer has not taken yet.
+    model(|| PrewriteQueue::new(2), 1, 3);
 }
 
 #[test]

@@ -5,6 +5,10 @@ use crate::sync::{AtomicU64, Ordering};
 /// Payload words of a message: with the sequence word, one 64-byte cache line.
 pub const WORDS: usize = 7;
 
+/// The payload word [`crate::PrewriteQueue`] keeps unused (always 0) so that it can write it
+/// before knowing whether the slot is free.
+pub const SPARE: usize = WORDS - 1;
+
 /// A short message.
 pub type Message = [u64; WORDS];
 
@@ -62,6 +66,13 @@ impl Slots {
     /// is full for `t`.
     pub(crate) fn is_full_for(&self, t: u64) -> bool {
         self.slot(t).seq.load(Ordering::Acquire) < t
+    }
+
+    /// Stores 0 into the spare word of message `t`'s slot, whatever the slot holds: a write
+    /// that changes nothing when every message through the queue has 0 there, but brings the
+    /// line to this CPU for writing before the slot is read.
+    pub(crate) fn prewrite(&self, t: u64) {
+        self.slot(t).words[SPARE].store(0, Ordering::Relaxed);
     }
 
     /// Fills the slot of message `t` (whose producer owns it now) and hands it to the

@@ -1,9 +1,9 @@
 //! The atomics of the queues, switched to loom's model types under `--cfg loom`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
 
 /// Lets the thread that holds what a spinning thread waits for run: under loom, a yield is how
 /// the model checker learns that a loop spins.
