@@ -24,7 +24,11 @@ fn medium_with(net: &str) {
     if !net.is_empty() {
         job = job.env("VOLLEY_NET", net);
     }
-    let how = if net.is_empty() { "shared memory" } else { "network" };
+    let how = if net.is_empty() {
+        "shared memory"
+    } else {
+        "network"
+    };
     let lines = [0, 1].map(|r| format!("medium_with rank {r}: "));
     let out = job.output();
     out.assert_success()

@@ -53,7 +53,7 @@ fn run_allocating_handlers() -> [Result<usize, String>; 4] {
         tok.reply_short(hoarding_reply, &[1]).unwrap();
     });
     let rt = b.build().unwrap();
-    let mut outcome = |h| {
+    let outcome = |h| {
         rt.request_short(0, h, &[7]).unwrap();
         // The poll runs the request handler and, on the loopback path, its reply's handler.
         catch_unwind(AssertUnwindSafe(|| rt.poll() + rt.poll())).map_err(panic_text)
@@ -80,7 +80,10 @@ fn a_handler_that_allocates_panics_by_name_in_a_debug_build() {
         "{e}"
     );
     assert!(allowed.is_ok(), "allow_alloc is not checked: {allowed:?}");
-    assert!(replier.is_ok(), "a reply is the runtime's work: {replier:?}");
+    assert!(
+        replier.is_ok(),
+        "a reply is the runtime's work: {replier:?}"
+    );
     let e = hoarding_reply.unwrap_err();
     assert!(
         e.contains("reply handler \"hoarding_reply\" allocated"),
@@ -146,7 +149,12 @@ fn watchdog_child() {
 #[test]
 fn a_handler_that_runs_too_long_is_reported_by_the_watchdog() {
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "watchdog_child", "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            "watchdog_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("HANDLER_RULES_CHILD", "1")
         .env_remove("VOLLEY_WATCHDOG_MS")
         .output()

@@ -36,7 +36,11 @@ fn main() {
     let back = b.reply_handler("back", move |m| {
         let (me, len) = (m.arg(0) as usize, m.arg(1) as usize);
         let p = m.payload();
-        if p.len() != len || p.iter().enumerate().any(|(k, &v)| v != byte(me, len, k, true)) {
+        if p.len() != len
+            || p.iter()
+                .enumerate()
+                .any(|(k, &v)| v != byte(me, len, k, true))
+        {
             bd.fetch_add(1, Ordering::Relaxed);
         }
         r.fetch_add(1, Ordering::Relaxed);
@@ -45,7 +49,11 @@ fn main() {
     let check = b.request_handler("check", move |m, tok| {
         let (src, len) = (m.src(), m.arg(0) as usize);
         let p = m.payload();
-        if p.len() != len || p.iter().enumerate().any(|(k, &v)| v != byte(src, len, k, false)) {
+        if p.len() != len
+            || p.iter()
+                .enumerate()
+                .any(|(k, &v)| v != byte(src, len, k, false))
+        {
             bd.fetch_add(1, Ordering::Relaxed);
         }
         tok.reply_medium_with(back, &[src as u64, len as u64], len, |buf| {
@@ -94,6 +102,10 @@ fn main() {
     }
     println!(
         "medium_with rank {me}: {want} sizes 0..={max} checked both ways ({})",
-        if rt.is_local(peer) { "shared memory" } else { "network" }
+        if rt.is_local(peer) {
+            "shared memory"
+        } else {
+            "network"
+        }
     );
 }

@@ -290,7 +290,6 @@ impl Engine {
     /// Sends a medium message of `len` bytes whose payload `fill` writes in place, in the
     /// transport's own buffer (see `Links::send_medium_with`, `NetLink::send_medium_with`):
     /// checked as [`Engine::send_medium`] checks, and `fill` runs once the checks passed.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_medium_with(
         &self,
         dest: usize,

@@ -409,6 +409,7 @@ impl NetLink {
     /// Sends a medium message of `len` bytes (at most [`Transport::max_payload`]) whose
     /// payload `fill` writes in place, into the network message's encoding (which the
     /// transport then queues or sends as it does every message). `fill` runs exactly once.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_medium_with<B: OnBlocked>(
         &self,
         dest: usize,

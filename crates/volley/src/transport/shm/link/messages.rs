@@ -221,6 +221,7 @@ impl Links {
     /// from, so the payload is written once. A payload that travels inline (a few hundred
     /// bytes) is filled on the stack and copied into the frame's slots with its header.
     /// `fill` runs exactly once, before the frame's slots are reserved.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn send_medium_with<B: OnBlocked>(
         &self,
         peer: ShmPeer<'_>,
