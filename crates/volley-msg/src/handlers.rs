@@ -14,6 +14,7 @@
 //! receiver, which knows where the bytes go, keeps several chunks in flight.
 
 use crate::state::Shared;
+use volley::debug::allow_alloc;
 use volley::{ReplyHandler, RequestHandler, RuntimeBuilder};
 
 /// The handlers' indices.
@@ -26,19 +27,26 @@ pub(crate) struct Handlers {
 }
 
 /// Registers the protocol's handlers on `shared`.
+///
+/// The handlers allocate on purpose (an unexpected message is copied into the bounded queue;
+/// the matching tables grow), so they run inside `volley::debug::allow_alloc`: a program that
+/// checks its own handlers for allocation (`volley::debug::HandlerAllocCheck`) can use this
+/// layer.
 pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     let s = shared.clone();
     let chunk: ReplyHandler = b.reply_handler("volley.msg.chunk", move |m| {
-        s.lock()
-            .chunk_arrived(m.arg(0), m.arg(1) as usize, m.payload());
+        allow_alloc(|| {
+            s.lock()
+                .chunk_arrived(m.arg(0), m.arg(1) as usize, m.payload())
+        });
     });
     let s = shared.clone();
     let credit_back: ReplyHandler = b.reply_handler("volley.msg.credit_back", move |m| {
-        s.lock().release(m.src(), m.arg(0) as usize);
+        allow_alloc(|| s.lock().release(m.src(), m.arg(0) as usize));
     });
     let s = shared.clone();
     let eager = b.request_handler("volley.msg.eager", move |m, tok| {
-        let give = s.lock().arrive_eager(m.src(), m.arg(0), m.payload());
+        let give = allow_alloc(|| s.lock().arrive_eager(m.src(), m.arg(0), m.payload()));
         if let Some(n) = give {
             // A reply never fails for want of room (reply channels have reserved credits);
             // an error here means the job is going down, which the runtime reports.
@@ -47,9 +55,10 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     });
     let s = shared.clone();
     let rts = b.request_handler("volley.msg.rts", move |m, tok| {
-        let give = s
-            .lock()
-            .arrive_rendezvous(m.src(), m.arg(0), m.arg(1) as usize, m.arg(2));
+        let give = allow_alloc(|| {
+            s.lock()
+                .arrive_rendezvous(m.src(), m.arg(0), m.arg(1) as usize, m.arg(2))
+        });
         if let Some(n) = give {
             let _ = tok.reply_short(credit_back, &[n]);
         }
@@ -67,17 +76,19 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
             None => Ok(()),
         };
         drop(bytes);
-        let mut st = s.lock();
-        if let Some(slot) = st.sends.get_mut(&id) {
-            slot.sent += len;
-            if slot.done() && slot.detached {
-                st.sends.remove(&id);
+        allow_alloc(|| {
+            let mut st = s.lock();
+            if let Some(slot) = st.sends.get_mut(&id) {
+                slot.sent += len;
+                if slot.done() && slot.detached {
+                    st.sends.remove(&id);
+                }
             }
-        }
+        });
     });
     let s = shared.clone();
     let credit = b.request_handler("volley.msg.credit", move |m, _| {
-        s.lock().release(m.src(), m.arg(0) as usize);
+        allow_alloc(|| s.lock().release(m.src(), m.arg(0) as usize));
     });
     Handlers {
         eager,

@@ -32,6 +32,8 @@ pub(crate) mod counter;
 #[path = "am/critical.rs"]
 mod critical_model;
 #[cfg(not(loom))]
+pub mod debug;
+#[cfg(not(loom))]
 mod error;
 pub(crate) mod futex;
 #[cfg(not(loom))]

@@ -2,6 +2,7 @@
 
 use super::engine::Engine;
 use crate::am::error::{Error, Result};
+use crate::debug::allow_alloc;
 use crate::transport::Channel;
 
 /// Index of a request handler in the job-wide table (every rank registers the same table).
@@ -183,14 +184,37 @@ impl<'a> ReplyToken<'a> {
     /// Replies with a short message.
     #[inline]
     pub fn reply_short(self, handler: ReplyHandler, args: &[u64]) -> Result<()> {
-        self.engine
-            .reply_short(self.requester(), self.route(), handler.0, args)
+        // The runtime's own work (a network reply may grow its encoding buffer) is not the
+        // handler's allocation (see `crate::debug`); in release builds this is the call.
+        allow_alloc(|| {
+            self.engine
+                .reply_short(self.requester(), self.route(), handler.0, args)
+        })
     }
 
     /// Replies with a medium message (payload copied; at most `max_medium` bytes).
     pub fn reply_medium(self, handler: ReplyHandler, args: &[u64], payload: &[u8]) -> Result<()> {
-        self.engine
-            .send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
+        allow_alloc(|| {
+            self.engine
+                .send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
+        })
+    }
+
+    /// Replies with a medium message of `len` bytes whose payload `fill` writes in place, in
+    /// the runtime's own buffer (see [`crate::Runtime::request_medium_with`]).
+    pub fn reply_medium_with(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
+        let (engine, requester) = (self.engine, self.requester());
+        // `fill` is the handler's code, checked as the handler is; the rest is the runtime's.
+        let fill = |buf: &mut [u8]| crate::debug::checked_again(|| fill(buf));
+        allow_alloc(|| {
+            engine.send_medium_with(requester, Channel::Reply, handler.0, args, len, fill)
+        })
     }
 
     /// Replies with a long message: `payload` is written into the requester's segment at
@@ -203,14 +227,16 @@ impl<'a> ReplyToken<'a> {
         payload: &[u8],
         offset: usize,
     ) -> Result<()> {
-        self.engine.send_long(
-            self.requester(),
-            Channel::Reply,
-            handler.0,
-            args,
-            payload,
-            offset,
-        )
+        allow_alloc(|| {
+            self.engine.send_long(
+                self.requester(),
+                Channel::Reply,
+                handler.0,
+                args,
+                payload,
+                offset,
+            )
+        })
     }
 
     /// [`ReplyToken::reply_short`] if the reply can go at once. It never polls: no handler
@@ -222,15 +248,16 @@ impl<'a> ReplyToken<'a> {
         handler: ReplyHandler,
         args: &[u64],
     ) -> std::result::Result<(), ReplyNotSent<'a>> {
-        self.engine
-            .try_reply_short(
+        allow_alloc(|| {
+            self.engine.try_reply_short(
                 self.requester(),
                 self.route(),
                 Channel::Reply,
                 handler.0,
                 args,
             )
-            .map_err(|error| ReplyNotSent { error, token: self })
+        })
+        .map_err(|error| ReplyNotSent { error, token: self })
     }
 
     /// [`ReplyToken::reply_medium`] if the reply can go at once (see
@@ -241,9 +268,11 @@ impl<'a> ReplyToken<'a> {
         args: &[u64],
         payload: &[u8],
     ) -> std::result::Result<(), ReplyNotSent<'a>> {
-        self.engine
-            .try_send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
-            .map_err(|error| ReplyNotSent { error, token: self })
+        allow_alloc(|| {
+            self.engine
+                .try_send_medium(self.requester(), Channel::Reply, handler.0, args, payload)
+        })
+        .map_err(|error| ReplyNotSent { error, token: self })
     }
 
     /// [`ReplyToken::reply_long`] if the reply can go at once (see
@@ -256,8 +285,8 @@ impl<'a> ReplyToken<'a> {
         payload: &[u8],
         offset: usize,
     ) -> std::result::Result<(), ReplyNotSent<'a>> {
-        self.engine
-            .try_send_long(
+        allow_alloc(|| {
+            self.engine.try_send_long(
                 self.requester(),
                 Channel::Reply,
                 handler.0,
@@ -265,7 +294,8 @@ impl<'a> ReplyToken<'a> {
                 payload,
                 offset,
             )
-            .map_err(|error| ReplyNotSent { error, token: self })
+        })
+        .map_err(|error| ReplyNotSent { error, token: self })
     }
 }
 

@@ -523,6 +523,27 @@ impl Runtime {
             .send_medium(dest, Channel::Request, handler.0, args, payload)
     }
 
+    /// Sends a medium request of `len` bytes whose payload `fill` writes in place, in a buffer
+    /// of the runtime's own (seed 000's layer-owned send buffer, `AMsendBuf`): on shared
+    /// memory one of this rank's medium buffers, which the receiver reads from; on the
+    /// network the message's encoding. The payload is written once and the program hands
+    /// the runtime no pointer. `fill` gets exactly `len` bytes (zeroed on the network, stale
+    /// on shared memory: write them all) and runs once, after the checks, before the message
+    /// goes; it must not call the runtime. Errors as for [`Runtime::request_medium`].
+    pub fn request_medium_with(
+        &self,
+        dest: usize,
+        handler: RequestHandler,
+        args: &[u64],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
+        let _e = self.enter();
+        self.send_guard("request_medium_with")?;
+        self.engine()
+            .send_medium_with(dest, Channel::Request, handler.0, args, len, fill)
+    }
+
     /// Sends a long request: `payload` is written into `dest`'s segment at `offset`, then
     /// `handler` runs there with the written bytes as its payload. Any size that fits the
     /// segment goes to a rank of this node and to a rank on another node (beyond one network

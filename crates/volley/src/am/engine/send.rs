@@ -269,16 +269,74 @@ impl Engine {
             .net
             .as_ref()
             .expect("a rank off this node implies a network route");
-        let requests = msg.ch == Channel::Request;
         self.net_dest.set(dest);
-        net.send(dest, msg, |attempt| {
+        net.send(dest, msg, self.net_blocked(msg.ch))
+    }
+
+    /// What the network transport calls while it cannot take a message on `ch`.
+    #[inline(always)]
+    fn net_blocked(&self, ch: Channel) -> impl FnMut(u32) + '_ {
+        let requests = ch == Channel::Request;
+        move |attempt| {
             if attempt == BLOCKED_DONE {
-                return self.wait_blocked(REMOTE as usize, msg.ch, attempt);
+                return self.wait_blocked(REMOTE as usize, ch, attempt);
             }
             // The transport took in what arrived; run it, then wait as any blocked send does.
             self.poll_net(requests, false);
-            self.wait_blocked(REMOTE as usize, msg.ch, attempt);
-        })
+            self.wait_blocked(REMOTE as usize, ch, attempt);
+        }
+    }
+
+    /// Sends a medium message of `len` bytes whose payload `fill` writes in place, in the
+    /// transport's own buffer (see `Links::send_medium_with`, `NetLink::send_medium_with`):
+    /// checked as [`Engine::send_medium`] checks, and `fill` runs once the checks passed.
+    pub(crate) fn send_medium_with(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+    ) -> Result<()> {
+        self.check_dest(dest)?;
+        self.check_handler(ch, handler)?;
+        Self::check_args(args)?;
+        if len > MEDIUM_MAX {
+            return Err(Error::PayloadTooLarge {
+                len,
+                max: MEDIUM_MAX,
+            });
+        }
+        let route = self.local_of[dest];
+        let sent = match self.shm.peer(route as usize) {
+            Some(peer) => {
+                let blocked = self.blocked(route as usize, ch);
+                self.shm
+                    .send_medium_with(peer, ch, handler, args, len, fill, blocked)
+            }
+            None => {
+                let net = self
+                    .net
+                    .as_ref()
+                    .expect("a rank off this node implies a network route");
+                self.net_dest.set(dest);
+                net.send_medium_with(dest, ch, handler, args, len, fill, self.net_blocked(ch))
+            }
+        };
+        sent.map_err(|refused| {
+            let msg = Outbound {
+                ch,
+                class: Class::Medium,
+                handler,
+                args,
+                payload: &[],
+                offset: 0,
+            };
+            Self::refusal(dest, msg, refused)
+        })?;
+        self.stats.sent(ch, MessageClass::Medium);
+        Ok(())
     }
 
     /// What a transport calls while it cannot take a message for `route` on `ch`.

@@ -121,6 +121,13 @@ impl Engine {
             requests = w.watch_requests(requests);
             replies = w.watch_replies(replies);
         }
+        // Debug builds check that handlers do not allocate (see `crate::debug`); release
+        // builds run the handlers as registered.
+        #[cfg(debug_assertions)]
+        {
+            requests = crate::debug::check_requests(requests, &names[0]);
+            replies = crate::debug::check_replies(replies, &names[1]);
+        }
         let net_kind = net.as_ref().map_or("", |t| t.kind().name());
         let has_launcher = !matches!(watch, Watch::Nothing);
         let net = net.map(|t| {

@@ -104,6 +104,23 @@ pub(crate) fn encode(
     out.extend_from_slice(payload);
 }
 
+/// [`encode`] of a medium message whose `len` payload bytes `fill` writes in place, at the
+/// end of `out`.
+pub(crate) fn encode_medium_with(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    handler: u16,
+    args: &[u64],
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) {
+    encode(out, ch, Class::Medium, handler, args, &[], 0);
+    out[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+    let start = out.len();
+    out.resize(start + len, 0);
+    fill(&mut out[start..]);
+}
+
 /// Encodes (into `out`, cleared first) a part of a long payload: `payload` goes to `offset`
 /// of the target's segment, and no handler runs.
 pub(crate) fn encode_part(out: &mut Vec<u8>, ch: Channel, payload: &[u8], offset: u64) {

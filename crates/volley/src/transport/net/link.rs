@@ -406,6 +406,55 @@ impl NetLink {
 }
 
 impl NetLink {
+    /// Sends a medium message of `len` bytes (at most [`Transport::max_payload`]) whose
+    /// payload `fill` writes in place, into the network message's encoding (which the
+    /// transport then queues or sends as it does every message). `fill` runs exactly once.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_medium_with<B: OnBlocked>(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        mut blocked: B,
+    ) -> Result<(), SendRefused> {
+        let max = self.max_payload(Class::Medium);
+        if len > max {
+            return Err(SendRefused::TooLarge { len, max });
+        }
+        let mut buf = self.encode_buf.take();
+        frame::encode_medium_with(&mut buf, ch, handler, args, len, fill);
+        let mut attempt = 0;
+        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt);
+        self.encode_buf.set(buf);
+        sent?;
+        self.sent_one(dest, ch, Class::Medium, attempt, &mut blocked);
+        Ok(())
+    }
+
+    /// The bookkeeping of a message of `class` sent to `dest` on `ch` after `attempt`
+    /// refusals.
+    fn sent_one<B: OnBlocked>(
+        &self,
+        dest: usize,
+        ch: Channel,
+        class: Class,
+        attempt: u32,
+        blocked: &mut B,
+    ) {
+        if attempt > 0 {
+            let _ = blocked.blocked(BLOCKED_DONE);
+        }
+        if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
+            c.sent[ch as usize].bump();
+        }
+        if class != Class::System {
+            bump(&self.sent);
+        }
+    }
+
     /// Hands one encoded network message to the transport, waiting as `blocked` says while
     /// the transport's window is full.
     fn send_frame<B: OnBlocked>(
@@ -514,15 +563,7 @@ impl Transport for NetLink {
         let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt);
         self.encode_buf.set(buf);
         sent?;
-        if attempt > 0 {
-            let _ = blocked.blocked(BLOCKED_DONE);
-        }
-        if let (Some(c), false) = (self.traffic.get(dest), class == Class::System) {
-            c.sent[ch as usize].bump();
-        }
-        if class != Class::System {
-            bump(&self.sent);
-        }
+        self.sent_one(dest, ch, class, attempt, &mut blocked);
         Ok(())
     }
 

@@ -118,6 +118,9 @@ impl Transport for Links {
     }
 }
 
+/// The most payload bytes a medium frame carries inline.
+const INLINE_MAX: usize = MAX_FRAME_SLOTS as usize * SLOT_BYTES;
+
 /// Whether a medium message with `nargs` arguments and `payload_len` bytes travels inline
 /// (in its frame's few slots) rather than in a medium buffer.
 #[inline(always)]
@@ -210,6 +213,68 @@ impl Links {
         if sent.is_err() {
             self.unclaim_medium_buffer(ch, idx);
         }
+        sent
+    }
+
+    /// Sends a medium message of `len` bytes (at most [`MEDIUM_MAX`]) whose payload `fill`
+    /// writes in place: into one of this rank's medium buffers, which the receiver reads
+    /// from, so the payload is written once. A payload that travels inline (a few hundred
+    /// bytes) is filled on the stack and copied into the frame's slots with its header.
+    /// `fill` runs exactly once, before the frame's slots are reserved.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn send_medium_with<B: OnBlocked>(
+        &self,
+        peer: ShmPeer<'_>,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        len: usize,
+        fill: impl FnOnce(&mut [u8]),
+        mut blocked: B,
+    ) -> Result<(), SendRefused> {
+        debug_assert!(len <= MEDIUM_MAX);
+        if medium_inline(args.len(), len) {
+            let mut scratch = [0u8; INLINE_MAX];
+            let inline = &mut scratch[..len];
+            fill(inline);
+            let extra = [len as u64, 0];
+            let kind = KIND_MEDIUM_INLINE;
+            return self.send_encoded(peer, ch, kind, handler, extra, args, inline, blocked);
+        }
+        let idx = self
+            .claim_medium_buffer(ch, &mut blocked)
+            .ok_or(SendRefused::WouldBlock)?;
+        // Gives the buffer back if the send does not go (or `fill` unwinds).
+        struct Claimed<'a> {
+            links: &'a Links,
+            ch: Channel,
+            idx: usize,
+            sent: bool,
+        }
+        impl Drop for Claimed<'_> {
+            fn drop(&mut self) {
+                if !self.sent {
+                    self.links.unclaim_medium_buffer(self.ch, self.idx);
+                }
+            }
+        }
+        let mut claimed = Claimed {
+            links: self,
+            ch,
+            idx,
+            sent: false,
+        };
+        // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
+        // naming it is published; it holds MEDIUM_MAX >= len bytes from its start, and
+        // nothing else refers to them while `fill` runs.
+        let buf = unsafe {
+            std::slice::from_raw_parts_mut(self.regions[self.me].pool_buf(ch, idx, 0), len)
+        };
+        fill(buf);
+        let extra = [pooled_word(len, 0, idx), 0];
+        let kind = KIND_MEDIUM_POOLED;
+        let sent = self.send_encoded(peer, ch, kind, handler, extra, args, &[], blocked);
+        claimed.sent = sent.is_ok();
         sent
     }
 
