@@ -268,6 +268,9 @@ fn expect_back(ep: &Endpoint<'_>, log: &Log, want: &[Back], what: &str) {
     }
 }
 
+/// Marks the request sent with a wrong tag (its handler fails the job if it ever runs).
+const BAD: u64 = 0xbad;
+
 fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let me = rt.rank();
     let size = rt.size();
@@ -279,7 +282,10 @@ fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let handled = Arc::new(AtomicU64::new(0));
     let h = handled.clone();
     ok(
-        ep.set_request_handler(3, move |_, _| {
+        ep.set_request_handler(3, move |m, _| {
+            if m.arg(1) == BAD {
+                fail("a request with a wrong tag was delivered".into());
+            }
             h.fetch_add(1, Ordering::Relaxed);
         }),
         "handler",
@@ -306,11 +312,11 @@ fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
 
     // A wrong tag, then the right one.
     let bad = ok(ep.map_any(rname, rtag + 1), "map");
-    ok(ep.request(bad, 3, &[me as u64, 1, 2, 3], b"bad tag"), "request");
+    ok(ep.request(bad, 3, &[me as u64, BAD, 2, 3], b"bad tag"), "request");
     expect_back(
         &ep,
         &log,
-        &[back(Reason::BadTag, 3, &[me as u64, 1, 2, 3], b"bad tag", Some(bad))],
+        &[back(Reason::BadTag, 3, &[me as u64, BAD, 2, 3], b"bad tag", Some(bad))],
         "wrong tag",
     );
     let good = ok(ep.map_any(rname, rtag), "map");
