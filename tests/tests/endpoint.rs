@@ -36,7 +36,10 @@ fn every_section_on_2_and_4_ranks() {
 #[test]
 fn pingpong_with_more_ranks_than_cores() {
     // 6 ranks, 3 endpoints each, on a machine of 2 cores.
-    run(Job::run(6, SUITE, &["pingpong", "returned"]), &["pingpong", "returned"]);
+    run(
+        Job::run(6, SUITE, &["pingpong", "returned"]),
+        &["pingpong", "returned"],
+    );
 }
 
 /// `volley run` on emulated nodes of `per_node` ranks over `net`.

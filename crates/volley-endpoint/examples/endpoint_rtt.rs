@@ -20,7 +20,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let n: u64 = args.next().map_or(20_000, |a| a.parse().expect("round trips"));
+    let n: u64 = args
+        .next()
+        .map_or(20_000, |a| a.parse().expect("round trips"));
     let reps: usize = args.next().map_or(7, |a| a.parse().expect("repetitions"));
     let mut b = volley::Runtime::builder();
     let core_got = Arc::new(AtomicU64::new(0));
@@ -56,7 +58,8 @@ fn main() {
         .unwrap();
     ep.set_returned_handler(|r| panic!("returned: {:?}", r.reason()));
     if rt.rank() == 1 {
-        rt.request_medium(0, give, &[], &ep.name().to_bytes()).unwrap();
+        rt.request_medium(0, give, &[], &ep.name().to_bytes())
+            .unwrap();
     }
     rt.wait_until(|| rt.rank() == 1 || name.lock().unwrap().is_some());
     let (mut core, mut endpoint) = (Vec::new(), Vec::new());

@@ -135,9 +135,9 @@ fn arrive(
     let q = Queued::new(m.src(), header, &m.args()[HEADER_WORDS..], m.payload());
     let refused = match registry.find(header.dest) {
         Ok(ep) => ep.accept(kind, q),
-        Err(why) => Err((why, q)),
+        Err(why) => Some((why, q)),
     };
-    if let Err((why, q)) = refused {
+    if let Some((why, q)) = refused {
         registry.returned.fetch_add(1, Ordering::Relaxed);
         send_back(token, returned, kind, why, &q);
     }

@@ -101,27 +101,28 @@ impl EpShared {
         }
     }
 
-    /// Queues an arriving request or reply, or says why it must go back.
-    pub(crate) fn accept(&self, kind: Kind, msg: Queued) -> Result<(), (Reason, Queued)> {
+    /// Queues an arriving request or reply; `Some` gives it back with the reason it must go
+    /// back to its sender.
+    pub(crate) fn accept(&self, kind: Kind, msg: Queued) -> Option<(Reason, Queued)> {
         let mut q = self.lock();
         if q.closed {
-            return Err((Reason::Closed, msg));
+            return Some((Reason::Closed, msg));
         }
         if self.tag.load(Ordering::Acquire) != msg.header.dest_tag {
-            return Err((Reason::BadTag, msg));
+            return Some((Reason::BadTag, msg));
         }
         if msg.header.handler == 0 || !self.has_handler(msg.header.handler, kind) {
-            return Err((Reason::NoHandler, msg));
+            return Some((Reason::NoHandler, msg));
         }
         let queue = match kind {
             Kind::Request => &mut q.requests,
             Kind::Reply => &mut q.replies,
         };
         if queue.len() >= self.depth {
-            return Err((Reason::Full, msg));
+            return Some((Reason::Full, msg));
         }
         queue.push_back(msg);
-        Ok(())
+        None
     }
 }
 
@@ -211,15 +212,12 @@ impl Registry {
     /// Delivers a message returned to endpoint `to`; counts it lost if `to` has closed.
     pub(crate) fn bounced(&self, b: Bounced) {
         let to = b.msg.header.src;
-        match self.find(to) {
-            Ok(ep) => {
-                let mut q = ep.lock();
-                if !q.closed {
-                    q.returned.push_back(b);
-                    return;
-                }
+        if let Ok(ep) = self.find(to) {
+            let mut q = ep.lock();
+            if !q.closed {
+                q.returned.push_back(b);
+                return;
             }
-            Err(_) => {}
         }
         self.lost.fetch_add(1, Ordering::Relaxed);
     }
@@ -293,7 +291,7 @@ mod tests {
         let r = Registry::default();
         let ep = r.open(5, 2);
         ep.set_handler(3, Kind::Request);
-        let reason = |res: Result<(), (Reason, Queued)>| res.err().map(|e| e.0);
+        let reason = |res: Option<(Reason, Queued)>| res.map(|e| e.0);
         assert_eq!(
             reason(ep.accept(Kind::Request, msg(ep.id, 6, 3))),
             Some(Reason::BadTag)
@@ -306,13 +304,13 @@ mod tests {
             reason(ep.accept(Kind::Request, msg(ep.id, 5, 0))),
             Some(Reason::NoHandler)
         );
-        assert!(ep.accept(Kind::Request, msg(ep.id, 5, 3)).is_ok());
-        assert!(ep.accept(Kind::Request, msg(ep.id, 5, 3)).is_ok());
-        let (why, back) = ep.accept(Kind::Request, msg(ep.id, 5, 3)).unwrap_err();
+        assert!(ep.accept(Kind::Request, msg(ep.id, 5, 3)).is_none());
+        assert!(ep.accept(Kind::Request, msg(ep.id, 5, 3)).is_none());
+        let (why, back) = ep.accept(Kind::Request, msg(ep.id, 5, 3)).unwrap();
         assert_eq!((why, back.args()), (Reason::Full, &[42u64][..]));
         // A handler index changing kind moves its bit.
         ep.set_handler(3, Kind::Reply);
-        assert!(ep.accept(Kind::Reply, msg(ep.id, 5, 3)).is_ok());
+        assert!(ep.accept(Kind::Reply, msg(ep.id, 5, 3)).is_none());
         let left = r.close(&ep);
         assert_eq!((left.requests.len(), left.replies.len()), (2, 1));
         assert_eq!(

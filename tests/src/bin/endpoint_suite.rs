@@ -56,7 +56,10 @@ impl Faults {
 
 /// Names (with tags) handed to every rank through a core Active Message, by slot.
 #[derive(Clone, Default)]
-struct Board(Arc<Mutex<HashMap<(u64, usize), (EndpointName, u64)>>>);
+struct Board(Arc<Mutex<Names>>);
+
+/// (slot, rank) to that rank's name and tag.
+type Names = HashMap<(u64, usize), (EndpointName, u64)>;
 
 struct Exchange {
     board: Board,
@@ -77,7 +80,13 @@ impl Exchange {
     }
 
     /// Every rank's name and tag for `slot`, by rank.
-    fn all(&self, rt: &Runtime, slot: u64, name: EndpointName, tag: u64) -> Vec<(EndpointName, u64)> {
+    fn all(
+        &self,
+        rt: &Runtime,
+        slot: u64,
+        name: EndpointName,
+        tag: u64,
+    ) -> Vec<(EndpointName, u64)> {
         for r in 0..rt.size() {
             rt.request_medium(r, self.h, &[slot, tag], &name.to_bytes())
                 .unwrap_or_else(|e| fail(format!("sending a name: {e}")));
@@ -131,7 +140,9 @@ fn pingpong(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let faults = Faults::default();
     let served = Arc::new(AtomicU64::new(0));
     let replies: Vec<Arc<AtomicU64>> = (0..EPS).map(|_| Arc::new(AtomicU64::new(0))).collect();
-    let tags: Vec<u64> = (0..EPS).map(|i| 0x1000 * (me as u64 + 1) + i as u64).collect();
+    let tags: Vec<u64> = (0..EPS)
+        .map(|i| 0x1000 * (me as u64 + 1) + i as u64)
+        .collect();
     let ends: Vec<Endpoint<'_>> = tags.iter().map(|&t| eps.open(t)).collect();
     for (i, ep) in ends.iter().enumerate() {
         let (f, s) = (faults.clone(), served.clone());
@@ -141,7 +152,10 @@ fn pingpong(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
                 let len = SIZES[round as usize % SIZES.len()];
                 let want = content(m.src_rank(), i, round, len);
                 if m.arg(0) != i as u64 || m.payload() != want {
-                    f.note(format!("endpoint {i}: request {round} from {} wrong", m.src_rank()));
+                    f.note(format!(
+                        "endpoint {i}: request {round} from {} wrong",
+                        m.src_rank()
+                    ));
                 }
                 // The reply's payload is the request's, reversed.
                 let back: Vec<u8> = m.payload().iter().rev().copied().collect();
@@ -160,9 +174,10 @@ fn pingpong(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
                 let mut want = content(me, i, round, len);
                 want.reverse();
                 let expect = got.load(Ordering::Relaxed);
-                if m.args() != [i as u64, round, !round] || m.payload() != want || round != expect
-                {
-                    f.note(format!("endpoint {i}: reply {round} (expected {expect}) wrong"));
+                if m.args() != [i as u64, round, !round] || m.payload() != want || round != expect {
+                    f.note(format!(
+                        "endpoint {i}: reply {round} (expected {expect}) wrong"
+                    ));
                 }
                 got.store(round + 1, Ordering::Release);
             }),
@@ -173,7 +188,10 @@ fn pingpong(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     }
     // Endpoint 0 through files, the others through an Active Message.
     let names0 = via_files(rt, ends[0].name());
-    let mut dest = vec![ok(ends[0].map_any(names0[right], 0x1000 * (right as u64 + 1)), "map")];
+    let mut dest = vec![ok(
+        ends[0].map_any(names0[right], 0x1000 * (right as u64 + 1)),
+        "map",
+    )];
     for (i, ep) in ends.iter().enumerate().skip(1) {
         let all = x.all(rt, 100 + i as u64, ep.name(), ep.tag());
         let (name, tag) = all[right];
@@ -312,11 +330,20 @@ fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
 
     // A wrong tag, then the right one.
     let bad = ok(ep.map_any(rname, rtag + 1), "map");
-    ok(ep.request(bad, 3, &[me as u64, BAD, 2, 3], b"bad tag"), "request");
+    ok(
+        ep.request(bad, 3, &[me as u64, BAD, 2, 3], b"bad tag"),
+        "request",
+    );
     expect_back(
         &ep,
         &log,
-        &[back(Reason::BadTag, 3, &[me as u64, BAD, 2, 3], b"bad tag", Some(bad))],
+        &[back(
+            Reason::BadTag,
+            3,
+            &[me as u64, BAD, 2, 3],
+            b"bad tag",
+            Some(bad),
+        )],
         "wrong tag",
     );
     let good = ok(ep.map_any(rname, rtag), "map");
@@ -400,7 +427,10 @@ fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let fname = x.all(rt, 3, full.name(), 6)[right].0;
     let fi = ok(ep.map_any(fname, 6), "map");
     for i in 0..10u64 {
-        ok(ep.request(fi, 3, &[i, me as u64], &i.to_le_bytes()), "request");
+        ok(
+            ep.request(fi, 3, &[i, me as u64], &i.to_le_bytes()),
+            "request",
+        );
     }
     let want: Vec<Back> = (4..10u64)
         .map(|i| back(Reason::Full, 3, &[i, me as u64], &i.to_le_bytes(), Some(fi)))
@@ -418,7 +448,15 @@ fn returned(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
         fail("a closed endpoint's handler ran".into());
     }
     let want: Vec<Back> = (0..4u64)
-        .map(|i| back(Reason::Closed, 3, &[i, me as u64], &i.to_le_bytes(), Some(fi)))
+        .map(|i| {
+            back(
+                Reason::Closed,
+                3,
+                &[i, me as u64],
+                &i.to_le_bytes(),
+                Some(fi),
+            )
+        })
         .collect();
     expect_back(&ep, &log, &want, "closed with messages queued");
     rt.barrier();
@@ -464,11 +502,11 @@ fn errors(rt: &Runtime, eps: &Endpoints<'_>) {
         },
     );
     let me = ep.name();
-    let expect = |r: volley_endpoint::Result<()>, what: &str, ok: fn(&EndpointError) -> bool| match r
-    {
-        Err(e) if ok(&e) => {}
-        other => fail(format!("{what}: {other:?}")),
-    };
+    let expect =
+        |r: volley_endpoint::Result<()>, what: &str, ok: fn(&EndpointError) -> bool| match r {
+            Err(e) if ok(&e) => {}
+            other => fail(format!("{what}: {other:?}")),
+        };
     expect(ep.request(1, 1, &[], &[]), "unmapped", |e| {
         matches!(e, EndpointError::Unmapped(1))
     });
@@ -561,7 +599,8 @@ fn local(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let target = all[0].1 as usize;
     let li = ok(ep.map_any(all[mate].0, 9), "map");
     let fi = ok(ep.map_any(all[far].0, 9), "map");
-    if ok(ep.route(li), "route") != Route::SharedMemory || ok(ep.route(fi), "route") != Route::Network
+    if ok(ep.route(li), "route") != Route::SharedMemory
+        || ok(ep.route(fi), "route") != Route::Network
     {
         fail("routes".into());
     }
@@ -585,7 +624,9 @@ fn local(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
         round_trips(&ep, fi, &got, n);
         let after2 = rt.stats().network;
         if after2.sent < after.sent + n || after2.handled < after.handled + n {
-            fail(format!("network round trips not counted: {after:?} -> {after2:?}"));
+            fail(format!(
+                "network round trips not counted: {after:?} -> {after2:?}"
+            ));
         }
     } else if me == target {
         ep.wait_until(|| served.load(Ordering::Acquire) == 2 * n);
@@ -634,7 +675,10 @@ fn library<'a>(
         ok(
             ep.set_reply_handler(2, move |m| {
                 if m.arg(1) != op(m.arg(0)) {
-                    f.note(format!("library {slot}: reply {:?} is another library's", m.args()));
+                    f.note(format!(
+                        "library {slot}: reply {:?} is another library's",
+                        m.args()
+                    ));
                 }
                 g.fetch_add(1, Ordering::Relaxed);
             }),
@@ -680,13 +724,16 @@ fn libraries(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let want = per * 2;
     rt.wait_until(|| {
         poll_all();
-        libs.iter()
-            .all(|l| l.got.load(Ordering::Relaxed) == want && l.served.load(Ordering::Relaxed) == want)
+        libs.iter().all(|l| {
+            l.got.load(Ordering::Relaxed) == want && l.served.load(Ordering::Relaxed) == want
+        })
     });
     faults.check("libraries");
     rt.barrier();
     if rt.rank() == 0 {
-        println!("endpoint libraries: ok (3 libraries x 2 endpoints, handler indices 1 and 2 each)");
+        println!(
+            "endpoint libraries: ok (3 libraries x 2 endpoints, handler indices 1 and 2 each)"
+        );
     }
 }
 
@@ -695,9 +742,7 @@ fn main() {
     let mut b = Runtime::builder();
     let x = Exchange::register(&mut b);
     let setup = Endpoints::register(&mut b);
-    let rt = b
-        .build()
-        .unwrap_or_else(|e| fail(format!("starting: {e}")));
+    let rt = b.build().unwrap_or_else(|e| fail(format!("starting: {e}")));
     let eps = setup.attach(&rt);
     for s in &sections {
         match s.as_str() {
