@@ -608,15 +608,21 @@ fn local(rt: &Runtime, eps: &Endpoints<'_>, x: &Exchange) {
     let n = 200;
     rt.barrier();
     let before = rt.stats().network;
+    let off_network = |when: &str| {
+        let now = rt.stats().network;
+        if now.sent != before.sent || now.handled != before.handled {
+            fail(format!(
+                "round trips with a node mate touched the network ({when}): sent {} -> {}, \
+                 handled {} -> {}",
+                before.sent, now.sent, before.handled, now.handled
+            ));
+        }
+        now
+    };
     round_trips(&ep, li, &got, n);
+    off_network("our requests done");
     ep.wait_until(|| served.load(Ordering::Acquire) == n);
-    let after = rt.stats().network;
-    if after.sent != before.sent || after.handled != before.handled {
-        fail(format!(
-            "round trips with a node mate touched the network: sent {} -> {}, handled {} -> {}",
-            before.sent, after.sent, before.handled, after.handled
-        ));
-    }
+    let after = off_network("the mate's requests served too");
     // Phase 2: rank 0 pings a rank of another node: the counters move.
     rt.barrier();
     got.store(0, Ordering::Release);
