@@ -605,7 +605,9 @@ impl Suite<'_, '_> {
         let g = self.g;
         let (me, p) = (self.me, self.p);
         let val = |r: usize, i: usize, salt: u64| mix(salt ^ (r as u64) << 32 ^ i as u64);
-        for (round, n) in [1usize, 3, 17, 1000, 5000].into_iter().enumerate() {
+        // From 5000 elements the all-reduces under `hw` go through mapped memory; 70000 grows
+        // its scratch.
+        for (round, n) in [1usize, 3, 17, 1000, 5000, 70_000].into_iter().enumerate() {
             let salt = round as u64 * 0x1000;
             let root = (round * 3 + 1) % p;
             // broadcast

@@ -44,7 +44,8 @@ pub struct CollRun {
 /// The whole benchmark's results.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CollReport {
-    /// The strategy volley ran (collectives run on Active Messages under every strategy).
+    /// The strategy volley ran (collectives run on Active Messages under every strategy, but
+    /// for all-reduces of 16 KiB or more under `hw`, on mapped memory).
     pub strategy: String,
     /// One entry per rank count.
     pub runs: Vec<CollRun>,

@@ -18,6 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 
 mod mailbox;
+mod mapped;
 mod parcels;
 mod what;
 
@@ -99,6 +100,8 @@ impl Global<'_> {
         }
         if std::mem::size_of_val(data) <= SMALL_REDUCE || data.len() < self.procs {
             self.recursive_doubling(epoch, what, data, &f)
+        } else if self.mapped_all_reduce(data, &f)? {
+            Ok(())
         } else {
             self.reduce_scatter_gather(epoch, what, data, &f)
         }
@@ -221,11 +224,7 @@ impl Global<'_> {
     ) -> Result<()> {
         let (me, p) = (self.me, self.procs);
         let len = data.len();
-        let chunk = |j: usize| {
-            let (base, extra) = (len / p, len % p);
-            let start = j * base + j.min(extra);
-            start..start + base + usize::from(j < extra)
-        };
+        let chunk = |j: usize| reduce_chunk(len, p, j);
         for k in 1..p {
             let j = (me + k) % p;
             self.send_parcel(j, epoch, 0, what, bytemuck::cast_slice(&data[chunk(j)]))?;
@@ -539,4 +538,12 @@ impl Global<'_> {
         }
         err.map_or(Ok(()), Err)
     }
+}
+
+/// The elements of a `len`-element all-reduce that rank `j` of `p` reduces: `len / p` each,
+/// the first `len % p` ranks one more.
+fn reduce_chunk(len: usize, p: usize, j: usize) -> std::ops::Range<usize> {
+    let (base, extra) = (len / p, len % p);
+    let start = j * base + j.min(extra);
+    start..start + base + usize::from(j < extra)
 }
