@@ -65,8 +65,9 @@ pub struct Global<'rt> {
     arrays: RefCell<Vec<(usize, usize, volley::rma::SegmentRef)>>,
     /// Bytes per message of a bulk transfer.
     pub(crate) chunk: Cell<usize>,
-    /// The symmetric scratch of large all-reduces on mapped memory (`hw`, one node).
-    pub(crate) reduce_scratch: RefCell<Option<SymmetricSegment>>,
+    /// The symmetric scratch of large all-reduces and all-to-alls on mapped memory (`hw`,
+    /// one node).
+    pub(crate) mapped_scratch: RefCell<Option<SymmetricSegment>>,
     hang_warn: Duration,
 }
 
@@ -149,7 +150,7 @@ impl GlobalSetup {
             fast_calls: [Cell::new(0), Cell::new(0)],
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
-            reduce_scratch: RefCell::new(None),
+            mapped_scratch: RefCell::new(None),
             hang_warn,
         })
     }

@@ -45,7 +45,7 @@ pub struct CollRun {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CollReport {
     /// The strategy volley ran (collectives run on Active Messages under every strategy, but
-    /// for all-reduces of 16 KiB or more under `hw`, on mapped memory).
+    /// for all-reduces and all-to-alls of 16 KiB or more under `hw`, on mapped memory).
     pub strategy: String,
     /// One entry per rank count.
     pub runs: Vec<CollRun>,

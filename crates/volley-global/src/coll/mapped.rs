@@ -1,7 +1,8 @@
-//! Large all-reduces on mapped memory: under `hw` with every rank on this node, each rank
-//! puts its data in a symmetric scratch segment, reduces its chunk reading every rank's
-//! scratch directly, leaves the result there, and reads the other chunks back. One copy in,
-//! one read of every input chunk and one read of every result chunk, with no message per
+//! Large all-reduces and all-to-alls on mapped memory: under `hw` with every rank on this
+//! node, each rank puts its data in a symmetric scratch segment and the others read what they
+//! need straight from it. An all-reduce reduces each rank's chunk reading every rank's
+//! scratch, leaves the result there, and reads the other chunks back; an all-to-all reads its
+//! block from every rank's scratch. One copy in and one read per byte, with no message per
 //! byte: the medium messages of the AM path cost a copy into a mailbox and one out.
 
 use super::reduce_chunk;
@@ -11,8 +12,8 @@ use crate::strategy::Strategy;
 use bytemuck::Pod;
 use volley::rma::{Perms, SymmetricSegment};
 
-/// All-reduces from this many bytes go through mapped memory when they can.
-const MAPPED_REDUCE: usize = 16 << 10;
+/// All-reduces and all-to-alls from this many bytes go through mapped memory when they can.
+const MAPPED_BYTES: usize = 16 << 10;
 
 impl Global<'_> {
     /// The all-reduce of `data` through mapped memory, combining chunk by chunk in rank order
@@ -24,7 +25,7 @@ impl Global<'_> {
         data: &mut [T],
         f: &impl Fn(T, T) -> T,
     ) -> Result<bool> {
-        let Some(scratch) = self.reduce_scratch(std::mem::size_of_val(data))? else {
+        let Some(scratch) = self.mapped_scratch(std::mem::size_of_val(data))? else {
             return Ok(false);
         };
         let (me, p, len, size) = (self.me, self.procs, data.len(), std::mem::size_of::<T>());
@@ -72,19 +73,42 @@ impl Global<'_> {
         Ok(true)
     }
 
-    /// The scratch for an all-reduce of `bytes`, allocated (collectively) or grown on first
-    /// need; `None` where the mapped all-reduce does not apply.
-    fn reduce_scratch(&self, bytes: usize) -> Result<Option<SymmetricSegment>> {
+    /// The all-to-all of `send` into `recv` (checked by the caller: `PROCS` blocks each)
+    /// through mapped memory; `Ok(false)`, having done nothing, where it does not apply.
+    pub(super) fn mapped_all_to_all<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<bool> {
+        let Some(scratch) = self.mapped_scratch(std::mem::size_of_val(send))? else {
+            return Ok(false);
+        };
+        let (me, p, size) = (self.me, self.procs, std::mem::size_of::<T>());
+        let n = send.len() / p;
+        self.rma
+            .put(scratch.on(me), 0, bytemuck::cast_slice(send))?;
+        // Every rank's blocks are in its scratch.
+        self.barrier()?;
+        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        for k in 1..p {
+            let src = (me + k) % p;
+            let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
+            self.rma.get(scratch.on(src), me * n * size, into)?;
+        }
+        // No rank writes its scratch again before every rank has read its block.
+        self.barrier()?;
+        Ok(true)
+    }
+
+    /// The scratch for a collective of `bytes`, allocated (collectively) or grown on first
+    /// need; `None` where the mapped path does not apply.
+    fn mapped_scratch(&self, bytes: usize) -> Result<Option<SymmetricSegment>> {
         let local = (0..self.procs).all(|r| self.rt.is_local(r));
-        if self.strategy != Strategy::Hw || bytes < MAPPED_REDUCE || !local {
+        if self.strategy != Strategy::Hw || bytes < MAPPED_BYTES || !local {
             return Ok(None);
         }
-        let held = *self.reduce_scratch.borrow();
+        let held = *self.mapped_scratch.borrow();
         if let Some(seg) = held {
             if seg.len() >= bytes {
                 return Ok(Some(seg));
             }
-            *self.reduce_scratch.borrow_mut() = None;
+            *self.mapped_scratch.borrow_mut() = None;
             self.rma.free_symmetric(seg);
         }
         // Every rank asks for the same length and learns the same outcome.
@@ -93,7 +117,7 @@ impl Global<'_> {
             .alloc_symmetric(bytes.next_power_of_two(), Perms::READ | Perms::WRITE)
         {
             Ok(seg) => {
-                *self.reduce_scratch.borrow_mut() = Some(seg);
+                *self.mapped_scratch.borrow_mut() = Some(seg);
                 Ok(Some(seg))
             }
             Err(_) => Ok(None),
