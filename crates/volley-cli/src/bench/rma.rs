@@ -4,9 +4,9 @@
 //!
 //! Latency and bandwidth are swept from 8 B to 16 MiB by powers of two, as OSU's one-sided
 //! benchmarks do: latency is the time of one blocking put or get (OSU's `osu_put_latency`
-//! times a put and its flush); bandwidth is a window of up to 64 operations in flight
-//! completed together (`put_nbi` then `sync`; gets in one implicit scope), as `osu_put_bw`
-//! and `osu_get_bw` do.
+//! times a put and its flush); bandwidth is a window of up to 64 operations in flight (and
+//! at most 4 MiB) completed together (`put_nbi` then `sync`; gets in one implicit scope), as
+//! `osu_put_bw` and `osu_get_bw` do.
 
 use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
 use super::sweep::Curves;
@@ -20,9 +20,11 @@ use volley::rma::{Perms, Rma, RmaPath};
 use volley::Runtime;
 
 /// Operations in flight in a bandwidth window (OSU's default), fewer for large sizes so
-/// that a window's buffers stay within this many bytes.
+/// that a window's get buffers stay within this many bytes. OSU reuses one buffer for the
+/// whole window; volley's gets in flight each need their own, and a window far larger than
+/// the caches would measure the memory's write bandwidth instead of the transfer.
 const WINDOW: usize = 64;
-const WINDOW_BYTES: usize = 64 << 20;
+const WINDOW_BYTES: usize = 4 << 20;
 /// Where the atomic word lives, clear of the data area.
 const WORD: usize = 16 << 20;
 
