@@ -29,8 +29,9 @@ fn panic_text(p: Box<dyn Any + Send>) -> String {
 }
 
 /// A handler that allocates, one that allocates inside `allow_alloc`, one that only replies,
-/// and a reply handler that allocates; returns what each poll that ran one of them did.
-fn run_allocating_handlers() -> [Result<usize, String>; 4] {
+/// a reply handler that allocates, and a layer's handler (named `volley.…`) that allocates;
+/// returns what each poll that ran one of them did.
+fn run_allocating_handlers() -> [Result<usize, String>; 5] {
     let replies = Arc::new(AtomicU64::new(0));
     let mut b = Runtime::builder();
     let r = replies.clone();
@@ -52,6 +53,9 @@ fn run_allocating_handlers() -> [Result<usize, String>; 4] {
     let asks_hoarding_reply = b.request_handler("asks_hoarding_reply", move |_, tok| {
         tok.reply_short(hoarding_reply, &[1]).unwrap();
     });
+    let layers = b.request_handler("volley.test.layer_queue", |m, _| {
+        black_box(vec![m.arg(0); 4]);
+    });
     let rt = b.build().unwrap();
     let outcome = |h| {
         rt.request_short(0, h, &[7]).unwrap();
@@ -63,6 +67,7 @@ fn run_allocating_handlers() -> [Result<usize, String>; 4] {
         outcome(allowed),
         outcome(replier),
         outcome(asks_hoarding_reply),
+        outcome(layers),
     ];
     // The rank goes on after the panics: a clean round trip.
     rt.request_short(0, replier, &[8]).unwrap();
@@ -73,7 +78,11 @@ fn run_allocating_handlers() -> [Result<usize, String>; 4] {
 #[cfg(debug_assertions)]
 #[test]
 fn a_handler_that_allocates_panics_by_name_in_a_debug_build() {
-    let [hoarder, allowed, replier, hoarding_reply] = run_allocating_handlers();
+    let [hoarder, allowed, replier, hoarding_reply, layers] = run_allocating_handlers();
+    assert!(
+        layers.is_ok(),
+        "a layer's handler is not checked: {layers:?}"
+    );
     let e = hoarder.unwrap_err();
     assert!(
         e.contains("request handler \"hoarder\" allocated 1 times"),
