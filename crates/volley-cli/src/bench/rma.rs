@@ -9,7 +9,7 @@
 //! `osu_put_bw` and `osu_get_bw` do.
 
 use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
-use super::sweep::Curves;
+use super::sweep::{memcpy_mb_per_s, sweep_iters, Curves};
 use super::{median_curve, median_present, CurvePoint, Medians, Reps, Transport};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -192,10 +192,6 @@ pub fn run(out: &std::path::Path, path: RmaPath, scale: f64, reps: usize) -> Res
         .map_err(|e| e.to_string())?;
     let target = seg.on(1);
     let iters = |n: u64| ((n as f64 * scale) as u64).max(5);
-    // Operations per size: many for small sizes, a bounded number of bytes for large ones.
-    let sweep_iters = |scale: f64, size: usize, cap: u64, bytes: u64| {
-        (((cap as f64).min(bytes as f64 / size as f64) * scale) as u64).max(3)
-    };
     let mut runs = Vec::new();
     for rep in 0..reps {
         rt.barrier();
@@ -316,20 +312,9 @@ fn memcpy_curve(reps: usize, scale: f64) -> Vec<BandwidthPoint> {
     SIZES
         .map(|p| {
             let size = 1usize << p;
-            let src = vec![5u8; size];
-            let mut dst = vec![0u8; size];
-            let n = ((((256usize << 20) / size).min(100_000) as f64 * scale) as usize).max(3);
-            let mut samples: Vec<f64> = (0..reps.max(3))
-                .map(|_| {
-                    dst.copy_from_slice(std::hint::black_box(&src));
-                    let t0 = Instant::now();
-                    for _ in 0..n {
-                        dst.copy_from_slice(std::hint::black_box(&src));
-                        std::hint::black_box(&mut dst);
-                    }
-                    (n * size) as f64 / t0.elapsed().as_nanos() as f64 * 1e3
-                })
-                .collect();
+            let n = sweep_iters(scale, size, 100_000, 256 << 20);
+            let mut samples: Vec<f64> =
+                (0..reps.max(3)).map(|_| memcpy_mb_per_s(size, n)).collect();
             BandwidthPoint {
                 size,
                 mb_per_s: super::median(&mut samples),

@@ -6,6 +6,32 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Instant;
+
+/// Operations a sweep makes at `size` before `--scale`: `cap` for small sizes, `bytes` of
+/// payload for large ones.
+pub fn per_size(size: usize, cap: u64, bytes: u64) -> f64 {
+    (cap as f64).min(bytes as f64 / size as f64)
+}
+
+/// [`per_size`] scaled by `scale`, never fewer than 3.
+pub fn sweep_iters(scale: f64, size: usize, cap: u64, bytes: u64) -> u64 {
+    ((per_size(size, cap, bytes) * scale) as u64).max(3)
+}
+
+/// Copies `size` bytes between two buffers `n` times after a warm-up: MB/s (the bulk floor
+/// of a sweep).
+pub fn memcpy_mb_per_s(size: usize, n: u64) -> f64 {
+    let src = vec![5u8; size];
+    let mut dst = vec![0u8; size];
+    dst.copy_from_slice(std::hint::black_box(&src));
+    let t0 = Instant::now();
+    for _ in 0..n {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+    }
+    (n as usize * size) as f64 / t0.elapsed().as_nanos() as f64 * 1e3
+}
 
 /// One operation's sweeps as named curves, in the layout `volley report` and `--plot` read
 /// (µs and MB/s, like OSU's): a report's `configs`.

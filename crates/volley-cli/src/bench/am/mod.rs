@@ -14,6 +14,7 @@
 //! The driver ([`bench`]) merges the repetitions into an [`AmReport`] beside the floor.
 
 use super::floor::{self, SharedLines};
+use super::sweep::per_size;
 use super::{median, median_curve, median_opt, median_present, CurvePoint, Medians, Reps};
 use super::{Transport, NETWORK_SCALE};
 use serde::{Deserialize, Serialize};
@@ -274,7 +275,7 @@ impl Bench {
             let mut medium = Vec::new();
             for size in medium_sizes() {
                 let buf = vec![7u8; size];
-                let n = self.iters(sweep_iters(size, 50_000, 256 << 20));
+                let n = self.iters(per_size(size, 50_000, 256 << 20) as u64);
                 let ns = self.rtt(n, || {
                     self.rt
                         .request_medium(1, self.ping_medium, &[], &buf)
@@ -288,7 +289,7 @@ impl Bench {
             let mut long = Vec::new();
             for size in super::loggp::SIZES.map(|p| 1usize << p) {
                 let buf = vec![9u8; size];
-                let n = self.iters(sweep_iters(size, 20_000, 512 << 20));
+                let n = self.iters(per_size(size, 20_000, 512 << 20) as u64);
                 let ns = self.rtt(n, || {
                     self.rt
                         .request_long(1, self.ping_long, &[], &buf, 0)
@@ -534,12 +535,6 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         runs: runs.reps,
     })
-}
-
-/// Round trips per size before `--scale`: `cap` for small sizes, `bytes` of payload for
-/// large ones.
-fn sweep_iters(size: usize, cap: u64, bytes: u64) -> u64 {
-    cap.min(bytes / size.max(1) as u64)
 }
 
 /// A round trip curve as one-way latency (half the echo's round trip, OSU's figure) in µs,

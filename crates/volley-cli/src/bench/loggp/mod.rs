@@ -27,6 +27,7 @@
 //! of its own (every transport), and over a network the raw socket round trip and stream.
 
 use super::floor;
+use super::sweep::{memcpy_mb_per_s, sweep_iters};
 use super::{median, median_curve, median_opt, median_present, CurvePoint, Medians, Reps};
 use super::{Transport, NETWORK_SCALE};
 use serde::{Deserialize, Serialize};
@@ -84,13 +85,6 @@ impl DelayLoop {
     pub fn iters_for(&self, ns: f64) -> u64 {
         (ns / self.ns_per_iter).ceil().max(1.0) as u64
     }
-}
-
-/// Round trips (or stream messages) per size: many for small sizes, a bounded number of bytes
-/// for large ones, never fewer than 3.
-fn sweep_iters(scale: f64, size: usize, cap: u64, bytes: u64) -> u64 {
-    let n = (cap as f64).min(bytes as f64 / size as f64) * scale;
-    (n as u64).max(3)
 }
 
 struct Rank {
@@ -400,19 +394,6 @@ impl Rank {
             .wait_until(|| self.reported.load(Ordering::Relaxed) != u64::MAX);
         f64::from_bits(self.reported.swap(u64::MAX, Ordering::Relaxed))
     }
-}
-
-/// Copies `size` bytes between two buffers `n` times after a warm-up: MB/s.
-fn memcpy_mb_per_s(size: usize, n: u64) -> f64 {
-    let src = vec![5u8; size];
-    let mut dst = vec![0u8; size];
-    dst.copy_from_slice(std::hint::black_box(&src));
-    let t0 = Instant::now();
-    for _ in 0..n {
-        dst.copy_from_slice(std::hint::black_box(&src));
-        std::hint::black_box(&mut dst);
-    }
-    (n as usize * size) as f64 / t0.elapsed().as_nanos() as f64 * 1e3
 }
 
 /// Runs one rank; rank 0 writes every repetition's figures to `out`.
