@@ -13,12 +13,14 @@ impl<'rt> Rma<'rt> {
                     len,
                     area: self.shared.local().segment_len,
                 })?;
+        self.shared.reset_work(id);
         self.own_table().publish(id, key, area_offset, len, perms);
         self.owned.borrow_mut().push(OwnedSegment {
             id,
             key,
             area_offset,
             len,
+            alias_of: None,
         });
         Ok((id, area_offset))
     }
@@ -105,9 +107,23 @@ impl<'rt> Rma<'rt> {
         let Some(i) = owned.iter().position(|o| o.id == id && o.key == key) else {
             return false;
         };
-        owned.swap_remove(i);
+        let o = owned.swap_remove(i);
         self.own_table().retire(id);
-        self.alloc.borrow_mut().free(id)
+        if o.alias_of.is_some() {
+            self.alloc.borrow_mut().free_id(id);
+            return true;
+        }
+        // Agents' windows on this segment go with it: they alias its space.
+        let mut alloc = self.alloc.borrow_mut();
+        owned.retain(|a| {
+            let keep = a.alias_of != Some((id, key));
+            if !keep {
+                self.own_table().retire(a.id);
+                alloc.free_id(a.id);
+            }
+            keep
+        });
+        alloc.free(id)
     }
 
     /// Frees a segment of this rank; later accesses to it are refused. `false` if it was not

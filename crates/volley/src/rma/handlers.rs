@@ -87,6 +87,14 @@ impl std::fmt::Display for SymmetricOffer {
     }
 }
 
+/// The AM path's work at this rank on one segment-table entry (see [`super::TargetWork`]).
+#[derive(Debug, Default)]
+struct WorkCell {
+    frames: AtomicU64,
+    bytes: AtomicU64,
+    largest: AtomicU64,
+}
+
 /// State shared between the `Rma` handle and its handlers.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -97,6 +105,8 @@ pub(crate) struct Shared {
     offers: Mutex<Vec<(u64, usize, SymmetricOffer)>>,
     /// Signal programs, the scheduler and this rank's signal structures.
     pub(crate) signals: super::signal::dispatch::Registry,
+    /// Target-side work per segment-table entry.
+    work: Box<[WorkCell]>,
 }
 
 /// The handler ids of the one-sided layer.
@@ -121,6 +131,35 @@ impl Shared {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             offers: Mutex::new(Vec::new()),
             signals: Default::default(),
+            work: (0..super::MAX_SEGMENTS)
+                .map(|_| WorkCell::default())
+                .collect(),
+        }
+    }
+
+    /// Counts one frame of `bytes` handled at this rank for entry `id` (an id out of range
+    /// names no entry and is refused by the check that follows).
+    pub(crate) fn count_work(&self, id: u64, bytes: usize) {
+        if let Some(w) = self.work.get(id as usize) {
+            w.frames.fetch_add(1, Ordering::Relaxed);
+            w.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+            w.largest.fetch_max(bytes as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// The work counted for entry `id`: frames, bytes, largest frame.
+    pub(crate) fn work(&self, id: u16) -> [u64; 3] {
+        self.work.get(id as usize).map_or([0; 3], |w| {
+            [&w.frames, &w.bytes, &w.largest].map(|a| a.load(Ordering::Relaxed))
+        })
+    }
+
+    /// Zeroes entry `id`'s work (when the id is given to a new segment or window).
+    pub(crate) fn reset_work(&self, id: u16) {
+        if let Some(w) = self.work.get(id as usize) {
+            for a in [&w.frames, &w.bytes, &w.largest] {
+                a.store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -375,6 +414,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
         let (get_off, get_len) = (m.arg(6), m.arg(7));
         let n = n.min(crate::transport::shm::MEDIUM_MAX as u64);
+        s.count_work(id, n as usize);
         let args = |status, seg_len| [slot, status, start, get_off, get_len, seg_len];
         let first = start == 0;
         let within = off.wrapping_sub(get_off) == start
@@ -408,6 +448,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
             m.arg(5),
             m.arg(6),
         );
+        s.count_work(id, 8);
         let result = s.check(id, key, off, 8, Perms::ATOMIC).and_then(|p| {
             let op = AtomicOp::from_code(op).ok_or((Refusal::NoAtomics.code(), 0))?;
             if (p as usize) % 8 != 0 {

@@ -183,6 +183,7 @@ impl Frag {
         payload: &[u8],
         also: impl FnOnce(bool) -> Result<T, Fail>,
     ) -> Result<(*mut u8, T), Fail> {
+        s.count_work(self.id, payload.len());
         let count = self.start == 0;
         let base = check(
             s,

@@ -45,6 +45,7 @@
 //! # let _ = old;
 //! ```
 
+pub mod agent;
 mod allocate;
 mod atomic;
 mod completion;
@@ -56,12 +57,15 @@ mod own;
 pub mod segment;
 pub(crate) mod segment_table;
 pub mod signal;
+mod work;
 
+pub use agent::{Agent, AgentRef, Window};
 pub use atomic::AtomicOp;
 pub use completion::{Event, ImplicitScope};
 pub use error::{Error, Result};
 pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
+pub use work::TargetWork;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 pub use signal::{
     Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalOptions,
@@ -147,6 +151,8 @@ struct OwnedSegment {
     key: u64,
     area_offset: usize,
     len: usize,
+    /// For an agent's window: the segment (id, key) it aliases, retired with it.
+    alias_of: Option<(u16, u64)>,
 }
 
 impl RmaSetup {

@@ -124,6 +124,20 @@ impl AreaAllocator {
         Some((id as u16, off))
     }
 
+    /// Reserves an id without space (an agent's window aliases its segment's space).
+    pub(crate) fn alloc_id(&mut self) -> Option<u16> {
+        let id = self.ids.iter().position(|used| !used)?;
+        self.ids[id] = true;
+        Some(id as u16)
+    }
+
+    /// Returns an id reserved by [`AreaAllocator::alloc_id`].
+    pub(crate) fn free_id(&mut self, id: u16) {
+        if let Some(used) = self.ids.get_mut(id as usize) {
+            *used = false;
+        }
+    }
+
     /// Returns segment `id`'s space.
     pub(crate) fn free(&mut self, id: u16) -> bool {
         let Some(i) = self.live.iter().position(|&(x, _, _)| x == id) else {

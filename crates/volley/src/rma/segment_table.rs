@@ -104,6 +104,12 @@ impl Table {
         }
     }
 
+    /// The permissions of live entry `id`.
+    pub(crate) fn perms(&self, id: u16) -> Option<Perms> {
+        let state = self.entries.get(id as usize)?.state.load(Ordering::Acquire);
+        (state & 1 == 1).then(|| Perms::from_bits(state >> 1))
+    }
+
     /// Retires entry `id` (owner only).
     pub(crate) fn retire(&self, id: u16) {
         self.entries[id as usize].state.store(0, Ordering::Release);
