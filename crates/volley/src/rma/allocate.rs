@@ -126,6 +126,41 @@ impl<'rt> Rma<'rt> {
         alloc.free(id)
     }
 
+    /// Seals a live segment (or window) of this rank: later remote accesses are refused
+    /// ([`Refusal::NoSuchSegment`]) while its memory stays this rank's, readable with
+    /// [`Rma::read_local`] until [`Rma::free`]. When it returns, no handler of this rank is
+    /// still applying an access that was admitted before (handlers run with the engine, which
+    /// this takes); accesses on the direct path are the initiators' own and are not waited
+    /// for (see [`Rma::through_handlers`]). `false` if it was not live.
+    pub fn seal(&self, seg: SegmentRef) -> bool {
+        let _e = self.rt.enter_local();
+        let live = seg.rank == self.rt.rank()
+            && self
+                .owned
+                .borrow()
+                .iter()
+                .any(|o| o.id == seg.id && o.key == seg.key);
+        if live {
+            self.own_table().retire(seg.id);
+        }
+        live
+    }
+
+    /// Changes the permissions of a live segment (or window) of this rank; accesses checked
+    /// after it returns see the new ones. `false` if it was not live.
+    pub fn set_perms(&self, seg: SegmentRef, perms: Perms) -> bool {
+        let owned = self.owned.borrow();
+        let Some(o) = owned
+            .iter()
+            .find(|o| seg.rank == self.rt.rank() && o.id == seg.id && o.key == seg.key)
+        else {
+            return false;
+        };
+        self.own_table()
+            .publish(o.id, o.key, o.area_offset, o.len, perms);
+        true
+    }
+
     /// Frees a segment of this rank; later accesses to it are refused. `false` if it was not
     /// live (already freed).
     pub fn free(&self, seg: LocalSegment) -> bool {

@@ -65,12 +65,12 @@ pub use completion::{Event, ImplicitScope};
 pub use error::{Error, Result};
 pub use memops::{FifoRef, FifoStatus};
 pub use own::OwnSegments;
-pub use work::TargetWork;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 pub use signal::{
     Condition, Invocation, Signal, SignalConfig, SignalCounts, SignalHandler, SignalOptions,
     SignalRef, SignalReport, SignalStatus, StatusReply, Storage, TakenSignal, EMB_COLOURS,
 };
+pub use work::TargetWork;
 
 use crate::am::Entered;
 use crate::am::{Runtime, RuntimeBuilder};
@@ -139,6 +139,9 @@ pub struct Rma<'rt> {
     alloc: RefCell<AreaAllocator>,
     free_slots: RefCell<Vec<u32>>,
     symmetric_seq: Cell<u64>,
+    /// Set by [`Rma::through_handlers`]: operations take the AM path even where the direct
+    /// path could serve them.
+    handlers_only: Cell<bool>,
     /// Segments owned by this rank, for local access and freeing: id, key, area offset and
     /// length. The key tells a live segment from an earlier one whose id it reuses.
     owned: RefCell<Vec<OwnedSegment>>,
@@ -178,6 +181,7 @@ impl RmaSetup {
             alloc: RefCell::new(AreaAllocator::new(mem.segment_len)),
             free_slots: RefCell::new((1..handlers::SLOTS as u32).rev().collect()),
             symmetric_seq: Cell::new(0),
+            handlers_only: Cell::new(false),
             owned: RefCell::new(Vec::new()),
         }
     }
@@ -311,7 +315,19 @@ impl<'rt> Rma<'rt> {
     /// ranks of this node. Ranks on other nodes are always served by handlers at the target,
     /// which use the same atomic instructions, so the two paths mix safely on one segment.
     fn direct(&self, rank: usize) -> bool {
-        self.path == RmaPath::Direct && self.rt.is_local(rank)
+        self.path == RmaPath::Direct && !self.handlers_only.get() && self.rt.is_local(rank)
+    }
+
+    /// Runs `f` with this rank's one-sided operations sent to the target's handlers (the AM
+    /// path, in place within a node) even on the direct path. A layer that must order its
+    /// accesses with something the target does, such as sealing a segment, needs the check
+    /// made by the target: on the direct path the initiator's check and its copy are two
+    /// steps that the target cannot see between.
+    pub fn through_handlers<R>(&self, f: impl FnOnce() -> R) -> R {
+        let before = self.handlers_only.replace(true);
+        let r = f();
+        self.handlers_only.set(before);
+        r
     }
 
     /// Takes the engine for an operation on `rank`'s memory (`rank` checked), and says
