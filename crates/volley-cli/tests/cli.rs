@@ -862,6 +862,40 @@ fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
 }
 
 #[test]
+fn experiment_seed002_agents_measures_beside_its_floors_and_fails_when_corrupted() {
+    let args = [
+        "experiments",
+        "seed002-agents",
+        "--quick",
+        "--reps",
+        "1",
+        "--json",
+        "-",
+    ];
+    let (code, out, err) = run(&args, Duration::from_secs(240));
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    for place in ["shm-direct", "udp"] {
+        for fig in [
+            "put8_segment",
+            "put8_window",
+            "fetch_add_segment_handlers",
+            "fetch_add_task",
+            "migrate_64k",
+        ] {
+            let v = doc["ns"][place][fig].as_f64().unwrap_or(f64::NAN);
+            assert!(v.is_finite() && v > 0.0, "{place} {fig}: {v}");
+        }
+    }
+    let mut corrupt = args.to_vec();
+    corrupt.push("--corrupt");
+    let (code, out, err) = run(&corrupt, Duration::from_secs(240));
+    assert_ne!(code, Some(0), "a corrupted run verified:\n{out}\n{err}");
+    assert!(err.contains("NOT VERIFIED"), "{err}");
+}
+
+#[test]
 fn experiment_seed002_signal_measures_every_mode_and_verifies_them() {
     let (code, out, err) = run(
         &[

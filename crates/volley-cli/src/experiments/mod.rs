@@ -6,6 +6,7 @@
 //! `__experiment-rank NAME OUT ARGS...` command ([`rank_job`]); rank 0 of such a job writes its
 //! result to `OUT`.
 
+mod agents;
 mod am_vs_sendrecv;
 mod contention;
 mod hardware;
@@ -95,6 +96,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     xfer::EXPERIMENT,
     am_vs_sendrecv::EXPERIMENT,
     signal::EXPERIMENT,
+    agents::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
