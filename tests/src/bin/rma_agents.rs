@@ -238,6 +238,9 @@ fn main() {
     rt.finalize();
 }
 
+/// An access that must be refused: what it was, what it returned, whether the reason is right.
+type Expected = (&'static str, volley::rma::Result<()>, fn(&Refusal) -> bool);
+
 /// An actor's accesses through the agent: valid ones, then seven that must be refused.
 fn act(rma: &Rma<'_>, me: usize, agent: &AgentRef, a: SegmentRef, b_pat: &[u8]) {
     let die = |msg: String| -> ! { fail(me, 1, &msg) };
@@ -257,7 +260,7 @@ fn act(rma: &Rma<'_>, me: usize, agent: &AgentRef, a: SegmentRef, b_pat: &[u8]) 
         die("window 2 of a 2-window agent".into());
     }
     let agent_key = agent.to_words()[1];
-    let refusals: [(&str, volley::rma::Result<()>, fn(&Refusal) -> bool); 7] = [
+    let refusals: [Expected; 7] = [
         (
             "wrong agent key",
             rma.put(

@@ -180,6 +180,10 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         let agent = AgentRef::from_words(&w[3..]).ok_or("agent words")?;
         let win = agent.window(0).map_err(|e| err(&e))?;
         let time = |f: &mut dyn FnMut() -> Result<(), String>| -> Result<f64, String> {
+            // A warm-up: the first accesses fill caches and the network's windows.
+            for _ in 0..iters.div_ceil(4) {
+                f()?;
+            }
             let mut v = Vec::with_capacity(reps);
             for _ in 0..reps {
                 let t = Instant::now();
