@@ -14,7 +14,7 @@
 //! Rank 0 then checks its refusal counter (7 per actor), that the actors' writes and adds
 //! landed in the window, and that every byte of A outside the window and all of B are
 //! unchanged. It revokes the agent; every actor's put through it is refused (counted) and
-//! changes nothing.
+//! changes nothing. A window on a segment that is freed closes with it.
 //!
 //! Last, the highest rank puts and gets 1 MiB of a third segment of rank 0, which checks the
 //! target-side work counted for it: on the AM path to another node, fragments of at most the
@@ -167,6 +167,21 @@ fn main() {
         }
         if !rma.agent_revoke(agent) || rma.agent_revoke(agent) {
             die("revoke should succeed once".into());
+        }
+        // Freeing a segment closes the windows on it.
+        let c = rma.alloc(256, Perms::ALL).unwrap();
+        let on_c = rma
+            .agent_create(&[Window {
+                segment: c.handle(),
+                offset: 0,
+                len: 64,
+                perms: Perms::READ,
+            }])
+            .unwrap_or_else(|e| die(format!("agent on C: {e}")));
+        let w = on_c.handle().window(0).unwrap();
+        rma.free(c);
+        if rma.read_local(w, 0, &mut [0u8; 8]).is_ok() || rma.agent_revoke(&on_c) {
+            die("a window outlived its segment".into());
         }
     }
     rt.barrier();

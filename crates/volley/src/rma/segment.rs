@@ -180,4 +180,17 @@ mod tests {
             "space coalesced back into one range"
         );
     }
+
+    #[test]
+    fn ids_without_space_are_reserved_and_returned() {
+        let mut a = AreaAllocator::new(1024);
+        let (i0, _) = a.alloc(64).unwrap();
+        let alias = a.alloc_id().unwrap();
+        assert_ne!(alias, i0);
+        let (i1, o1) = a.alloc(64).unwrap();
+        assert!(i1 != alias && o1 == 64, "an id alone takes no space");
+        a.free_id(alias);
+        assert_eq!(a.alloc_id(), Some(alias), "a returned id is reused");
+        a.free_id(MAX_SEGMENTS as u16 + 3);
+    }
 }
