@@ -7,6 +7,7 @@
 //! result to `OUT`.
 
 mod am_vs_sendrecv;
+mod combined;
 mod contention;
 mod hardware;
 mod send_breakdown;
@@ -95,6 +96,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     xfer::EXPERIMENT,
     am_vs_sendrecv::EXPERIMENT,
     signal::EXPERIMENT,
+    combined::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

@@ -97,6 +97,8 @@ pub(crate) struct Shared {
     offers: Mutex<Vec<(u64, usize, SymmetricOffer)>>,
     /// Signal programs, the scheduler and this rank's signal structures.
     pub(crate) signals: super::signal::dispatch::Registry,
+    /// Command packets' reports and answers.
+    pub(crate) cmds: super::command::Requester,
 }
 
 /// The handler ids of the one-sided layer.
@@ -112,6 +114,8 @@ pub(crate) struct Handlers {
     pub(crate) offer: RequestHandler,
     /// Signals to signal structures.
     pub(crate) signal: super::signal::dispatch::SignalHandlers,
+    /// Command packets (options, combining).
+    pub(crate) cmd: super::command::CmdHandlers,
 }
 
 impl Shared {
@@ -121,6 +125,7 @@ impl Shared {
             slots: (0..SLOTS).map(|_| Slot::default()).collect(),
             offers: Mutex::new(Vec::new()),
             signals: Default::default(),
+            cmds: Default::default(),
         }
     }
 
@@ -429,6 +434,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
     });
     let mem = memops::register(b, shared, ack);
     let signal = super::signal::dispatch::register(b, shared, ack);
+    let cmd = super::command::register(b, shared);
     let s = shared.clone();
     let offer = b.request_handler("volley.rma.symmetric_offer", move |m, _| {
         let offer = SymmetricOffer::from_args([m.arg(1), m.arg(2), m.arg(3)]);
@@ -444,5 +450,6 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         mem,
         offer,
         signal,
+        cmd,
     }
 }

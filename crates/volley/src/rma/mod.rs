@@ -47,6 +47,7 @@
 
 mod allocate;
 mod atomic;
+pub mod command;
 mod completion;
 pub mod error;
 mod handlers;
@@ -58,6 +59,7 @@ pub(crate) mod segment_table;
 pub mod signal;
 
 pub use atomic::AtomicOp;
+pub use command::{CmdOptions, CmdReport, CmdStatus, Combined, Command, Flow, Packet};
 pub use completion::{Event, ImplicitScope};
 pub use error::{Error, Result};
 pub use memops::{FifoRef, FifoStatus};
