@@ -279,12 +279,12 @@ fn main() {
     } else {
         0
     };
+    // 4. Wake: rank 1 sets a flag at rank 0 with `wake`. Medium requests handled are
+    // counted from before the barrier: the command may arrive while rank 0 is still in it.
+    let before = rt.stats().handled[0][1];
     rt.barrier();
-
-    // 4. Wake: rank 1 sets a flag at rank 0 with `wake`.
     let wake_at = SLOTS_AT + 64 * size;
     if rank == 0 {
-        let before = rt.stats().handled[0][1];
         rt.wait_until(|| {
             let mut f = [0u8; 8];
             rma.read_local(target, wake_at, &mut f).unwrap();
