@@ -1128,7 +1128,10 @@ fn experiment_seed002_combined_measures_both_modes_and_its_check_can_fail() {
                 let v = doc["cmds_per_s"][transport][mode][size]
                     .as_f64()
                     .unwrap_or(f64::NAN);
-                assert!(v.is_finite() && v > 0.0, "{transport} {mode} {size} in {doc}");
+                assert!(
+                    v.is_finite() && v > 0.0,
+                    "{transport} {mode} {size} in {doc}"
+                );
             }
         }
     }

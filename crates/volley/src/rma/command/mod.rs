@@ -84,10 +84,9 @@ impl CmdOptions {
             StatusReply::Always => 1,
             StatusReply::OnlyFailures => 2,
         };
-        status
-            | (self.flow == Flow::Unreliable) as u64 * 4
-            | self.wake as u64 * 8
-            | self.colour.map_or(0, |c| c as u64 + 1) << 8
+        let unreliable = u64::from(self.flow == Flow::Unreliable) << 2;
+        let wake = u64::from(self.wake) << 3;
+        status | unreliable | wake | (self.colour.map_or(0, |c| c as u64 + 1) << 8)
     }
 
     fn from_word(w: u64) -> Self {
@@ -468,12 +467,15 @@ impl Packet {
     }
 }
 
+/// Every command's outcome, in packet order.
+type Outcomes = Vec<Result<CmdStatus, Refusal>>;
+
 /// The requester's side: packet numbers, reports, and the answers blocked callers wait for.
 #[derive(Debug, Default)]
 pub(crate) struct Requester {
     next: AtomicU64,
     reports: Mutex<Vec<CmdReport>>,
-    answers: Mutex<Vec<(u64, Vec<Result<CmdStatus, Refusal>>)>>,
+    answers: Mutex<Vec<(u64, Outcomes)>>,
 }
 
 /// The handlers of commands.
