@@ -5,7 +5,8 @@
 //!    colour and no status reply into its slot at rank 0, waits on the colour, then reads the
 //!    slot back: the counters must be equal and the last value there. One put with
 //!    `Always` reports `Done`; one with `OnlyFailures` reports nothing; one with a wrong key
-//!    and `OnlyFailures` reports the refusal; a colour of 16 is refused before sending.
+//!    and `OnlyFailures` reports the refusal; a get with the default options reports its data;
+//!    a colour of 16 is refused before sending.
 //! 2. **Combined packets, exactly once.** Each requester sends `packets` combined packets of
 //!    {FIFO entry (rank, seq), put of seq into its slot, put with flag} and `packets` single
 //!    fetch-add packets, with a colour. Rank 0 then takes every FIFO entry: each requester's
@@ -139,6 +140,22 @@ fn main() {
         );
         rma.get(target, slot(rank) + 16, &mut back).unwrap();
         check(back == [2; 8], "the refused put changed memory");
+        // Default options: the plain call's path (direct on one host), the data reported.
+        let g = rma
+            .get_with(target, slot(rank) + 16, 8, CmdOptions::default())
+            .unwrap();
+        // The seed's completion by polling: on the AM path the reply comes later.
+        let mut reports = Vec::new();
+        rt.wait_until(|| {
+            reports.extend(rma.take_cmd_reports());
+            !reports.is_empty()
+        });
+        check(
+            reports.len() == 1
+                && reports[0].packet == g
+                && reports[0].outcome == Ok(CmdStatus::Data(vec![2; 8])),
+            &format!("get_with default options: {reports:?}"),
+        );
         let out_of_range = CmdOptions {
             colour: Some(16),
             ..Default::default()
