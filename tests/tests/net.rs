@@ -16,6 +16,7 @@ const PAYLOAD: &str = env!("CARGO_BIN_EXE_payload");
 const RMA_PUTGET: &str = env!("CARGO_BIN_EXE_rma_putget");
 const CRASH: &str = env!("CARGO_BIN_EXE_crash");
 const BULK: &str = env!("CARGO_BIN_EXE_bulk");
+const CMD: &str = env!("CARGO_BIN_EXE_rma_cmd");
 
 const SLOW: Duration = Duration::from_secs(180);
 
@@ -112,6 +113,25 @@ fn payload_integrity_over_udp_with_faults() {
 #[test]
 fn put_get_over_udp_with_faults() {
     under_faults(3, 1, RMA_PUTGET, &[], &[("VOLLEY_SEGMENT_BYTES", "20M")]);
+}
+
+/// Seed 002 requirement 19: combined packets (FIFO entry, put, put with flag) and single
+/// fetch-add packets under loss, duplication and reordering: the program checks that every
+/// FIFO entry arrived once and in order and that the counter and the reported old values
+/// count every fetch-add once.
+#[test]
+fn combined_packets_and_atomics_run_once_over_udp_with_faults() {
+    under_faults(3, 1, CMD, &["300"], &[]);
+}
+
+#[test]
+fn combined_packets_over_tcp() {
+    Job::raw(["run", "-n", "3", "--ranks-per-node", "1", CMD, "300"])
+        .env("VOLLEY_NET", "tcp")
+        .timeout(SLOW)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["3 ranks: 300 coloured puts, combined packets and fetch-adds"]);
 }
 
 /// A 16 MiB long message (two network messages' worth, so it travels in parts) arrives

@@ -18,6 +18,7 @@ const NB: &str = env!("CARGO_BIN_EXE_rma_nb");
 const MEMOPS: &str = env!("CARGO_BIN_EXE_rma_memops");
 const SYMMETRIC: &str = env!("CARGO_BIN_EXE_rma_symmetric");
 const SIGNAL: &str = env!("CARGO_BIN_EXE_rma_signal");
+const CMD: &str = env!("CARGO_BIN_EXE_rma_cmd");
 
 const PATHS: [&str; 2] = ["direct", "am"];
 
@@ -235,5 +236,34 @@ fn signal_structures_on_6_ranks() {
         &[],
         "6 ranks x 200 first-only signals exactly once, in order, never two programs at once; \
          blocking and SSP signals accounted; refusals counted",
+    );
+}
+
+/// What `rma_cmd` prints on `ranks` ranks with `packets` packets per requester.
+fn cmd_line(ranks: usize, packets: usize) -> String {
+    format!(
+        "{ranks} ranks: {packets} coloured puts, combined packets and fetch-adds per requester, \
+         each executed once; status options, one-lump refusal, illegal combinations and wake \
+         checked"
+    )
+}
+
+#[test]
+fn command_options_and_combined_packets_on_3_ranks() {
+    // Seed 002 requirements 18 and 19: colours, status replies, combined packets run once and
+    // as one lump, illegal combinations refused, wake-up.
+    on_both_paths(3, CMD, &["200"], &[], &cmd_line(3, 200));
+}
+
+#[test]
+fn command_options_and_combined_packets_on_5_ranks_with_blocking_waits() {
+    // More ranks than cores, every wait sleeping in the kernel: the wake option must wake
+    // rank 0, and the packets still run once each.
+    on_both_paths(
+        5,
+        CMD,
+        &["100"],
+        &[("VOLLEY_WAIT", "block")],
+        &cmd_line(5, 100),
     );
 }

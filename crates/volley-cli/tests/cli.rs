@@ -1139,3 +1139,41 @@ fn the_report_renders_in_a_headless_browser() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn experiment_seed002_combined_measures_both_modes_and_its_check_can_fail() {
+    let args = [
+        "experiments",
+        "seed002-combined",
+        "--quick",
+        "--reps",
+        "1",
+        "--json",
+        "-",
+    ];
+    let (code, out, err) = run(&args, Duration::from_secs(300));
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    assert_eq!(doc["experiment"], "seed002-combined", "{doc}");
+    for transport in ["shm", "udp"] {
+        for mode in ["single", "combined"] {
+            for size in ["8", "1024"] {
+                let v = doc["cmds_per_s"][transport][mode][size]
+                    .as_f64()
+                    .unwrap_or(f64::NAN);
+                assert!(
+                    v.is_finite() && v > 0.0,
+                    "{transport} {mode} {size} in {doc}"
+                );
+            }
+        }
+    }
+    // A damaged datum must be caught (and the job must still end).
+    let mut corrupt = args.to_vec();
+    corrupt.push("--corrupt");
+    let (code, out, err) = run(&corrupt, Duration::from_secs(300));
+    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], false, "{doc}");
+}

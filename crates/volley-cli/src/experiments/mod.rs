@@ -8,6 +8,7 @@
 
 mod agents;
 mod am_vs_sendrecv;
+mod combined;
 mod contention;
 mod hardware;
 mod send_breakdown;
@@ -97,6 +98,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     am_vs_sendrecv::EXPERIMENT,
     signal::EXPERIMENT,
     agents::EXPERIMENT,
+    combined::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

@@ -62,6 +62,15 @@ pub enum Error {
         /// Why it was refused.
         why: &'static str,
     },
+    /// A combined packet breaks one of seed 002's combining rules (see
+    /// [`crate::rma::Combined::finish`]; rule 0: an empty packet); nothing was sent.
+    #[error("illegal combined packet (rule {rule}): {why}")]
+    IllegalCombination {
+        /// The rule broken.
+        rule: u8,
+        /// How.
+        why: String,
+    },
     /// The Active Message layer under it failed (a bad rank, a finalized runtime, ...).
     #[error(transparent)]
     Am(#[from] crate::am::Error),

@@ -107,6 +107,8 @@ pub(crate) struct Shared {
     pub(crate) signals: super::signal::dispatch::Registry,
     /// Target-side work per segment-table entry.
     work: Box<[WorkCell]>,
+    /// Command packets' reports and answers.
+    pub(crate) cmds: super::command::Requester,
 }
 
 /// The handler ids of the one-sided layer.
@@ -122,6 +124,8 @@ pub(crate) struct Handlers {
     pub(crate) offer: RequestHandler,
     /// Signals to signal structures.
     pub(crate) signal: super::signal::dispatch::SignalHandlers,
+    /// Command packets (options, combining).
+    pub(crate) cmd: super::command::CmdHandlers,
 }
 
 impl Shared {
@@ -134,6 +138,7 @@ impl Shared {
             work: (0..super::MAX_SEGMENTS)
                 .map(|_| WorkCell::default())
                 .collect(),
+            cmds: Default::default(),
         }
     }
 
@@ -470,6 +475,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
     });
     let mem = memops::register(b, shared, ack);
     let signal = super::signal::dispatch::register(b, shared, ack);
+    let cmd = super::command::register(b, shared);
     let s = shared.clone();
     let offer = b.request_handler("volley.rma.symmetric_offer", move |m, _| {
         let offer = SymmetricOffer::from_args([m.arg(1), m.arg(2), m.arg(3)]);
@@ -485,5 +491,6 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Arc<Shared>) -> Handlers
         mem,
         offer,
         signal,
+        cmd,
     }
 }

@@ -640,5 +640,7 @@ mod fifo;
 mod tests;
 mod zbuf_packed;
 
-pub(in crate::rma) use fifo::{fifo_bytes, fifo_dequeue_at, fifo_enqueue_at, fifo_init};
+pub(in crate::rma) use fifo::{
+    fifo_bytes, fifo_dequeue_at, fifo_enqueue_at, fifo_header_ok, fifo_init,
+};
 pub use fifo::{FifoRef, FifoStatus};

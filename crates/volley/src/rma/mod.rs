@@ -48,6 +48,7 @@
 pub mod agent;
 mod allocate;
 mod atomic;
+pub mod command;
 mod completion;
 pub mod error;
 mod handlers;
@@ -61,6 +62,7 @@ mod work;
 
 pub use agent::{Agent, AgentRef, Window};
 pub use atomic::AtomicOp;
+pub use command::{CmdOptions, CmdReport, CmdStatus, Combined, Command, Flow, Packet};
 pub use completion::{Event, ImplicitScope};
 pub use error::{Error, Result};
 pub use memops::{FifoRef, FifoStatus};

@@ -145,7 +145,7 @@ pub(in crate::rma) unsafe fn fifo_init(base: *mut u8, entry_size: u64, capacity:
 ///
 /// # Safety
 /// As for [`fifo_enqueue_at`].
-unsafe fn fifo_header_ok(base: *mut u8, entry_size: u64, capacity: u64) -> bool {
+pub(in crate::rma) unsafe fn fifo_header_ok(base: *mut u8, entry_size: u64, capacity: u64) -> bool {
     // SAFETY: the header words lie inside the FIFO's bytes and are 8-aligned.
     unsafe {
         word(base).load(Ordering::Acquire) == MAGIC

@@ -592,8 +592,9 @@ impl Rma<'_> {
         Ok(())
     }
 
-    /// EMB colour `colour`'s counters: (signals issued, signals whose reply has arrived).
-    /// Equal: every earlier signal of the colour has been delivered.
+    /// EMB colour `colour`'s counters: (signals and commands issued, signals and commands
+    /// whose reply has arrived). Equal: every earlier signal and command of the colour
+    /// ([`Rma::signal_to_nbi`], [`Rma::command`], [`Rma::submit`]) has been done.
     pub fn emb_counters(&self, colour: u8) -> (u64, u64) {
         self.shared
             .signals
@@ -601,8 +602,8 @@ impl Rma<'_> {
             .counters(colour as usize % EMB_COLOURS)
     }
 
-    /// Waits (polling) until every signal issued so far with EMB colour `colour` has been
-    /// delivered.
+    /// Waits (polling) until every signal and command issued so far with EMB colour `colour`
+    /// has been done.
     pub fn emb_wait(&self, colour: u8) {
         let (issued, _) = self.emb_counters(colour);
         self.rt.wait_until(|| self.emb_counters(colour).1 >= issued);

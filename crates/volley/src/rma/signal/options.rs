@@ -118,6 +118,21 @@ impl Requester {
         }
     }
 
+    /// `n` commands of `colour` issued.
+    pub(crate) fn issued_n(&self, colour: Option<u8>, n: u64) {
+        if let Some(c) = colour {
+            self.requests[c as usize % EMB_COLOURS].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// The reply for `n` commands of `colour` arrived.
+    pub(crate) fn replied_n(&self, colour: Option<u8>, n: u64) {
+        if let Some(c) = colour {
+            // Release: what the reply logged comes before the counter says done.
+            self.replies[c as usize % EMB_COLOURS].fetch_add(n, Ordering::Release);
+        }
+    }
+
     pub(super) fn counters(&self, c: usize) -> (u64, u64) {
         (
             self.requests[c].load(Ordering::Relaxed),

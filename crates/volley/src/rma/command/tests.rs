@@ -1,0 +1,146 @@
+use super::*;
+use crate::rma::Perms;
+
+fn seg(rank: usize) -> SegmentRef {
+    SegmentRef {
+        rank,
+        id: 1,
+        key: 7,
+        len: 1 << 20,
+    }
+}
+
+fn combined<'a>(rank: usize) -> Combined<'a> {
+    Combined {
+        rank,
+        size: 4,
+        max: 4096,
+        cmds: Vec::new(),
+    }
+}
+
+#[test]
+fn options_round_trip() {
+    for status in [
+        StatusReply::None,
+        StatusReply::Always,
+        StatusReply::OnlyFailures,
+    ] {
+        for colour in [None, Some(0), Some(15)] {
+            for flow in [Flow::Reliable, Flow::Unreliable] {
+                for wake in [false, true] {
+                    let o = CmdOptions {
+                        status,
+                        colour,
+                        flow,
+                        wake,
+                    };
+                    assert_eq!(CmdOptions::from_word(o.word()), o);
+                    assert!(!CmdOptions::blocking(o.word()));
+                }
+            }
+        }
+    }
+    let bad = CmdOptions {
+        colour: Some(16),
+        ..Default::default()
+    };
+    assert!(matches!(bad.check(), Err(Error::InvalidConfig { .. })));
+}
+
+#[test]
+fn reports_follow_the_status_option_and_data_always_comes_back() {
+    let full = Ok(CmdStatus::Fifo(FifoStatus::Full));
+    let done = Ok(CmdStatus::Done);
+    let refused = Err(Refusal::WrongKey);
+    let value = Ok(CmdStatus::Value(3));
+    let o = |status| CmdOptions {
+        status,
+        ..Default::default()
+    };
+    assert!(!o(StatusReply::None).reports(&done));
+    assert!(!o(StatusReply::None).reports(&refused));
+    assert!(o(StatusReply::None).reports(&value));
+    assert!(o(StatusReply::Always).reports(&done));
+    assert!(!o(StatusReply::OnlyFailures).reports(&done));
+    assert!(o(StatusReply::OnlyFailures).reports(&full));
+    assert!(o(StatusReply::OnlyFailures).reports(&refused));
+    assert!(o(StatusReply::OnlyFailures).reports(&Ok(CmdStatus::NotRun)));
+}
+
+#[test]
+fn the_four_rules_are_checked_at_finish() {
+    let data = [1u8; 8];
+    let put = |rank| Command::Put {
+        target: seg(rank),
+        offset: 0,
+        data: &data,
+    };
+    let atomic = Command::Atomic {
+        target: seg(2),
+        offset: 8,
+        op: AtomicOp::FetchAdd,
+        operand: 1,
+        compare: 0,
+    };
+    // Legal: several puts to one rank; one atomic alone.
+    let mut c = combined(2);
+    c.push(put(2)).push(put(2)).push(put(2));
+    let p = c.finish().expect("legal");
+    assert_eq!((p.rank(), p.len()), (2, 3));
+    assert_eq!(p.wire_len(), 3 * (wire::CMD_HEADER + 8));
+    let mut c = combined(2);
+    c.push(atomic);
+    c.finish().expect("an atomic alone is legal");
+    // Rule 1: one target.
+    let mut c = combined(2);
+    c.push(put(2)).push(put(3));
+    assert!(matches!(
+        c.finish(),
+        Err(Error::IllegalCombination { rule: 1, .. })
+    ));
+    // Rule 4: no atomic with anything else.
+    let mut c = combined(2);
+    c.push(put(2)).push(atomic);
+    assert!(matches!(
+        c.finish(),
+        Err(Error::IllegalCombination { rule: 4, .. })
+    ));
+    // Rule 3: the reply must fit one packet (two 2 KiB gets do not, one does).
+    let get = Command::Get {
+        target: seg(2),
+        offset: 0,
+        len: 2048,
+    };
+    let mut c = combined(2);
+    c.push(get);
+    c.finish().expect("one get fits");
+    c.push(get);
+    assert!(matches!(
+        c.finish(),
+        Err(Error::IllegalCombination { rule: 3, .. })
+    ));
+    // The request must fit one packet too.
+    let big = [0u8; 4000];
+    let mut c = combined(2);
+    c.push(Command::Put {
+        target: seg(2),
+        offset: 0,
+        data: &big,
+    })
+    .push(Command::Put {
+        target: seg(2),
+        offset: 0,
+        data: &big,
+    });
+    assert!(matches!(c.finish(), Err(Error::PayloadTooLarge { .. })));
+    // Empty, and a rank out of range.
+    assert!(matches!(
+        combined(2).finish(),
+        Err(Error::IllegalCombination { rule: 0, .. })
+    ));
+    let mut c = combined(9);
+    c.push(put(9));
+    assert!(matches!(c.finish(), Err(Error::Am(_))));
+    let _ = Perms::ALL;
+}
