@@ -512,6 +512,16 @@ impl<'rt> Rma<'rt> {
             .map_err(|reason| Error::Refused { rank: me, reason })
     }
 
+    /// Whether a FIFO this rank created is stopped (FIFOe_NORMAL found it full and no
+    /// [`Rma::fifo_restart`] has run since).
+    pub fn fifo_stopped(&self, fifo: FifoRef) -> Result<bool> {
+        let _e = self.rt.enter_local();
+        let base = self.own_fifo(fifo)?;
+        // SAFETY: 8-aligned, inside our own segment (checked by `own_fifo`); the flag word
+        // lies in the FIFO's header line.
+        Ok(unsafe { word(base.add(STOPPED_AT)) }.load(Ordering::Acquire) != 0)
+    }
+
     /// The base of a FIFO of this rank, checked.
     fn own_fifo(&self, fifo: FifoRef) -> Result<*mut u8> {
         let me = self.rt.rank();
@@ -553,8 +563,10 @@ pub(in crate::rma) unsafe fn enqueue_at_in_mode(
         );
     }
     // SAFETY: as guaranteed by the caller.
-    Ok(match unsafe { fifo_enqueue_at(base, entry_size, capacity, data) }? {
-        FifoStatus::Stored => STORED,
-        FifoStatus::Full => FULL,
-    })
+    Ok(
+        match unsafe { fifo_enqueue_at(base, entry_size, capacity, data) }? {
+            FifoStatus::Stored => STORED,
+            FifoStatus::Full => FULL,
+        },
+    )
 }

@@ -152,8 +152,9 @@ impl Multicast<'_> {
         };
         debug_assert_eq!(ack.members, n as u64, "every member reports once");
         if ack.failures > 0 {
-            let reason = Refusal::from_code(ack.code, offset as u64, data.len() as u64, ack.seg_len)
-                .unwrap_or(Refusal::NoSuchSegment);
+            let reason =
+                Refusal::from_code(ack.code, offset as u64, data.len() as u64, ack.seg_len)
+                    .unwrap_or(Refusal::NoSuchSegment);
             return Err(Error::Refused {
                 rank: ack.first_rank as usize,
                 reason,
@@ -176,7 +177,11 @@ impl Multicast<'_> {
             return bad("multicast ranks", "[]".into(), "expected at least one rank");
         }
         if arity == 0 {
-            return bad("multicast arity", "0".into(), "expected at least 1 child per member");
+            return bad(
+                "multicast arity",
+                "0".into(),
+                "expected at least 1 child per member",
+            );
         }
         let size = self.rt.size();
         if let Some(&rank) = ranks.iter().find(|&&r| r >= size) {
@@ -314,4 +319,3 @@ fn segment_len(r: Refusal) -> u64 {
         _ => 0,
     }
 }
-

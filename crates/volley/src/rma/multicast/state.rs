@@ -174,7 +174,13 @@ impl State {
     }
 
     /// Records a delivery at a node with children: its own report waits for theirs.
-    pub fn deliver_inner(&self, key: (u64, u64, u64), parent: (usize, u64), own: Ack, fwd: Forward) {
+    pub fn deliver_inner(
+        &self,
+        key: (u64, u64, u64),
+        parent: (usize, u64),
+        own: Ack,
+        fwd: Forward,
+    ) {
         let mut s = self.lock();
         s.counts.delivered += 1;
         s.counts.refused += own.failures;
