@@ -4,7 +4,8 @@
 //!    entries; the 5th is returned with the FIFO entering the stopped state, the 6th returned
 //!    as already stopped; after a dequeue (room again) a NORMAL entry is still returned; a
 //!    plain enqueue ignores the stop; `fifo_restart` reports it was stopped and NORMAL entries
-//!    go in again; bad entry sizes and a wrong key are refused.
+//!    go in again; a [`FifoSender`] holds a returned entry and sends a later one only after it;
+//!    bad entry sizes and a wrong key are refused.
 //! 2. **Bursts.** Every other rank sends `entries` entries (sender, sequence number) with a
 //!    [`FifoSender`] as fast as it can, sending returned entries again first. Rank 0 does not
 //!    dequeue until the FIFO has stopped once (so the stop is certain), then dequeues one entry
@@ -93,6 +94,30 @@ fn main() {
         }
         if rma.fifo_dequeue(fifo, &mut buf).unwrap() {
             die("a returned entry was stored".into());
+        }
+        // The sender's side: an entry sent after a restart waits behind the one returned
+        // before it.
+        let mut tx = FifoSender::new(fifo);
+        for i in 0..CAPACITY as u64 {
+            if !tx.send(&rma, &entry(0, 10 + i)).unwrap() {
+                die(format!("FifoSender: entry {i} of an empty FIFO held"));
+            }
+        }
+        if tx.send(&rma, &entry(0, 20)).unwrap() || tx.held() != 1 || tx.stops() != 1 {
+            die("FifoSender: the entry a full FIFO returned is not held".into());
+        }
+        while rma.fifo_dequeue(fifo, &mut buf).unwrap() {}
+        rma.fifo_restart(fifo).unwrap();
+        if tx.send(&rma, &entry(0, 21)).unwrap() || tx.held() != 2 {
+            die("FifoSender: a new entry overtook a held one".into());
+        }
+        if tx.resend(&rma).unwrap() != 2 || tx.held() != 0 || tx.stored() != 6 {
+            die("FifoSender: resend did not store the held entries".into());
+        }
+        for want in [20, 21] {
+            if !rma.fifo_dequeue(fifo, &mut buf).unwrap() || buf != entry(0, want) {
+                die(format!("FifoSender: entry {want} not next"));
+            }
         }
         match rma.fifo_enqueue_normal(fifo, &[0u8; 3]) {
             Err(Error::Refused { .. }) => {}

@@ -9,6 +9,7 @@
 mod am_vs_sendrecv;
 mod contention;
 mod hardware;
+mod multicast;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -95,6 +96,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     xfer::EXPERIMENT,
     am_vs_sendrecv::EXPERIMENT,
     signal::EXPERIMENT,
+    multicast::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

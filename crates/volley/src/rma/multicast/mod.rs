@@ -142,13 +142,16 @@ impl Multicast<'_> {
             self.state.close(id);
             return Err(e.into());
         }
-        let mut spins = 0u32;
+        let state = &self.state;
         let ack = loop {
+            let seen = state.events();
             self.progress()?;
-            if let Some(ack) = self.state.take_done(id) {
+            if let Some(ack) = state.take_done(id) {
                 break ack;
             }
-            idle(self.rt, &mut spins);
+            // The runtime's own wait (spin, then yield or sleep): it returns once a handler
+            // left work for this context or completed the update.
+            self.rt.wait_until(|| state.events() != seen);
         };
         debug_assert_eq!(ack.members, n as u64, "every member reports once");
         if ack.failures > 0 {
@@ -230,13 +233,14 @@ impl Multicast<'_> {
     /// Polls and serves this rank's multicast work until `cond()` holds: how a member waits
     /// while others multicast to it.
     pub fn serve_until(&self, mut cond: impl FnMut() -> bool) -> Result<()> {
-        let mut spins = 0u32;
+        let state = &self.state;
         loop {
+            let seen = state.events();
             self.progress()?;
             if cond() {
                 return Ok(());
             }
-            idle(self.rt, &mut spins);
+            self.rt.wait_until(|| state.events() != seen || cond());
         }
     }
 
@@ -248,19 +252,6 @@ impl Multicast<'_> {
     /// This rank's counters.
     pub fn counts(&self) -> MulticastCounts {
         self.state.counts()
-    }
-}
-
-/// Polls once; when nothing ran, spins, yielding now and then (the machine may have fewer
-/// cores than ranks).
-fn idle(rt: &Runtime, spins: &mut u32) {
-    if rt.poll() == 0 {
-        *spins = spins.wrapping_add(1);
-        if *spins % 64 == 0 {
-            std::thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
     }
 }
 

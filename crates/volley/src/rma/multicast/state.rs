@@ -147,6 +147,9 @@ struct Inner {
 pub(super) struct State {
     inner: Mutex<Inner>,
     rank: AtomicU64,
+    /// Bumped whenever a handler leaves work for the rank's context or completes one of its
+    /// updates: what the rank's waits watch, without the lock.
+    events: AtomicU64,
 }
 
 impl Default for State {
@@ -154,6 +157,7 @@ impl Default for State {
         Self {
             inner: Mutex::default(),
             rank: AtomicU64::new(u64::MAX),
+            events: AtomicU64::new(0),
         }
     }
 }
@@ -161,6 +165,15 @@ impl Default for State {
 impl State {
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The event count (see the field).
+    pub fn events(&self) -> u64 {
+        self.events.load(Ordering::Acquire)
+    }
+
+    fn bump(&self) {
+        self.events.fetch_add(1, Ordering::Release);
     }
 
     /// Records this rank's number (before it opens any update).
@@ -194,6 +207,8 @@ impl State {
             },
         );
         s.forwards.push_back(fwd);
+        drop(s);
+        self.bump();
     }
 
     /// Records a delivery at a leaf (which acks at once).
@@ -212,6 +227,8 @@ impl State {
                 Some(slot @ None) if origin == me => {
                     *slot = Some(ack);
                     s.counts.acks += 1;
+                    drop(s);
+                    self.bump();
                 }
                 _ => s.counts.stray += 1,
             }
@@ -228,6 +245,8 @@ impl State {
             let p = s.pending.remove(&key).expect("just found");
             s.ready
                 .push_back((p.parent, p.ack.args(origin, id, p.parent_pos)));
+            drop(s);
+            self.bump();
         }
     }
 
