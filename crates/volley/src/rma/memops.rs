@@ -1,7 +1,7 @@
 //! Seed 002's memory-based operations on top of the one-sided layer: write with flag
-//! (MBCF_WRITE_F), memory-based FIFOs (MBCF_FIFO, and FIFOe_RETRY's ordered, lossless mode),
-//! signals that run a handler at the target (MBCF_SIGNAL, DSP_INVOKE with MEMW_OFFSET storage)
-//! and the conditional z-buffer write (MBCF_ZBUFFER).
+//! (MBCF_WRITE_F), memory-based FIFOs (MBCF_FIFO, FIFOe_RETRY's ordered, lossless mode and
+//! FIFOe_NORMAL's stop and restart), signals that run a handler at the target (MBCF_SIGNAL,
+//! DSP_INVOKE with MEMW_OFFSET storage) and the conditional z-buffer write (MBCF_ZBUFFER).
 //!
 //! Every operation is checked against the target's segment table like a put: a refused
 //! operation changes nothing at the target, is counted there ([`Rma::refused`]) and returns
@@ -12,7 +12,7 @@
 //! | operation | direct path | AM path |
 //! |---|---|---|
 //! | [`Rma::put_with_flag`] | `memcpy`, then a release store of the flag word | fragments to a handler; the last one stores the flag |
-//! | [`Rma::fifo_enqueue`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
+//! | [`Rma::fifo_enqueue`], [`Rma::fifo_enqueue_normal`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
 //! | [`Rma::signal`] | `memcpy`, then a short request to the signal's handler | fragments to the signal's handler; the last one invokes it |
 //! | [`Rma::conditional_write`] | a handler at the target | a handler at the target |
 //! | [`Rma::conditional_write_packed`] | a handler at the target | a handler at the target |

@@ -401,7 +401,7 @@ impl<'rt> Rma<'rt> {
     /// the FIFO full stops it; it and every later NORMAL enqueue come back as
     /// [`NormalStatus::Returned`] with the entry (return-to-sender: nothing is written, nothing
     /// lost) until the owner calls [`Rma::fifo_restart`]. A sender keeps its order by sending
-    /// its returned entries again, oldest first, before any new one ([`FifoSender`] does
+    /// its returned entries again, oldest first, before any new one ([`super::FifoSender`] does
     /// that). Plain and RETRY enqueues ignore the stopped state.
     pub fn fifo_enqueue_normal(&self, fifo: FifoRef, data: &[u8]) -> Result<NormalStatus> {
         let returned = |entered_stop| NormalStatus::Returned {
@@ -502,7 +502,7 @@ impl<'rt> Rma<'rt> {
     }
 
     /// Restarts a FIFO this rank created after FIFOe_NORMAL stopped it; returns whether it
-    /// was stopped. Senders then send their returned entries again ([`FifoSender::resend`]).
+    /// was stopped. Senders then send their returned entries again ([`super::FifoSender::resend`]).
     pub fn fifo_restart(&self, fifo: FifoRef) -> Result<bool> {
         let _e = self.rt.enter_local();
         let base = self.own_fifo(fifo)?;
