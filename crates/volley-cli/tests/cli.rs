@@ -1177,3 +1177,42 @@ fn experiment_seed002_combined_measures_both_modes_and_its_check_can_fail() {
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
     assert_eq!(doc["verified"], false, "{doc}");
 }
+
+#[test]
+fn experiment_seed002_multicast_counts_one_ack_per_update_and_fails_when_corrupted() {
+    let args = [
+        "experiments",
+        "seed002-multicast",
+        "--quick",
+        "--reps",
+        "1",
+        "--json",
+        "-",
+    ];
+    let (code, out, err) = run(&args, Duration::from_secs(300));
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], true, "{doc}");
+    assert_eq!(doc["experiment"], "seed002-multicast", "{doc}");
+    let job = &doc["jobs"]["shm"];
+    let updates = job["updates"].as_u64().unwrap_or(0);
+    assert!(
+        updates > 0 && job["acks"] == updates && job["stray"] == 0,
+        "{job}"
+    );
+    let modes: Vec<&str> = job["fifo"]
+        .as_array()
+        .expect("fifo rows")
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(modes, ["normal", "retry", "plain"], "{job}");
+    assert!(err.contains("one ack per update"), "{err}");
+    // The check can fail: one ack too many must not verify.
+    let mut corrupt = args.to_vec();
+    corrupt.push("--corrupt");
+    let (code, out, _) = run(&corrupt, Duration::from_secs(300));
+    assert_eq!(code, Some(1), "{out}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["verified"], false, "{doc}");
+}

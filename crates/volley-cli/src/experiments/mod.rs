@@ -11,6 +11,7 @@ mod am_vs_sendrecv;
 mod combined;
 mod contention;
 mod hardware;
+mod multicast;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -99,6 +100,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     signal::EXPERIMENT,
     agents::EXPERIMENT,
     combined::EXPERIMENT,
+    multicast::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

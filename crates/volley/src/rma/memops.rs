@@ -1,7 +1,7 @@
 //! Seed 002's memory-based operations on top of the one-sided layer: write with flag
-//! (MBCF_WRITE_F), memory-based FIFOs (MBCF_FIFO, and FIFOe_RETRY's ordered, lossless mode),
-//! signals that run a handler at the target (MBCF_SIGNAL, DSP_INVOKE with MEMW_OFFSET storage)
-//! and the conditional z-buffer write (MBCF_ZBUFFER).
+//! (MBCF_WRITE_F), memory-based FIFOs (MBCF_FIFO, FIFOe_RETRY's ordered, lossless mode and
+//! FIFOe_NORMAL's stop and restart), signals that run a handler at the target (MBCF_SIGNAL,
+//! DSP_INVOKE with MEMW_OFFSET storage) and the conditional z-buffer write (MBCF_ZBUFFER).
 //!
 //! Every operation is checked against the target's segment table like a put: a refused
 //! operation changes nothing at the target, is counted there ([`Rma::refused`]) and returns
@@ -12,7 +12,7 @@
 //! | operation | direct path | AM path |
 //! |---|---|---|
 //! | [`Rma::put_with_flag`] | `memcpy`, then a release store of the flag word | fragments to a handler; the last one stores the flag |
-//! | [`Rma::fifo_enqueue`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
+//! | [`Rma::fifo_enqueue`], [`Rma::fifo_enqueue_normal`] | lock-free enqueue on the mapped FIFO (many producer processes) | the same enqueue, run by a handler at the target |
 //! | [`Rma::signal`] | `memcpy`, then a short request to the signal's handler | fragments to the signal's handler; the last one invokes it |
 //! | [`Rma::conditional_write`] | a handler at the target | a handler at the target |
 //! | [`Rma::conditional_write_packed`] | a handler at the target | a handler at the target |
@@ -46,6 +46,14 @@ const IN_PLACE: u64 = 2;
 const STORED: u64 = 1;
 /// A FIFO enqueue's reply value: full, cancelled.
 const FULL: u64 = 2;
+/// A FIFOe_NORMAL enqueue's reply value: full, and this enqueue stopped the FIFO.
+const STOPPED_NOW: u64 = 3;
+/// A FIFOe_NORMAL enqueue's reply value: the FIFO was already stopped.
+const ALREADY_STOPPED: u64 = 4;
+/// A FIFO enqueue's mode argument: MBCF_FIFO (also under RETRY).
+const MODE_PLAIN: u64 = 0;
+/// A FIFO enqueue's mode argument: FIFOe_NORMAL.
+const MODE_NORMAL: u64 = 1;
 
 /// The memory-based operations' request handlers.
 #[derive(Debug, Clone, Copy)]
@@ -265,6 +273,7 @@ pub(crate) fn register(
     let fifo = b.request_handler("volley.rma.fifo", move |m, tok| {
         let (id, key, off, entry_size, capacity, slot) =
             (m.arg(0), m.arg(1), m.arg(2), m.arg(3), m.arg(4), m.arg(5));
+        let mode = m.arg(6);
         let len = fifo_bytes(entry_size, capacity).unwrap_or(u64::MAX);
         let r = check(&s, id, key, off, len, Perms::WRITE | Perms::ATOMIC, true).and_then(|p| {
             let refuse = |r: Refusal| {
@@ -280,9 +289,8 @@ pub(crate) fn register(
                 return Err(refuse(Refusal::Misaligned));
             }
             // SAFETY: p is 8-aligned and the FIFO's bytes lie in our segment (checked).
-            match unsafe { fifo_enqueue_at(p, entry_size, capacity, m.payload()) } {
-                Ok(FifoStatus::Stored) => Ok((STORED, off, len)),
-                Ok(FifoStatus::Full) => Ok((FULL, off, len)),
+            match unsafe { enqueue_at_in_mode(p, entry_size, capacity, m.payload(), mode) } {
+                Ok(code) => Ok((code, off, len)),
                 Err(r) => Err(refuse(r)),
             }
         });
@@ -640,7 +648,10 @@ mod fifo;
 mod tests;
 mod zbuf_packed;
 
+mod fifo_sender;
+
 pub(in crate::rma) use fifo::{
-    fifo_bytes, fifo_dequeue_at, fifo_enqueue_at, fifo_header_ok, fifo_init,
+    enqueue_at_in_mode, fifo_bytes, fifo_dequeue_at, fifo_enqueue_at, fifo_header_ok, fifo_init,
 };
-pub use fifo::{FifoRef, FifoStatus};
+pub use fifo::{FifoRef, FifoStatus, NormalStatus};
+pub use fifo_sender::FifoSender;

@@ -27,7 +27,9 @@
 //!
 //! On top of these, [seed 002's memory-based operations](memops): write with flag
 //! ([`Rma::put_with_flag`]), memory-based FIFOs ([`Rma::fifo_create`], [`Rma::fifo_enqueue`],
-//! [`Rma::fifo_enqueue_retry`], [`Rma::fifo_dequeue`]), signals that run a handler at the target
+//! [`Rma::fifo_enqueue_retry`], [`Rma::fifo_enqueue_normal`] with [`FifoSender`],
+//! [`Rma::fifo_restart`], [`Rma::fifo_dequeue`]), [multicast UPDATE](multicast) with ack
+//! combining, signals that run a handler at the target
 //! ([`RmaSetup::register_signal`], [`Rma::signal`]), [signal structures](signal) with seed
 //! 002's whole subcommand matrix ([`Rma::signal_create`], [`Rma::signal_to`]) and the
 //! conditional z-buffer writes ([`Rma::conditional_write`], [`Rma::conditional_write_packed`]).
@@ -54,6 +56,7 @@ pub mod error;
 mod handlers;
 mod in_place;
 pub mod memops;
+pub mod multicast;
 mod own;
 pub mod segment;
 pub(crate) mod segment_table;
@@ -65,7 +68,7 @@ pub use atomic::AtomicOp;
 pub use command::{CmdOptions, CmdReport, CmdStatus, Combined, Command, Flow, Packet};
 pub use completion::{Event, ImplicitScope};
 pub use error::{Error, Result};
-pub use memops::{FifoRef, FifoStatus};
+pub use memops::{FifoRef, FifoSender, FifoStatus, NormalStatus};
 pub use own::OwnSegments;
 pub use segment::{Perms, Refusal, SegmentRef, SymmetricSegment, MAX_SEGMENTS};
 pub use signal::{

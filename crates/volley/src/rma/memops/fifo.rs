@@ -1,9 +1,10 @@
-//! Seed 002's memory-based FIFO (MBCF_FIFO, and FIFOe_RETRY's ordered, lossless mode): its
-//! structure in a segment, the lock-free enqueue and dequeue on it, and the initiator's calls.
+//! Seed 002's memory-based FIFO (MBCF_FIFO, FIFOe_RETRY's ordered, lossless mode and
+//! FIFOe_NORMAL's stopped state): its structure in a segment, the lock-free enqueue and dequeue
+//! on it, and the initiator's calls.
 //! The handler that enqueues at the target on the AM path is with the other handlers in
 //! [`super`].
 
-use super::{word, STORED};
+use super::{word, ALREADY_STOPPED, FULL, MODE_NORMAL, MODE_PLAIN, STOPPED_NOW, STORED};
 use crate::rma::error::{Error, Result};
 use crate::rma::segment::{Perms, Refusal, SegmentRef};
 use crate::rma::Rma;
@@ -16,6 +17,24 @@ pub enum FifoStatus {
     Stored,
     /// The FIFO was full: the entry was cancelled (nothing was written).
     Full,
+}
+
+/// The outcome of one FIFOe_NORMAL enqueue ([`Rma::fifo_enqueue_normal`]): the seed's three
+/// status values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NormalStatus {
+    /// The entry is in the FIFO (status 1).
+    Stored,
+    /// The entry was not stored and comes back to its sender: `entered_stop` when this very
+    /// enqueue found the FIFO full and stopped it (status 2), otherwise the FIFO was already
+    /// stopped (status 3). The FIFO takes no NORMAL entry until its owner calls
+    /// [`Rma::fifo_restart`].
+    Returned {
+        /// The entry, returned to the sender.
+        entry: Vec<u8>,
+        /// Whether this enqueue stopped the FIFO.
+        entered_stop: bool,
+    },
 }
 
 /// A memory-based FIFO in a segment: fixed-size entries, many remote producers, one consumer
@@ -103,6 +122,8 @@ impl FifoRef {
 const MAGIC: u64 = 0x766f_6c6c_6579_4649;
 const ENTRY_SIZE_AT: usize = 8;
 const CAPACITY_AT: usize = 16;
+/// FIFOe_NORMAL's stopped flag (0 running, 1 stopped), in the header line.
+const STOPPED_AT: usize = 24;
 const TAIL_AT: usize = 64;
 const HEAD_AT: usize = 128;
 const SLOTS_AT: usize = 192;
@@ -134,6 +155,7 @@ pub(in crate::rma) unsafe fn fifo_init(base: *mut u8, entry_size: u64, capacity:
         }
         word(base.add(TAIL_AT)).store(0, Ordering::Relaxed);
         word(base.add(HEAD_AT)).store(0, Ordering::Relaxed);
+        word(base.add(STOPPED_AT)).store(0, Ordering::Relaxed);
         word(base.add(ENTRY_SIZE_AT)).store(entry_size, Ordering::Relaxed);
         word(base.add(CAPACITY_AT)).store(capacity, Ordering::Relaxed);
         // Release: a producer that sees the magic sees the initialized slots.
@@ -205,6 +227,69 @@ pub(in crate::rma) unsafe fn fifo_enqueue_at(
             pos = tail.load(Ordering::Relaxed);
         }
     }
+}
+
+/// What a FIFOe_NORMAL enqueue did at the target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::rma) enum NormalOutcome {
+    Stored,
+    EnteredStop,
+    AlreadyStopped,
+}
+
+/// FIFOe_NORMAL: enqueues `data` unless the FIFO at `base` is stopped; a full FIFO is stopped
+/// by the enqueue that finds it full. Another producer that read the flag just before the stop
+/// may still store into room freed meanwhile: each sender's order is all the mode promises.
+///
+/// # Safety
+/// As for [`fifo_enqueue_at`].
+pub(in crate::rma) unsafe fn fifo_enqueue_normal_at(
+    base: *mut u8,
+    entry_size: u64,
+    capacity: u64,
+    data: &[u8],
+) -> Result<NormalOutcome, Refusal> {
+    // SAFETY: as guaranteed by the caller.
+    if capacity < 2 || !unsafe { fifo_header_ok(base, entry_size, capacity) } {
+        return Err(Refusal::NotAFifo);
+    }
+    // SAFETY: the flag word lies in the FIFO's header line, 8-aligned.
+    let stopped = unsafe { word(base.add(STOPPED_AT)) };
+    // Acquire: pairs with the release of the restart, so a sender that sees the FIFO running
+    // again sees the room the owner made before restarting.
+    if stopped.load(Ordering::Acquire) != 0 {
+        return Ok(NormalOutcome::AlreadyStopped);
+    }
+    // SAFETY: as guaranteed by the caller.
+    match unsafe { fifo_enqueue_at(base, entry_size, capacity, data) }? {
+        FifoStatus::Stored => Ok(NormalOutcome::Stored),
+        FifoStatus::Full => {
+            if stopped.swap(1, Ordering::AcqRel) == 0 {
+                Ok(NormalOutcome::EnteredStop)
+            } else {
+                Ok(NormalOutcome::AlreadyStopped)
+            }
+        }
+    }
+}
+
+/// Clears the stopped flag of the FIFO at `base`; returns whether it was stopped.
+///
+/// # Safety
+/// As for [`fifo_enqueue_at`].
+pub(in crate::rma) unsafe fn fifo_restart_at(
+    base: *mut u8,
+    entry_size: u64,
+    capacity: u64,
+) -> Result<bool, Refusal> {
+    // SAFETY: as guaranteed by the caller.
+    if capacity < 2 || !unsafe { fifo_header_ok(base, entry_size, capacity) } {
+        return Err(Refusal::NotAFifo);
+    }
+    // SAFETY: the flag word lies in the FIFO's header line, 8-aligned.
+    let stopped = unsafe { word(base.add(STOPPED_AT)) };
+    // Release: the room made by the owner's dequeues is visible to whoever sees it running.
+    Ok(stopped.swap(0, Ordering::AcqRel) != 0)
 }
 
 /// Takes the oldest entry of the FIFO at `base` into `buf` (at least `entry_size` bytes);
@@ -306,6 +391,32 @@ impl<'rt> Rma<'rt> {
     /// nothing is written, and the caller decides (drop, retry, or use
     /// [`Rma::fifo_enqueue_retry`]). Safe with any number of concurrent producers.
     pub fn fifo_enqueue(&self, fifo: FifoRef, data: &[u8]) -> Result<FifoStatus> {
+        match self.enqueue_in_mode(fifo, data, MODE_PLAIN)? {
+            STORED => Ok(FifoStatus::Stored),
+            _ => Ok(FifoStatus::Full),
+        }
+    }
+
+    /// FIFOe_NORMAL: appends one entry unless the FIFO is stopped. The enqueue that finds
+    /// the FIFO full stops it; it and every later NORMAL enqueue come back as
+    /// [`NormalStatus::Returned`] with the entry (return-to-sender: nothing is written, nothing
+    /// lost) until the owner calls [`Rma::fifo_restart`]. A sender keeps its order by sending
+    /// its returned entries again, oldest first, before any new one ([`super::FifoSender`] does
+    /// that). Plain and RETRY enqueues ignore the stopped state.
+    pub fn fifo_enqueue_normal(&self, fifo: FifoRef, data: &[u8]) -> Result<NormalStatus> {
+        let returned = |entered_stop| NormalStatus::Returned {
+            entry: data.to_vec(),
+            entered_stop,
+        };
+        match self.enqueue_in_mode(fifo, data, MODE_NORMAL)? {
+            STORED => Ok(NormalStatus::Stored),
+            STOPPED_NOW => Ok(returned(true)),
+            _ => Ok(returned(false)),
+        }
+    }
+
+    /// One enqueue in `mode` on either path; returns the status code.
+    fn enqueue_in_mode(&self, fifo: FifoRef, data: &[u8], mode: u64) -> Result<u64> {
         let target = fifo.seg;
         self.check_rank(target.rank)?;
         let (_e, direct) = self.enter_for(target.rank);
@@ -317,7 +428,7 @@ impl<'rt> Rma<'rt> {
                 return Err(self.refuse_direct(target.rank, Refusal::Misaligned));
             }
             // SAFETY: 8-aligned, and the FIFO's bytes lie in the target's mapped segment.
-            return unsafe { fifo_enqueue_at(p, ent, cap, data) }
+            return unsafe { enqueue_at_in_mode(p, ent, cap, data, mode) }
                 .map_err(|r| self.refuse_direct(target.rank, r));
         }
         if data.len() > self.rt.max_medium() {
@@ -335,6 +446,7 @@ impl<'rt> Rma<'rt> {
             ent,
             cap,
             slot as u64,
+            mode,
         ];
         if let Err(e) = self
             .rt
@@ -343,10 +455,7 @@ impl<'rt> Rma<'rt> {
             self.shared.add_remaining_neg(slot, 1);
             return Err(self.abandon_slot(slot, target, fifo.offset, bytes, e.into()));
         }
-        match self.finish_slot(slot, target, fifo.offset, bytes)? {
-            STORED => Ok(FifoStatus::Stored),
-            _ => Ok(FifoStatus::Full),
-        }
+        self.finish_slot(slot, target, fifo.offset, bytes)
     }
 
     /// FIFOe_RETRY: appends one entry, retrying (and polling, so this rank's handlers keep
@@ -391,4 +500,73 @@ impl<'rt> Rma<'rt> {
         // dequeues, so there is one consumer.
         unsafe { fifo_dequeue_at(base, ent, cap, buf) }.map_err(refused)
     }
+
+    /// Restarts a FIFO this rank created after FIFOe_NORMAL stopped it; returns whether it
+    /// was stopped. Senders then send their returned entries again ([`super::FifoSender::resend`]).
+    pub fn fifo_restart(&self, fifo: FifoRef) -> Result<bool> {
+        let _e = self.rt.enter_local();
+        let base = self.own_fifo(fifo)?;
+        let me = self.rt.rank();
+        // SAFETY: 8-aligned, inside our own segment (checked by `own_fifo`).
+        unsafe { fifo_restart_at(base, fifo.entry_size as u64, fifo.capacity as u64) }
+            .map_err(|reason| Error::Refused { rank: me, reason })
+    }
+
+    /// Whether a FIFO this rank created is stopped (FIFOe_NORMAL found it full and no
+    /// [`Rma::fifo_restart`] has run since).
+    pub fn fifo_stopped(&self, fifo: FifoRef) -> Result<bool> {
+        let _e = self.rt.enter_local();
+        let base = self.own_fifo(fifo)?;
+        // SAFETY: 8-aligned, inside our own segment (checked by `own_fifo`); the flag word
+        // lies in the FIFO's header line.
+        Ok(unsafe { word(base.add(STOPPED_AT)) }.load(Ordering::Acquire) != 0)
+    }
+
+    /// The base of a FIFO of this rank, checked.
+    fn own_fifo(&self, fifo: FifoRef) -> Result<*mut u8> {
+        let me = self.rt.rank();
+        let refused = |reason| Error::Refused { rank: me, reason };
+        if fifo.seg.rank != me {
+            return Err(refused(Refusal::NoSuchSegment));
+        }
+        let bytes = fifo_bytes(fifo.entry_size as u64, fifo.capacity as u64).unwrap_or(u64::MAX);
+        let at = self.owned_range(fifo.seg, fifo.offset as usize, bytes as usize)?;
+        // SAFETY: `at..at+bytes` lies in our own segment area (checked).
+        let base = unsafe { self.shared.local().segment.add(at) };
+        if (base as usize) % 8 != 0 {
+            return Err(refused(Refusal::Misaligned));
+        }
+        Ok(base)
+    }
+}
+
+/// Runs one enqueue in `mode` on the mapped FIFO at `base`; returns the status code the AM
+/// path's reply carries.
+///
+/// # Safety
+/// As for [`fifo_enqueue_at`].
+pub(in crate::rma) unsafe fn enqueue_at_in_mode(
+    base: *mut u8,
+    entry_size: u64,
+    capacity: u64,
+    data: &[u8],
+    mode: u64,
+) -> Result<u64, Refusal> {
+    if mode == MODE_NORMAL {
+        // SAFETY: as guaranteed by the caller.
+        return Ok(
+            match unsafe { fifo_enqueue_normal_at(base, entry_size, capacity, data) }? {
+                NormalOutcome::Stored => STORED,
+                NormalOutcome::EnteredStop => STOPPED_NOW,
+                NormalOutcome::AlreadyStopped => ALREADY_STOPPED,
+            },
+        );
+    }
+    // SAFETY: as guaranteed by the caller.
+    Ok(
+        match unsafe { fifo_enqueue_at(base, entry_size, capacity, data) }? {
+            FifoStatus::Stored => STORED,
+            FifoStatus::Full => FULL,
+        },
+    )
 }
