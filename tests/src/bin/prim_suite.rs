@@ -235,9 +235,13 @@ fn capacity(p: &Prim) {
                 p.send(Dest::Rank(1), Info::Data(&[i as u8; 56]), false)
                     .unwrap();
             }
-            check(p.stats().full_stalls >= 1, || {
-                format!("no stall: {:?}", p.stats())
-            });
+            // Over the network the head is read by a round trip, which the receiver may
+            // answer after it has begun to drain: the stall is certain on mapped links only.
+            if p.is_mapped(1) {
+                check(p.stats().full_stalls >= 1, || {
+                    format!("no stall: {:?}", p.stats())
+                });
+            }
         }
         1 => {
             // Let the buffer fill to within one packet, then drain.
