@@ -81,8 +81,8 @@ pub(crate) fn start(
                 if lp.step() {
                     idle = 0;
                 } else {
-                    idle += 1;
-                    if idle % 16 == 0 {
+                    idle = idle.saturating_add(1);
+                    if idle >= crate::prim::COMM_SPINS_BEFORE_YIELD {
                         std::thread::yield_now();
                     } else {
                         std::hint::spin_loop();

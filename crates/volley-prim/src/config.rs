@@ -69,6 +69,17 @@ pub enum Notify {
 }
 
 impl Notify {
+    /// The default for a progress mode: `End` for `Interrupt` (a sleeping receive needs a
+    /// wake-up per packet), `Never` otherwise (nobody sleeps, so a notification would only
+    /// cost the sender).
+    pub fn default_for(p: Progress) -> Self {
+        if p == Progress::Interrupt {
+            Notify::End
+        } else {
+            Notify::Never
+        }
+    }
+
     /// The threshold's name: `never`, `start`, `end`, `half-full`.
     pub fn name(self) -> &'static str {
         match self {
@@ -120,7 +131,7 @@ impl Default for PrimConfig {
         Self {
             capacity: crate::DEFAULT_CAPACITY,
             progress: Progress::InlinePoll,
-            notify: Notify::End,
+            notify: Notify::Never,
             handlers: Vec::new(),
         }
     }
@@ -134,9 +145,10 @@ impl PrimConfig {
         if let Ok(v) = std::env::var("VOLLEY_PRIM_PROGRESS") {
             c.progress = Progress::parse(&v)?;
         }
-        if let Ok(v) = std::env::var("VOLLEY_PRIM_NOTIFY") {
-            c.notify = Notify::parse(&v)?;
-        }
+        c.notify = match std::env::var("VOLLEY_PRIM_NOTIFY") {
+            Ok(v) => Notify::parse(&v)?,
+            Err(_) => Notify::default_for(c.progress),
+        };
         if let Ok(v) = std::env::var("VOLLEY_PRIM_CAPACITY") {
             let n = v.parse().map_err(|_| {
                 PrimError::Config(format!("VOLLEY_PRIM_CAPACITY={v:?} is not a byte count"))
@@ -158,8 +170,12 @@ impl PrimConfig {
         Ok(self)
     }
 
-    /// The progress mode.
+    /// The progress mode (the notification threshold follows it unless set: see
+    /// [`Notify::default_for`]).
     pub fn progress(mut self, p: Progress) -> Self {
+        if self.notify == Notify::default_for(self.progress) {
+            self.notify = Notify::default_for(p);
+        }
         self.progress = p;
         self
     }

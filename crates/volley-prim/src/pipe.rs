@@ -15,8 +15,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct Pipe<'p, 'rt> {
     prim: &'p Prim<'rt>,
     rank: usize,
-    data: *mut u8,
-    tail_word: *const AtomicU64,
+    /// The destination buffer's base (null when not mapped): TAIL and the ring's words lie
+    /// at constant offsets from it.
+    base: *mut u8,
     mask: u64,
     tail: u64,
     /// `tail` may grow up to here before the buffer's head must be read again.
@@ -33,15 +34,15 @@ impl<'rt> Prim<'rt> {
         self.send(Dest::Rank(rank), Info::Data(&[]), true)?;
         let links = self.links.borrow();
         let l = &links[rank];
-        let (data, tail_word, limit) = match l.backend {
-            Backend::Mapped(p) => (p.data(), p.tail() as *const AtomicU64, l.head + self.cap),
-            Backend::Remote(_) => (std::ptr::null_mut(), std::ptr::null(), l.tail),
+        let (base, limit) = match l.backend {
+            // A head read before other senders' packets may be far behind: no credit then.
+            Backend::Mapped(p) => (p.base(), (l.head + self.cap).max(l.tail)),
+            Backend::Remote(_) => (std::ptr::null_mut(), l.tail),
         };
         Ok(Pipe {
             prim: self,
             rank,
-            data,
-            tail_word,
+            base,
             mask: self.cap - 1,
             tail: l.tail,
             limit,
@@ -51,8 +52,15 @@ impl<'rt> Prim<'rt> {
         })
     }
 
-    /// `pipe_get` for one word: receives the next 8 bytes of the network buffer.
+    /// `pipe_get` for one word: receives the next 8 bytes of the network buffer (a chained
+    /// word straight from the ring when one is there, else as [`Prim::receive`]).
+    #[inline]
     pub fn pipe_get_u64(&self) -> Result<u64> {
+        if let Some(w) = self.net.borrow_mut().take_bare_word() {
+            crate::counters::Counters::add(&self.counters.messages_received, 1);
+            crate::counters::Counters::add(&self.counters.bytes_received, 8);
+            return Ok(w);
+        }
         let mut b = [0u8; 8];
         self.receive(Source::Network, crate::Recv::Data(&mut b))?;
         Ok(u64::from_le_bytes(b))
@@ -69,22 +77,26 @@ impl Pipe<'_, '_> {
     /// to another node) is kept, later puts do nothing, and [`Pipe::close`] returns it.
     #[inline(always)]
     pub fn put_u64(&mut self, w: u64) {
-        if self.tail == self.limit {
+        let t = self.tail;
+        if t == self.limit {
             return self.put_slow(w);
         }
-        // SAFETY: `tail < limit = head + capacity`, so the slot is free (the receiver has
-        // consumed it) and ours while we hold the link; `data + (tail & mask)` is a word of
-        // the mapped ring.
+        // SAFETY: `t < limit = head + capacity`, so the slot is free (the receiver has
+        // consumed it) and ours while we hold the link; `base + RING + (t & mask)` is a word
+        // of the mapped ring.
         unsafe {
-            self.data
-                .add((self.tail & self.mask) as usize)
+            self.base
+                .add(crate::ring::RING + (t & self.mask) as usize)
                 .cast::<u64>()
                 .write(w)
         };
-        self.tail += 8;
-        // SAFETY: the ring's TAIL word, mapped while the link is held. Release publishes
-        // the word just stored.
-        unsafe { (*self.tail_word).store(self.tail, Ordering::Release) };
+        self.tail = t + 8;
+        // SAFETY: the buffer's TAIL word, mapped and aligned, while the link is held.
+        // Release publishes the word just stored.
+        unsafe {
+            (*(self.base.add(crate::ring::TAIL) as *const AtomicU64))
+                .store(t + 8, Ordering::Release)
+        };
     }
 
     /// `pipe_put_float`.
@@ -105,7 +117,7 @@ impl Pipe<'_, '_> {
         if self.error.is_some() {
             return;
         }
-        if self.data.is_null() {
+        if self.base.is_null() {
             if let Err(e) = self
                 .prim
                 .send(Dest::PreviousChain, Info::Data(&w.to_le_bytes()), true)
@@ -133,7 +145,7 @@ impl Pipe<'_, '_> {
             return Ok(());
         }
         self.open = false;
-        if !self.data.is_null() {
+        if !self.base.is_null() {
             self.prim.links.borrow_mut()[self.rank].tail = self.tail;
             let words = (self.tail - self.first) / 8;
             let c = &self.prim.counters;

@@ -19,6 +19,13 @@ use volley::{Runtime, RuntimeBuilder};
 /// volley's own messages): the bound on a missed or never-raised notification.
 const SLEEP: Duration = Duration::from_millis(1);
 
+/// Polls of a waiting loop before it starts yielding its core (about 0.1 ms).
+pub(crate) const SPINS_BEFORE_YIELD: u32 = 1 << 12;
+
+/// The same in `comm-thread` mode, where the program thread and its communication thread
+/// may share a core (threads inherit the rank's pinning): they hand it over soon.
+pub(crate) const COMM_SPINS_BEFORE_YIELD: u32 = 64;
+
 /// The layer registered in a builder; [`PrimSetup::attach`] it once the runtime is built.
 #[derive(Debug)]
 pub struct PrimSetup {
@@ -244,6 +251,12 @@ impl<'rt> Prim<'rt> {
     /// The runtime underneath.
     pub fn runtime(&self) -> &'rt Runtime {
         self.rt
+    }
+
+    /// The one-sided layer this layer registered (for programs that also want segments of
+    /// their own).
+    pub fn rma(&self) -> &Rma<'rt> {
+        &self.rma
     }
 
     /// The progress mode.
@@ -514,9 +527,19 @@ impl<'rt> Prim<'rt> {
     /// Waits a little for another rank (a held link, a full buffer), serving volley's own
     /// messages meanwhile (the one-sided operations of ranks on other nodes land that way).
     pub(crate) fn back_off(&self, spins: &mut u32) {
-        *spins += 1;
-        if *spins % 32 == 0 {
+        *spins = spins.wrapping_add(1);
+        if *spins % 64 == 0 {
             self.rt.poll();
+        }
+        // Spin first (an answer is usually a cache-line transfer away); give the core up
+        // only after a long wait, for the ranks and threads that share it.
+        // With a communication thread, the thread that would answer may share this core.
+        let limit = if self.progress == Progress::CommThread {
+            COMM_SPINS_BEFORE_YIELD
+        } else {
+            SPINS_BEFORE_YIELD
+        };
+        if *spins >= limit {
             std::thread::yield_now();
         } else {
             std::hint::spin_loop();
@@ -545,19 +568,13 @@ impl<'rt> Prim<'rt> {
             }
             self.back_off(&mut spins);
         }
-        let (tail, head) = match backend {
-            Backend::Mapped(p) => (
-                p.tail().load(Ordering::Acquire),
-                p.head().load(Ordering::Acquire),
-            ),
-            Backend::Remote(s) => (
-                self.rma.atomic(s, ring::TAIL, AtomicOp::Load, 0, 0)?,
-                self.rma.atomic(s, ring::HEAD, AtomicOp::Load, 0, 0)?,
-            ),
+        // The head only grows, so the last one read stays a safe bound on the room; it is
+        // read again when that bound runs out (`wait_room`).
+        let tail = match backend {
+            Backend::Mapped(p) => p.tail().load(Ordering::Acquire),
+            Backend::Remote(s) => self.rma.atomic(s, ring::TAIL, AtomicOp::Load, 0, 0)?,
         };
-        let mut links = self.links.borrow_mut();
-        links[r].tail = tail;
-        links[r].head = head;
+        self.links.borrow_mut()[r].tail = tail;
         Ok(())
     }
 
@@ -587,12 +604,12 @@ impl<'rt> Prim<'rt> {
                 let l = &self.links.borrow()[r];
                 (l.tail, l.head)
             };
-            if self.cap - (tail - head) >= bytes {
+            if self.cap.saturating_sub(tail - head) >= bytes {
                 return Ok(());
             }
             let head = self.load_head(backend)?;
             self.links.borrow_mut()[r].head = head;
-            if self.cap - (tail - head) >= bytes {
+            if self.cap.saturating_sub(tail - head) >= bytes {
                 return Ok(());
             }
             if r == self.me {
@@ -631,7 +648,7 @@ impl<'rt> Prim<'rt> {
             }
             Backend::Remote(s) => {
                 let mask = self.cap - 1;
-                let data = ring::data_offset(self.cap as usize);
+                let data = ring::RING;
                 // SAFETY: viewing initialized u64s as bytes.
                 let raw = unsafe {
                     std::slice::from_raw_parts(words.as_ptr() as *const u8, words.len() * 8)
@@ -644,7 +661,11 @@ impl<'rt> Prim<'rt> {
                 }
                 for &h in headers {
                     let word = ((old + 8 * h as u64) & mask) / 8;
-                    self.rma.put(s, ring::MARKS + word as usize, &[1])?;
+                    self.rma.put(
+                        s,
+                        ring::marks_offset(self.cap as usize) + word as usize,
+                        &[1],
+                    )?;
                 }
                 self.rma.atomic(s, ring::TAIL, AtomicOp::Store, new, 0)?;
             }

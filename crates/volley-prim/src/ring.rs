@@ -2,11 +2,11 @@
 //! network input buffer, in a volley segment) or on the heap (the internal buffers between
 //! the program thread and the communication thread). One layout, one reader, for both.
 //!
-//! Layout from the base (each control word on its own cache line):
-//! `OWNER` (0 = link free, else the holding rank + 1), `TAIL` (bytes published, written by
-//! the link holder), `HEAD` (bytes consumed, written by the reader), `DOORBELL`/`SLEEPING`
+//! Layout from the base: `OWNER` (0 = link free, else the holding rank + 1) and `TAIL`
+//! (bytes published, written by the link holder) share a cache line, since a sender touches
+//! both; each of the others has its own: `HEAD` (bytes consumed, written by the reader), `DOORBELL`/`SLEEPING`
 //! (futex word and the reader's "asleep" flag), `NOTIFIED` (notifications raised at this
-//! buffer), then one mark byte per ring word and the ring itself. A mark of 1 says "this
+//! buffer), then the ring itself and one mark byte per ring word. A mark of 1 says "this
 //! word is a packet header" (the iPSC/860 FIFO's end-of-data sideband): chained payload
 //! words have mark 0 and carry no header at all. The reader clears a header's mark when it
 //! consumes it, so marks are 0 everywhere else.
@@ -14,21 +14,23 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 pub(crate) const OWNER: usize = 0;
-pub(crate) const TAIL: usize = 64;
+pub(crate) const TAIL: usize = 8;
 pub(crate) const HEAD: usize = 128;
 pub(crate) const DOORBELL: usize = 192;
 pub(crate) const SLEEPING: usize = 196;
 pub(crate) const NOTIFIED: usize = 256;
-pub(crate) const MARKS: usize = 320;
+/// Where the ring's words start: a constant, so that the inlined put addresses them from
+/// the base with no load.
+pub(crate) const RING: usize = 320;
 
-/// Where the ring's words start, for a capacity of `cap` bytes.
-pub(crate) fn data_offset(cap: usize) -> usize {
-    (MARKS + cap / 8).next_multiple_of(64)
+/// Where the mark bytes start, after the ring of `cap` bytes.
+pub(crate) fn marks_offset(cap: usize) -> usize {
+    RING + cap
 }
 
 /// Bytes of a whole buffer of capacity `cap`.
 pub(crate) fn total_len(cap: usize) -> usize {
-    data_offset(cap) + cap
+    (marks_offset(cap) + cap / 8).next_multiple_of(64)
 }
 
 /// Packet kinds in a header word's low byte.
@@ -100,6 +102,11 @@ impl RingPtr {
         self.cap
     }
 
+    /// The base address (the inlined put addresses TAIL and the ring from it).
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+
     fn word(&self, off: usize) -> &AtomicU64 {
         // SAFETY: `off` is a control-word offset inside the block, 8-byte aligned (new's
         // contract); the block outlives `self`.
@@ -129,12 +136,15 @@ impl RingPtr {
     /// The first byte of the ring's words.
     pub(crate) fn data(&self) -> *mut u8 {
         // SAFETY: inside the block (layout above).
-        unsafe { self.base.add(data_offset(self.cap as usize)) }
+        unsafe { self.base.add(RING) }
     }
     /// The mark byte of the word at byte position `pos`.
     fn mark(&self, pos: u64) -> *mut u8 {
         // SAFETY: one mark per word of the ring, inside the block.
-        unsafe { self.base.add(MARKS + ((pos & (self.cap - 1)) / 8) as usize) }
+        unsafe {
+            self.base
+                .add(marks_offset(self.cap as usize) + ((pos & (self.cap - 1)) / 8) as usize)
+        }
     }
 
     /// Writes `words` at byte position `pos` (wrapping) and marks the words listed in
@@ -219,6 +229,18 @@ impl Reader {
             n += 8;
         }
         Peek::Bare(n)
+    }
+
+    /// Takes one chained (header-less) word if one is published at the head.
+    #[inline]
+    pub(crate) fn take_bare_word(&mut self) -> Option<u64> {
+        if self.available() < 8 || self.is_header(0) {
+            return None;
+        }
+        let w = self.word_at(0);
+        self.head += 8;
+        self.ring.head().store(self.head, Ordering::Release);
+        Some(w)
     }
 
     /// Consumes the header at the head.

@@ -311,7 +311,8 @@ fn notify(p: &Prim) {
     }
     let cap = p.capacity();
     let per = cap / 64 * 3 / 4; // three quarters full: past half, not full
-    let mode = std::env::var("VOLLEY_PRIM_NOTIFY").unwrap_or_else(|_| "end".into());
+    let mode = std::env::var("VOLLEY_PRIM_NOTIFY")
+        .unwrap_or_else(|_| Notify::default_for(p.progress()).name().into());
     let want = match Notify::parse(&mode).unwrap() {
         Notify::Never => 0,
         Notify::Start | Notify::End => 2 * per as u64,

@@ -9,6 +9,8 @@
 mod am_vs_sendrecv;
 mod contention;
 mod hardware;
+mod seed003_bounce;
+mod seed003_channels;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -95,6 +97,8 @@ pub static EXPERIMENTS: &[Experiment] = &[
     xfer::EXPERIMENT,
     am_vs_sendrecv::EXPERIMENT,
     signal::EXPERIMENT,
+    seed003_bounce::EXPERIMENT,
+    seed003_channels::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
