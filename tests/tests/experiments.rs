@@ -162,6 +162,7 @@ fn seed001_send_breakdown_adds_up_every_component() {
 fn seed003_bounce_measures_every_variant_and_checks_every_value() {
     let doc = quick("seed003-bounce");
     for key in [
+        "raw_channel_ns",
         "raw_ns",
         "typed_ns",
         "probe_ns",
