@@ -326,14 +326,14 @@ fn table(r: &Report) -> String {
         t,
         "seed003-bounce: 2 ranks on one node, pinned, 16-byte packets; one-way ns, medians"
     );
-    let _ = writeln!(
-        t,
-        "  {:<34} {:>10}  {}",
-        "variant", "ns", "seed 003 (iPSC/860)"
-    );
+    let _ = writeln!(t, "  {:<34} {:>10}  seed 003 (iPSC/860)", "variant", "ns");
     for (name, v, seed) in [
         ("floor (cache-line bounce)", r.floor_ns, "-"),
-        ("raw: open channel, 2 words", r.raw_channel_ns, "\"approximately 25us\" (MX)"),
+        (
+            "raw: open channel, 2 words",
+            r.raw_channel_ns,
+            "\"approximately 25us\" (MX)",
+        ),
         ("raw: a packet each (link, header)", r.raw_ns, "-"),
         (
             "typed (volley-msg send/recv)",
