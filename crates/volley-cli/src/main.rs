@@ -258,6 +258,7 @@ fn main() -> ExitCode {
                     volley::settings::SETTINGS,
                     volley_global::settings::SETTINGS,
                     volley_msg::SETTINGS,
+                    volley_prim::SETTINGS,
                 ],
                 multi_node,
             );

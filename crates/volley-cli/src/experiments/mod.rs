@@ -12,6 +12,8 @@ mod combined;
 mod contention;
 mod hardware;
 mod multicast;
+mod seed003_bounce;
+mod seed003_channels;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -101,6 +103,8 @@ pub static EXPERIMENTS: &[Experiment] = &[
     agents::EXPERIMENT,
     combined::EXPERIMENT,
     multicast::EXPERIMENT,
+    seed003_bounce::EXPERIMENT,
+    seed003_channels::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

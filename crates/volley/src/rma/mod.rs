@@ -488,6 +488,31 @@ impl<'rt> Rma<'rt> {
         Ok(ev)
     }
 
+    /// Where `len` bytes at `offset` of `target` lie in this process's mapping of the target's
+    /// memory, after the checks for `need` (a refusal is counted at the target, as for any
+    /// access): for layers that keep loads and stores of their own (a ring in a peer's
+    /// segment). `Ok(None)` when the access would not go the direct path (another node, or
+    /// `VOLLEY_RMA=am`): use the operations above then.
+    ///
+    /// Dereferencing the pointer is the caller's business: it stays valid while the target
+    /// keeps the segment (until it frees it or finalizes), and the memory is shared, so it is
+    /// accessed with copies and atomics only, never through references held across other
+    /// ranks' writes.
+    pub fn mapped(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        len: usize,
+        need: Perms,
+    ) -> Result<Option<std::ptr::NonNull<u8>>> {
+        self.check_rank(target.rank)?;
+        if !self.direct(target.rank) {
+            return Ok(None);
+        }
+        let p = self.check_direct(target, offset as u64, len as u64, need)?;
+        Ok(std::ptr::NonNull::new(p))
+    }
+
     /// Applies `op` to the 64-bit word of `target` at `offset` (8-byte aligned) and returns
     /// the previous value. `operand` is the value to store, add, and with, ...; `compare` is
     /// used by `CompareSwap` only.
