@@ -51,6 +51,8 @@ struct JobResult {
 #[derive(Debug, Serialize)]
 struct Report {
     verified: bool,
+    /// A quick run verifies the data only.
+    quick: bool,
     failures: Vec<String>,
     sizes: Vec<usize>,
     commands: u64,
@@ -123,7 +125,9 @@ fn run(o: &Options) -> Result<Outcome, String> {
             .filter_map(|&s| Some((s, rate("combined", s)? / rate("single", s)?)))
             .collect();
         let win = sp.get(&sizes[0]).is_some_and(|&x| x > 1.0);
-        if !win {
+        // A quick run is too short to time on a shared machine: it checks the data only and
+        // reports the ordering.
+        if !win && !o.quick {
             failures.push(format!(
                 "{t}: combined does not beat single at {} B",
                 sizes[0]
@@ -135,6 +139,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let seed = |v: [f64; 5]| SEED_SIZES.iter().copied().zip(v).collect();
     let report = Report {
         verified: failures.is_empty(),
+        quick: o.quick,
         failures,
         sizes,
         commands: n,
@@ -206,7 +211,11 @@ fn table(r: &Report) -> String {
     }
     t.push_str(&super::verdict(
         r.verified,
-        "every slot held its last write; combined beat single at the smallest size",
+        if r.quick {
+            "every slot held its last write (a quick run does not require combined to win)"
+        } else {
+            "every slot held its last write; combined beat single at the smallest size"
+        },
         &r.failures,
     ));
     t
