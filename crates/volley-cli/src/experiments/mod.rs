@@ -11,6 +11,7 @@ mod contention;
 mod hardware;
 mod seed003_bounce;
 mod seed003_channels;
+mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -99,6 +100,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     signal::EXPERIMENT,
     seed003_bounce::EXPERIMENT,
     seed003_channels::EXPERIMENT,
+    seed003_trisolve::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
