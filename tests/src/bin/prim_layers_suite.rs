@@ -37,6 +37,7 @@ fn typed_order(p: &Prim, rt: &Runtime) {
     const PER: usize = 4;
     // Long messages pair by pair, in one global order (a sender waits for room only while
     // its receiver works through earlier pairs); the receiver asks for the types in reverse.
+    // `recv` does not select a sender, so each sender has its own types.
     for a in 0..n {
         for b in 0..n {
             if a == b {
@@ -87,7 +88,7 @@ fn typed_order(p: &Prim, rt: &Runtime) {
 fn send_all(t: &Typed, to: usize, me: usize, types: &[u32], per: usize, cap: usize) {
     for k in 0..per {
         for &ty in types {
-            t.send(to, ty, &payload(me, ty, k, cap))
+            t.send(to, ty + 10_000 * me as u32, &payload(me, ty, k, cap))
                 .unwrap_or_else(|e| fail(format!("send: {e}")));
         }
     }
@@ -97,7 +98,7 @@ fn recv_all(t: &Typed, from: usize, types: &[u32], per: usize, cap: usize) {
     for &ty in types.iter().rev() {
         for k in 0..per {
             let got = t
-                .recv(ty)
+                .recv(ty + 10_000 * from as u32)
                 .unwrap_or_else(|e| fail(format!("recv {ty}: {e}")));
             if got != payload(from, ty, k, cap) {
                 fail(format!(
