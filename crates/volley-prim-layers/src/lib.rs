@@ -10,7 +10,7 @@
 //!   four versions B0 (typed), B1 (raw packets), B2 (open channel) and B3 (fetch requests
 //!   served by a procedure packet's handler), for experiment E2 (`seed003-trisolve`).
 
-mod typed;
 pub mod trisolve;
+mod typed;
 
 pub use typed::{Typed, TypedError, DEFAULT_UNEXPECTED_LIMIT};

@@ -48,7 +48,11 @@ pub enum Version {
 /// zero where `i + 1` starts a row.
 pub fn coefficients(i: usize, p: usize) -> (f64, f64, f64) {
     let h = (i.wrapping_mul(2_654_435_761) % 1000) as f64 / 1000.0;
-    let a1 = if (i + 1) % p == 0 { 0.0 } else { 0.25 + h / 8.0 };
+    let a1 = if (i + 1) % p == 0 {
+        0.0
+    } else {
+        0.25 + h / 8.0
+    };
     (1.0 + h, a1, 0.5 - h / 8.0)
 }
 
@@ -188,7 +192,11 @@ pub fn solve(
             for r in 0..n {
                 let inc = if left {
                     prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_ID), true)?;
-                    prim.send(Dest::PreviousChain, Info::Data(&(r as u64).to_le_bytes()), false)?;
+                    prim.send(
+                        Dest::PreviousChain,
+                        Info::Data(&(r as u64).to_le_bytes()),
+                        false,
+                    )?;
                     prim.receive(Source::Network, Recv::Data(&mut b))?;
                     f64::from_le_bytes(b)
                 } else {

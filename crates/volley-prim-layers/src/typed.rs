@@ -223,7 +223,9 @@ impl<'p, 'rt> Typed<'p, 'rt> {
             })?;
         let w = u64::from_le_bytes(hdr[..8].try_into().expect("8 bytes"));
         if w & 0xffff_ffff != MAGIC {
-            return Err(TypedError::NotTyped("16 bytes without the typed mark".into()));
+            return Err(TypedError::NotTyped(
+                "16 bytes without the typed mark".into(),
+            ));
         }
         let len = u64::from_le_bytes(hdr[8..].try_into().expect("8 bytes"));
         Ok(((w >> 32) as u32, len as usize))

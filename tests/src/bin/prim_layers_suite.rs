@@ -65,7 +65,9 @@ fn typed_order(p: &Prim, rt: &Runtime) {
         for from in (0..n).rev().filter(|&r| r != me) {
             for k in 0..2u8 {
                 let ty = 100 + 10 * from as u32 + kind;
-                let got = t.recv(ty).unwrap_or_else(|e| fail(format!("recv {ty}: {e}")));
+                let got = t
+                    .recv(ty)
+                    .unwrap_or_else(|e| fail(format!("recv {ty}: {e}")));
                 if got != [from as u8, kind as u8, k] {
                     fail(format!("type {ty}: {got:?} out of order"));
                 }
@@ -125,7 +127,11 @@ fn typed_bounds(p: &Prim, rt: &Runtime) {
     } else if me == 1 {
         // Waits for type 4: type 1 is filed, type 2 does not fit.
         match t.recv(4) {
-            Err(TypedError::UnexpectedFull { ty: 2, bytes: 100, limit: 150 }) => {}
+            Err(TypedError::UnexpectedFull {
+                ty: 2,
+                bytes: 100,
+                limit: 150,
+            }) => {}
             other => fail(format!("expected UnexpectedFull for type 2, got {other:?}")),
         }
         if !t.probe(2).unwrap() || !t.probe(1).unwrap() || t.probe(4).unwrap() {
@@ -133,7 +139,11 @@ fn typed_bounds(p: &Prim, rt: &Runtime) {
         }
         let mut small = [0u8; 10];
         match t.recv_into(1, &mut small) {
-            Err(TypedError::TooSmall { ty: 1, need: 100, have: 10 }) => {}
+            Err(TypedError::TooSmall {
+                ty: 1,
+                need: 100,
+                have: 10,
+            }) => {}
             other => fail(format!("expected TooSmall, got {other:?}")),
         }
         let mut b = [0u8; 100];
@@ -176,7 +186,10 @@ fn trisolve_section(p: &Prim, rt: &Runtime) {
             .y;
         for (r, y) in col.iter().enumerate() {
             if *y != want[r * size + me] {
-                fail(format!("{v:?}: row {r} on rank {me}: {y} != {}", want[r * size + me]));
+                fail(format!(
+                    "{v:?}: row {r} on rank {me}: {y} != {}",
+                    want[r * size + me]
+                ));
             }
         }
     }

@@ -80,8 +80,16 @@ fn version_of(name: &str) -> Option<Version> {
 /// One rank: `N REPS CORRUPT VERSION...`; the progress mode comes from `VOLLEY_PRIM_PROGRESS`.
 fn rank(a: &RankArgs) -> Result<(), String> {
     let usage = || "expected N REPS CORRUPT VERSION...".to_string();
-    let n: usize = a.args.first().and_then(|s| s.parse().ok()).ok_or_else(usage)?;
-    let reps: usize = a.args.get(1).and_then(|s| s.parse().ok()).ok_or_else(usage)?;
+    let n: usize = a
+        .args
+        .first()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(usage)?;
+    let reps: usize = a
+        .args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(usage)?;
     let corrupt = a.args.get(2).map(String::as_str) == Some("1");
     let names = &a.args[3.min(a.args.len())..];
     let cfg = PrimConfig::from_env().map_err(|e| e.to_string())?;
@@ -137,7 +145,8 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     let last = size - 1;
     if me != last {
         let text = out.failures.join("\n");
-        t.send(last, 1, text.as_bytes()).map_err(|e| e.to_string())?;
+        t.send(last, 1, text.as_bytes())
+            .map_err(|e| e.to_string())?;
     } else {
         for _ in 0..last {
             let text = t.recv(1).map_err(|e| e.to_string())?;
@@ -190,10 +199,30 @@ fn run(o: &Options) -> Result<Outcome, String> {
     };
     let comm = |total: f64| (total - comp).max(0.0);
     let specs = [
-        ("B0", "typed send/recv (typed layer)", solve(&inline, "typed"), "\"474us\""),
-        ("B1", "raw packet per value, polling", solve(&inline, "raw"), "\"89us\""),
-        ("B2", "open channel, pipe_put/pipe_get", solve(&inline, "pipe"), "\"4us\""),
-        ("B3", "fetch request, interrupt mode", solve(&interrupt, "fetch"), "\"385us\""),
+        (
+            "B0",
+            "typed send/recv (typed layer)",
+            solve(&inline, "typed"),
+            "\"474us\"",
+        ),
+        (
+            "B1",
+            "raw packet per value, polling",
+            solve(&inline, "raw"),
+            "\"89us\"",
+        ),
+        (
+            "B2",
+            "open channel, pipe_put/pipe_get",
+            solve(&inline, "pipe"),
+            "\"4us\"",
+        ),
+        (
+            "B3",
+            "fetch request, interrupt mode",
+            solve(&interrupt, "fetch"),
+            "\"385us\"",
+        ),
     ];
     let rows: Vec<Row> = specs
         .iter()
@@ -204,7 +233,11 @@ fn run(o: &Options) -> Result<Outcome, String> {
             communication_us: comm(total) / 1e3,
             communication_ns_per_message: comm(total) / n as f64,
             seed_communication: seed,
-            seed_computation: if version == "B3" { "not stated" } else { "\"5us\"" },
+            seed_computation: if version == "B3" {
+                "not stated"
+            } else {
+                "\"5us\""
+            },
         })
         .collect();
     let c = |i: usize| rows[i].communication_us;
