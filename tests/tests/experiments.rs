@@ -157,3 +157,40 @@ fn seed001_send_breakdown_adds_up_every_component() {
     positive(prewrite, "without_cycles");
     assert_eq!(prewrite["seed_saved_cycles"], 40.0, "{doc}");
 }
+
+#[test]
+fn seed003_bounce_measures_every_variant_and_checks_every_value() {
+    let doc = quick("seed003-bounce");
+    for key in [
+        "raw_channel_ns",
+        "raw_ns",
+        "typed_ns",
+        "probe_ns",
+        "interrupt_ns",
+        "comm_thread_ns",
+        "floor_ns",
+    ] {
+        positive(&doc, key);
+    }
+    assert_eq!(doc["seed"]["typed"], "70us", "{doc}");
+    assert!(doc["ordering_holds"].is_boolean(), "{doc}");
+}
+
+#[test]
+fn seed003_channels_measures_both_forms_and_checks_every_element() {
+    let doc = quick("seed003-channels");
+    for key in ["per_message_ns", "channel_ns", "inline_ns", "floor_ns"] {
+        positive(&doc, key);
+    }
+    assert_eq!(doc["seed"]["channel_b2"], "4us", "{doc}");
+    let out = Job::raw([
+        "experiments",
+        "seed003-channels",
+        "--quick",
+        "--reps",
+        "1",
+        "--corrupt",
+    ])
+    .output();
+    assert_eq!(out.status.code(), Some(1), "{out}");
+}

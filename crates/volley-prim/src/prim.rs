@@ -748,8 +748,7 @@ impl<'rt> Prim<'rt> {
     pub fn pending_len(&self, src: Source) -> Result<Option<usize>> {
         self.check_live()?;
         let mut r = self.reader(src)?.borrow_mut();
-        recv::skip_empty(&mut r);
-        Ok(match r.peek() {
+        Ok(match recv::skip_empty(&mut r) {
             ring::Peek::Header(w) if Header::decode(w).kind == DATA => {
                 Some(Header::decode(w).value as usize)
             }

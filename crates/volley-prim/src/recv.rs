@@ -4,14 +4,22 @@
 use crate::error::{PrimError, Result};
 use crate::ring::{padded, Header, Peek, Reader, CLOSE, DATA, PROC, PROC_DONE};
 
-/// Consumes headers that deliver nothing: chain closes and empty data packets (`(NULL, 0)`).
-pub(crate) fn skip_empty(r: &mut Reader) {
-    while let Peek::Header(w) = r.peek() {
-        let h = Header::decode(w);
-        if h.kind == CLOSE || (h.kind == DATA && h.value == 0) {
-            r.take_header();
-        } else {
-            break;
+/// Consumes headers that deliver nothing (chain closes and empty data packets, `(NULL, 0)`)
+/// and returns what comes next. Callers decide on this one look: a second `peek` could see
+/// more published meanwhile, an empty header among it.
+pub(crate) fn skip_empty(r: &mut Reader) -> Peek {
+    loop {
+        let p = r.peek();
+        match p {
+            Peek::Header(w) => {
+                let h = Header::decode(w);
+                if h.kind == CLOSE || (h.kind == DATA && h.value == 0) {
+                    r.take_header();
+                } else {
+                    return p;
+                }
+            }
+            _ => return p,
         }
     }
 }
@@ -33,8 +41,7 @@ pub(crate) fn try_data(r: &mut Reader, buf: &mut [u8]) -> Result<Option<Option<u
             capacity: cap,
         });
     }
-    skip_empty(r);
-    match r.peek() {
+    match skip_empty(r) {
         Peek::Empty => Ok(None),
         Peek::Header(w) => {
             let h = Header::decode(w);
@@ -61,7 +68,8 @@ pub(crate) fn try_data(r: &mut Reader, buf: &mut [u8]) -> Result<Option<Option<u
                 r.take_bytes(buf);
                 return Ok(Some(None));
             }
-            if r.available() > n {
+            // The peek stopped before the tail it saw: a header follows the bare bytes.
+            if r.seen() > n {
                 return Err(PrimError::ChainEnded {
                     have: n as usize,
                     want: buf.len(),
@@ -74,8 +82,7 @@ pub(crate) fn try_data(r: &mut Reader, buf: &mut [u8]) -> Result<Option<Option<u
 
 /// Takes a procedure header if one is next (`None`: nothing yet).
 pub(crate) fn try_procedure(r: &mut Reader) -> Result<Option<Header>> {
-    skip_empty(r);
-    match r.peek() {
+    match skip_empty(r) {
         Peek::Empty => Ok(None),
         Peek::Header(w) if matches!(Header::decode(w).kind, PROC | PROC_DONE) => {
             r.take_header();
@@ -91,8 +98,7 @@ pub(crate) fn try_procedure(r: &mut Reader) -> Result<Option<Header>> {
 /// What `is_information` sees next, after dropping empty packets: `None` for nothing, else
 /// whether it is a procedure.
 pub(crate) fn next_kind(r: &mut Reader) -> Option<bool> {
-    skip_empty(r);
-    match r.peek() {
+    match skip_empty(r) {
         Peek::Empty => None,
         Peek::Header(w) => Some(matches!(Header::decode(w).kind, PROC | PROC_DONE)),
         Peek::Bare(_) => Some(false),

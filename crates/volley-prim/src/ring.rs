@@ -216,8 +216,15 @@ impl Reader {
         unsafe { self.ring.mark(self.head + off).read() == 1 }
     }
 
+    /// Bytes published and not consumed as of the last look at the tail.
+    pub(crate) fn seen(&self) -> u64 {
+        self.tail - self.head
+    }
+
+    /// What waits at the head; looks at the tail afresh.
     pub(crate) fn peek(&mut self) -> Peek {
-        let avail = self.available();
+        self.tail = self.ring.tail().load(Ordering::Acquire);
+        let avail = self.tail - self.head;
         if avail == 0 {
             return Peek::Empty;
         }
