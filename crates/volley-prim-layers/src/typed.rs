@@ -10,7 +10,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
-use volley_prim::{Dest, Info, InfoType, Prim, PrimError, Probe, Progress, Recv, Source};
+use volley_prim::{Dest, Info, InfoType, Prim, PrimError, Probe, Recv, Source};
 
 /// Default bound on the bytes of unexpected messages one rank holds (1 MiB).
 pub const DEFAULT_UNEXPECTED_LIMIT: usize = 1 << 20;
@@ -64,10 +64,6 @@ pub struct Typed<'p, 'rt> {
     limit: usize,
     /// Payload bytes per chained packet: half the input buffer, whole words.
     chunk: usize,
-    /// Payload bytes per receive: `chunk`, or one word in `comm-thread` mode, where a
-    /// chained receive of many words waits forever once they come forwarded in pieces
-    /// (seen with volley-prim at 4 KiB; see docs/journal.md).
-    piece: usize,
     /// A header already read whose payload waits in the network buffer (the unexpected
     /// memory had no room for it).
     pending: Cell<Option<(u32, usize)>>,
@@ -87,11 +83,6 @@ impl<'p, 'rt> Typed<'p, 'rt> {
             held: Cell::new(0),
             limit,
             chunk: (prim.capacity() / 2) & !7,
-            piece: if prim.progress() == Progress::CommThread {
-                8
-            } else {
-                (prim.capacity() / 2) & !7
-            },
             pending: Cell::new(None),
         }
     }
@@ -242,7 +233,7 @@ impl<'p, 'rt> Typed<'p, 'rt> {
 
     /// Reads the payload of the header just read into `buf` (its length).
     fn payload(&self, buf: &mut [u8]) -> Result<()> {
-        for c in buf.chunks_mut(self.piece) {
+        for c in buf.chunks_mut(self.chunk) {
             self.prim.receive(Source::Network, Recv::Data(c))?;
         }
         Ok(())
