@@ -759,6 +759,8 @@ fn modes(p: &Prim) {
     let (me, n) = (p.rank(), p.size());
     let right = (me + 1) % n;
     SUM.store(0, Ordering::Relaxed);
+    // A communication thread runs procedures as they come: none may arrive before the reset.
+    p.runtime().barrier();
     let mut digest = 0u64;
     for round in 0..50u64 {
         p.send(Dest::Rank(right), Info::Procedure(1), true).unwrap();

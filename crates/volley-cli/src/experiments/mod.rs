@@ -14,6 +14,7 @@ mod hardware;
 mod multicast;
 mod seed003_bounce;
 mod seed003_channels;
+mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
 mod xfer;
@@ -105,6 +106,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     multicast::EXPERIMENT,
     seed003_bounce::EXPERIMENT,
     seed003_channels::EXPERIMENT,
+    seed003_trisolve::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {

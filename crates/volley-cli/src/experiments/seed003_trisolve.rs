@@ -1,0 +1,319 @@
+//! `seed003-trisolve`: seed 003's experiment E2 (§4, test B), the pipelined banded
+//! lower-triangular solve, on 2 ranks of one node (one grid column each, `N` rows, one float
+//! per message, four flops between messages), with `volley-prim-layers`:
+//!
+//! - B0: typed send/receive (the typed layer on the primitives, NX/2's stand-in);
+//! - B1: one raw data packet per value, the receiver polls its buffer (inline);
+//! - B2: a channel opened once, `pipe_put` / `pipe_get` (inline);
+//! - B3: a fetch request per value, a procedure packet whose handler runs in the owner's
+//!   blocked receive, in `interrupt` mode (the receives sleep on a futex until notified).
+//!
+//! As the seed, the figures are the last rank's: its computation time is the same loop on
+//! the values it would receive (no communication, measured in the same job), and its
+//! communication time is its solve's time minus that.
+//!
+//! Verified: every version's solution equals the serial solve on both ranks (`correct`) AND
+//! the seed's ordering of communication times B2 < B1 < B3 < B0 holds (`ordering_holds`);
+//! both are in the JSON.
+
+use super::{rank_job, verdict, write_result, Experiment, Options, Outcome, RankArgs};
+use crate::bench::median_present;
+use serde::{Deserialize, Serialize};
+use std::fmt::Write as _;
+use std::time::Instant;
+use volley_prim::{Prim, PrimConfig, Progress};
+use volley_prim_layers::trisolve::{self, Version};
+use volley_prim_layers::Typed;
+
+/// The experiment.
+pub const EXPERIMENT: Experiment = Experiment {
+    name: "seed003-trisolve",
+    about: "seed 003 E2: pipelined banded triangular solve, B0 typed / B1 raw / B2 open channel / B3 fetch in interrupt mode, last rank's computation and communication",
+    run,
+    rank: Some(rank),
+};
+
+/// One job's figures: per version and repetition, the last rank's solve time (ns).
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct JobOut {
+    /// (version name, solve ns per repetition).
+    solve_ns: Vec<(String, Vec<f64>)>,
+    /// The computation alone, per repetition.
+    local_ns: Vec<f64>,
+    failures: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Row {
+    version: &'static str,
+    how: &'static str,
+    computation_us: f64,
+    communication_us: f64,
+    communication_ns_per_message: f64,
+    seed_communication: &'static str,
+    seed_computation: &'static str,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    verified: bool,
+    correct: bool,
+    ordering_holds: bool,
+    b2_communication_at_or_below_computation: bool,
+    failures: Vec<String>,
+    n: usize,
+    ranks: usize,
+    rows: Vec<Row>,
+    seed_unit_note: &'static str,
+}
+
+fn version_of(name: &str) -> Option<Version> {
+    Some(match name {
+        "typed" => Version::Typed,
+        "raw" => Version::Raw,
+        "pipe" => Version::Pipe,
+        "fetch" => Version::Fetch,
+        _ => return None,
+    })
+}
+
+/// One rank: `N REPS CORRUPT VERSION...`; the progress mode comes from `VOLLEY_PRIM_PROGRESS`.
+fn rank(a: &RankArgs) -> Result<(), String> {
+    let usage = || "expected N REPS CORRUPT VERSION...".to_string();
+    let n: usize = a
+        .args
+        .first()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(usage)?;
+    let reps: usize = a
+        .args
+        .get(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(usage)?;
+    let corrupt = a.args.get(2).map(String::as_str) == Some("1");
+    let names = &a.args[3.min(a.args.len())..];
+    let cfg = PrimConfig::from_env().map_err(|e| e.to_string())?;
+    let cfg = trisolve::with_handlers(cfg).map_err(|e| e.to_string())?;
+    let mut b = volley::Runtime::builder();
+    let setup = Prim::register(&mut b, cfg);
+    let rt = b.build().map_err(|e| e.to_string())?;
+    let p = setup.attach(&rt).map_err(|e| e.to_string())?;
+    let t = Typed::new(&p);
+    let (me, size) = (p.rank(), p.size());
+    let want = trisolve::serial(n, size);
+    let incoming = trisolve::incoming(&want, n, size, me);
+    let mut out = JobOut::default();
+    let check = |name: &str, y: &[f64], failures: &mut Vec<String>| {
+        for (r, v) in y.iter().enumerate() {
+            let mut w = want[r * size + me];
+            if corrupt && r == n / 2 && me + 1 == size {
+                w += 1.0;
+            }
+            if *v != w && failures.len() < 4 {
+                failures.push(format!("{name}: rank {me} row {r}: {v} != {w}"));
+            }
+        }
+    };
+    for name in names {
+        let v = version_of(name).ok_or_else(|| format!("unknown version {name:?}"))?;
+        // One warm-up solve, then the timed ones.
+        let mut times = Vec::new();
+        for rep in 0..=reps {
+            rt.barrier();
+            let start = Instant::now();
+            let y = trisolve::solve(&p, &t, n, v, &[]).map_err(|e| format!("{name}: {e}"))?;
+            let ns = start.elapsed().as_nanos() as f64;
+            check(name, &y.y, &mut out.failures);
+            if rep > 0 {
+                times.push(ns);
+            }
+        }
+        out.solve_ns.push((name.clone(), times));
+    }
+    for rep in 0..=reps {
+        let start = Instant::now();
+        let y = trisolve::solve(&p, &t, n, Version::Local, &incoming)
+            .map_err(|e| format!("local: {e}"))?;
+        let ns = start.elapsed().as_nanos() as f64;
+        check("local", &y.y, &mut out.failures);
+        if rep > 0 {
+            out.local_ns.push(ns);
+        }
+    }
+    // The other ranks' failures go to the last rank, which writes the result.
+    rt.barrier();
+    let last = size - 1;
+    if me != last {
+        let text = out.failures.join("\n");
+        t.send(last, 1, text.as_bytes())
+            .map_err(|e| e.to_string())?;
+    } else {
+        for _ in 0..last {
+            let text = t.recv(1).map_err(|e| e.to_string())?;
+            if !text.is_empty() {
+                out.failures
+                    .extend(String::from_utf8_lossy(&text).lines().map(String::from));
+            }
+        }
+        write_result(&a.out, &out)?;
+    }
+    rt.barrier();
+    drop(t);
+    drop(p);
+    rt.finalize();
+    Ok(())
+}
+
+fn run(o: &Options) -> Result<Outcome, String> {
+    let n: usize = if o.quick { 256 } else { 2048 };
+    let ranks = 2;
+    let base = [
+        n.to_string(),
+        o.reps.to_string(),
+        if o.corrupt { "1" } else { "0" }.to_string(),
+    ];
+    let job = |mode: Progress, versions: &[&str]| -> Result<JobOut, String> {
+        let mut args = base.to_vec();
+        args.extend(versions.iter().map(|s| s.to_string()));
+        rank_job(
+            EXPERIMENT.name,
+            ranks,
+            ranks,
+            &[("VOLLEY_PRIM_PROGRESS", mode.name())],
+            &args,
+        )
+    };
+    let inline = job(Progress::InlinePoll, &["typed", "raw", "pipe"])?;
+    let interrupt = job(Progress::Interrupt, &["fetch"])?;
+    let mut failures: Vec<String> = inline.failures.clone();
+    failures.extend(interrupt.failures.iter().cloned());
+    let correct = failures.is_empty();
+    // Computation: the inline job's local loop (the interrupt job's is the same loop).
+    let comp = median_present(inline.local_ns.iter().copied());
+    let solve = |j: &JobOut, name: &str| {
+        j.solve_ns
+            .iter()
+            .find(|(v, _)| v == name)
+            .map(|(_, t)| median_present(t.iter().copied()))
+            .unwrap_or(f64::NAN)
+    };
+    let comm = |total: f64| (total - comp).max(0.0);
+    let specs = [
+        (
+            "B0",
+            "typed send/recv (typed layer)",
+            solve(&inline, "typed"),
+            "\"474us\"",
+        ),
+        (
+            "B1",
+            "raw packet per value, polling",
+            solve(&inline, "raw"),
+            "\"89us\"",
+        ),
+        (
+            "B2",
+            "open channel, pipe_put/pipe_get",
+            solve(&inline, "pipe"),
+            "\"4us\"",
+        ),
+        (
+            "B3",
+            "fetch request, interrupt mode",
+            solve(&interrupt, "fetch"),
+            "\"385us\"",
+        ),
+    ];
+    let rows: Vec<Row> = specs
+        .iter()
+        .map(|&(version, how, total, seed)| Row {
+            version,
+            how,
+            computation_us: comp / 1e3,
+            communication_us: comm(total) / 1e3,
+            communication_ns_per_message: comm(total) / n as f64,
+            seed_communication: seed,
+            seed_computation: if version == "B3" {
+                "not stated"
+            } else {
+                "\"5us\""
+            },
+        })
+        .collect();
+    let c = |i: usize| rows[i].communication_us;
+    for r in &rows {
+        if !r.communication_us.is_finite() {
+            failures.push(format!("{}: no figure", r.version));
+        }
+    }
+    let ordering_holds = c(2) < c(1) && c(1) < c(3) && c(3) < c(0);
+    let b2_ok = c(2) <= rows[2].computation_us;
+    let mut all = failures.clone();
+    if !ordering_holds {
+        all.push(format!(
+            "ordering B2 < B1 < B3 < B0 does not hold: {:.0} / {:.0} / {:.0} / {:.0} us",
+            c(2),
+            c(1),
+            c(3),
+            c(0)
+        ));
+    }
+    let report = Report {
+        verified: all.is_empty(),
+        correct,
+        ordering_holds,
+        b2_communication_at_or_below_computation: b2_ok,
+        failures: all,
+        n,
+        ranks,
+        rows,
+        seed_unit_note: "the seed prints \"us\"; for 2048 dependent messages the figures are only plausible as ms (notes §1.7): compare ratios and ordering",
+    };
+    Ok(Outcome {
+        table: table(&report),
+        doc: serde_json::to_value(&report).map_err(|e| e.to_string())?,
+    })
+}
+
+fn table(r: &Report) -> String {
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "seed003-trisolve: N = {} rows, {} ranks on one node (one column each), last rank's times, medians",
+        r.n, r.ranks
+    );
+    let _ = writeln!(
+        t,
+        "  {:<3} {:<34} {:>10} {:>10} {:>9}  seed comm / comp",
+        "", "version", "comp us", "comm us", "ns/msg"
+    );
+    for row in &r.rows {
+        let _ = writeln!(
+            t,
+            "  {:<3} {:<34} {:>10.1} {:>10.1} {:>9.0}  {} / {}",
+            row.version,
+            row.how,
+            row.computation_us,
+            row.communication_us,
+            row.communication_ns_per_message,
+            row.seed_communication,
+            row.seed_computation
+        );
+    }
+    let _ = writeln!(
+        t,
+        "  floor: the computation row (the same loop without communication, same job); {}",
+        r.seed_unit_note
+    );
+    let _ = writeln!(
+        t,
+        "  correct: {}; ordering B2 < B1 < B3 < B0: {}; B2 comm <= comp: {}",
+        r.correct, r.ordering_holds, r.b2_communication_at_or_below_computation
+    );
+    t.push_str(&verdict(
+        r.verified,
+        "solutions equal the serial solve; B2 < B1 < B3 < B0",
+        &r.failures,
+    ));
+    t
+}

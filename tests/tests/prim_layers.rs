@@ -1,0 +1,52 @@
+//! Seed 003's layers (`volley-prim-layers`) across processes: `src/bin/prim_layers_suite.rs`
+//! checks each section and rank 0 prints a line per section, which these tests match.
+
+mod common;
+
+use common::Job;
+use std::time::Duration;
+
+const SUITE: &str = env!("CARGO_BIN_EXE_prim_layers_suite");
+const DEADLINE: Duration = Duration::from_secs(240);
+
+fn run(job: Job, sections: &[&str]) {
+    let wanted: Vec<String> = sections.iter().map(|s| format!("layers {s}: ok")).collect();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    job.timeout(DEADLINE)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&wanted);
+}
+
+#[test]
+fn typed_messages_match_out_of_order_on_4_ranks_in_every_mode() {
+    for mode in ["inline", "comm-thread", "interrupt", "probe"] {
+        run(
+            Job::run(4, SUITE, &["typed-order"]).env("VOLLEY_PRIM_PROGRESS", mode),
+            &["typed-order"],
+        );
+    }
+    run(
+        Job::run(4, SUITE, &["typed-order"])
+            .env("VOLLEY_PRIM_PROGRESS", "comm-thread")
+            .env("VOLLEY_PRIM_CAPACITY", "65536"),
+        &["typed-order"],
+    );
+}
+
+#[test]
+fn typed_bounds_are_clear_errors_and_lose_nothing() {
+    run(Job::run(2, SUITE, &["typed-bounds"]), &["typed-bounds"]);
+}
+
+#[test]
+fn banded_solve_matches_the_serial_solve() {
+    // Fetch (2 ranks) in the seed's interrupt mode and inline; the pipeline on 3 ranks.
+    for mode in ["interrupt", "inline"] {
+        run(
+            Job::run(2, SUITE, &["trisolve"]).env("VOLLEY_PRIM_PROGRESS", mode),
+            &["trisolve"],
+        );
+    }
+    run(Job::run(3, SUITE, &["trisolve"]), &["trisolve"]);
+}
