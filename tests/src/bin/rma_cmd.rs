@@ -82,8 +82,8 @@ fn main() {
             rma.put_with(target, slot(rank), &i.to_le_bytes(), emb)
                 .unwrap_or_else(|e| fail(rank, 1, &format!("put_with: {e}")));
         }
-        rma.emb_wait(colour);
-        let (issued, replied) = rma.emb_counters(colour);
+        rma.emb_wait(colour).unwrap();
+        let (issued, replied) = rma.emb_counters(colour).unwrap();
         check(
             issued == packets as u64 && replied == issued,
             &format!("colour {colour}: {issued} issued, {replied} replied"),
@@ -128,7 +128,7 @@ fn main() {
             )
             .unwrap();
         refusals_sent += 1;
-        rma.emb_wait(colour);
+        rma.emb_wait(colour).unwrap();
         let reports = rma.take_cmd_reports();
         check(
             reports.len() == 2
@@ -198,7 +198,7 @@ fn main() {
             rma.atomic_with(target, COUNTER_AT, AtomicOp::FetchAdd, 1, 0, emb)
                 .unwrap();
         }
-        rma.emb_wait(colour);
+        rma.emb_wait(colour).unwrap();
         for r in rma.take_cmd_reports() {
             match r.outcome {
                 Ok(CmdStatus::Value(v)) => olds.push(v),

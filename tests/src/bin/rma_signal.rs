@@ -369,14 +369,14 @@ fn main() {
         status: StatusReply::OnlyFailures,
         colour: Some(colour),
     };
-    let (issued_before, _) = rma.emb_counters(colour);
+    let (issued_before, _) = rma.emb_counters(colour).unwrap();
     for i in 0..n {
         pause(rank, i ^ 0xaaaa);
         rma.signal_to_nbi(bs, 0, &[], None, opts)
             .unwrap_or_else(|e| die(format!("non-blocking signal {i}: {e}")));
     }
-    rma.emb_wait(colour);
-    let (issued, replied) = rma.emb_counters(colour);
+    rma.emb_wait(colour).unwrap();
+    let (issued, replied) = rma.emb_counters(colour).unwrap();
     if issued != replied || issued - issued_before < n {
         die(format!(
             "EMB colour {colour}: {issued} issued, {replied} replied"

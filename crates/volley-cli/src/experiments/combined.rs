@@ -305,7 +305,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
                         }
                         i += m as u64;
                     }
-                    rma.emb_wait(0);
+                    rma.emb_wait(0).map_err(|e| e.to_string())?;
                     v.push(n as f64 / t0.elapsed().as_secs_f64());
                     if let Err(e) = check(&rma, target, n, size, corrupt && rep == 0) {
                         result.failures.push(format!("{mode} {size} B: {e}"));

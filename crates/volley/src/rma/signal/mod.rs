@@ -595,18 +595,26 @@ impl Rma<'_> {
     /// EMB colour `colour`'s counters: (signals and commands issued, signals and commands
     /// whose reply has arrived). Equal: every earlier signal and command of the colour
     /// ([`Rma::signal_to_nbi`], [`Rma::command`], [`Rma::submit`]) has been done.
-    pub fn emb_counters(&self, colour: u8) -> (u64, u64) {
-        self.shared
-            .signals
-            .requester
-            .counters(colour as usize % EMB_COLOURS)
+    /// A colour outside `0..EMB_COLOURS` is an [`Error::InvalidConfig`].
+    pub fn emb_counters(&self, colour: u8) -> Result<(u64, u64)> {
+        if colour as usize >= EMB_COLOURS {
+            return Err(Error::InvalidConfig {
+                name: "EMB colour",
+                value: colour.to_string(),
+                why: "expected 0..16",
+            });
+        }
+        Ok(self.shared.signals.requester.counters(colour as usize))
     }
 
     /// Waits (polling) until every signal and command issued so far with EMB colour `colour`
-    /// has been done.
-    pub fn emb_wait(&self, colour: u8) {
-        let (issued, _) = self.emb_counters(colour);
-        self.rt.wait_until(|| self.emb_counters(colour).1 >= issued);
+    /// has been done. A colour outside `0..EMB_COLOURS` is an [`Error::InvalidConfig`].
+    pub fn emb_wait(&self, colour: u8) -> Result<()> {
+        let (issued, _) = self.emb_counters(colour)?;
+        let counters = &self.shared.signals.requester;
+        self.rt
+            .wait_until(|| counters.counters(colour as usize).1 >= issued);
+        Ok(())
     }
 
     /// Takes the status reports of non-blocking signals received so far.

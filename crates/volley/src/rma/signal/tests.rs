@@ -510,8 +510,8 @@ fn non_blocking_signals_report_as_asked_and_count_emb_colours() {
         }
         rma.signal_to_nbi(polling.with_offset(8), 0, b"x", None, failures)
             .unwrap();
-        rma.emb_wait(1);
-        assert_eq!(rma.emb_counters(1), (4, 4), "{path:?}");
+        rma.emb_wait(1).unwrap();
+        assert_eq!(rma.emb_counters(1).unwrap(), (4, 4), "{path:?}");
         assert_eq!(
             rma.take_signal_reports(),
             [
@@ -544,7 +544,13 @@ fn non_blocking_signals_report_as_asked_and_count_emb_colours() {
             }],
             "{path:?}: a report for the signal that asked, none for the one that did not"
         );
-        assert_eq!(rma.emb_counters(0), (0, 0));
+        assert_eq!(rma.emb_counters(0).unwrap(), (0, 0));
+        // A colour out of range is refused, not folded onto another colour.
+        assert!(matches!(
+            rma.emb_counters(16),
+            Err(Error::InvalidConfig { .. })
+        ));
+        assert!(rma.emb_wait(255).is_err());
         assert!(matches!(
             rma.signal_to_nbi(
                 dsp,
