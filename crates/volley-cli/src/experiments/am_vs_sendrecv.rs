@@ -101,11 +101,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
         ("am_signal_ns", med(|r| r.am_signal_ns)),
         ("tagged_signal_ns", med(|r| r.tagged_signal_ns)),
     ];
-    for (name, v) in report_figures {
-        if !(v.is_finite() && v > 0.0) {
-            failures.push(format!("{name}: no figure ({v})"));
-        }
-    }
+    super::require_figures(&mut failures, &report_figures);
     if checked == 0 {
         failures.push("no message was checked".into());
     }

@@ -97,19 +97,18 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let cas_ns = rep(&mut || cas_ns(20_000_000));
     let network_poll_ns = rep(&mut || poll_ns(1_000_000));
     let loopback_tcp_gbps = rep(&mut || tcp_gbps(if o.quick { 200 } else { 2000 }));
-    for (what, x) in [
-        ("memory miss", memory_miss_ns),
-        ("L1 hit", l1_hit_ns),
-        ("cache to cache", cache_to_cache_ns),
-        ("memcpy", memcpy_gbps),
-        ("CAS", cas_ns),
-        ("network poll", network_poll_ns),
-        ("loopback TCP", loopback_tcp_gbps),
-    ] {
-        if !(x.is_finite() && x > 0.0) {
-            failures.push(format!("{what}: no figure ({x})"));
-        }
-    }
+    super::require_figures(
+        &mut failures,
+        &[
+            ("memory miss", memory_miss_ns),
+            ("L1 hit", l1_hit_ns),
+            ("cache to cache", cache_to_cache_ns),
+            ("memcpy", memcpy_gbps),
+            ("CAS", cas_ns),
+            ("network poll", network_poll_ns),
+            ("loopback TCP", loopback_tcp_gbps),
+        ],
+    );
     // A chase that is no slower than an L1 hit did not miss: the buffer stayed cached or the
     // loads were not dependent.
     if memory_miss_ns <= l1_hit_ns {

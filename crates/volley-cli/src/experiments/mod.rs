@@ -231,6 +231,15 @@ pub fn verdict(verified: bool, what: &str, failures: &[String]) -> String {
     }
 }
 
+/// Records a failure for every figure that was not measured (not a positive finite number).
+pub fn require_figures(failures: &mut Vec<String>, figures: &[(&str, f64)]) {
+    for &(name, v) in figures {
+        if !(v.is_finite() && v > 0.0) {
+            failures.push(format!("{name}: no figure ({v})"));
+        }
+    }
+}
+
 /// Rank 0's result, written for [`rank_job`].
 pub fn write_result<T: serde::Serialize>(out: &Path, result: &T) -> Result<(), String> {
     let text = serde_json::to_vec_pretty(result).map_err(|e| e.to_string())?;

@@ -271,19 +271,18 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let [raw, comm, interrupt, probe] = [figures[0], figures[1], figures[2], figures[3]];
     let (typed, floor) = (median_present(typed), median_present(floor));
     let raw_channel = median_present(channel);
-    for (name, v) in [
-        ("raw, open channel", raw_channel),
-        ("raw", raw),
-        ("typed", typed),
-        ("probe", probe),
-        ("interrupt", interrupt),
-        ("comm thread", comm),
-        ("floor", floor),
-    ] {
-        if !(v.is_finite() && v > 0.0) {
-            failures.push(format!("{name}: no figure ({v})"));
-        }
-    }
+    super::require_figures(
+        &mut failures,
+        &[
+            ("raw, open channel", raw_channel),
+            ("raw", raw),
+            ("typed", typed),
+            ("probe", probe),
+            ("interrupt", interrupt),
+            ("comm thread", comm),
+            ("floor", floor),
+        ],
+    );
     let ordering_holds = raw_channel < typed && typed < interrupt;
     // At the quick sizes (CI, a shared machine) the timings are too short to order: there
     // `verified` is the correctness checks alone, and the ordering is reported beside.

@@ -192,16 +192,15 @@ fn run(o: &Options) -> Result<Outcome, String> {
     if o.corrupt {
         inline = f64::NAN;
     }
-    for (name, v) in [
-        ("per-message", per_message),
-        ("channel", channel),
-        ("inline", inline),
-        ("floor", floor),
-    ] {
-        if !(v.is_finite() && v > 0.0) {
-            failures.push(format!("{name}: no figure ({v})"));
-        }
-    }
+    super::require_figures(
+        &mut failures,
+        &[
+            ("per-message", per_message),
+            ("channel", channel),
+            ("inline", inline),
+            ("floor", floor),
+        ],
+    );
     let ordering_holds = channel < per_message && inline < channel;
     // At the quick sizes (CI, a shared machine) the timings are too short to order: there
     // `verified` is the correctness checks alone, and the ordering is reported beside.
