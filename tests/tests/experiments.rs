@@ -194,3 +194,64 @@ fn seed003_channels_measures_both_forms_and_checks_every_element() {
     .output();
     assert_eq!(out.status.code(), Some(1), "{out}");
 }
+
+#[test]
+fn seed003_progress_writes_every_part_to_its_json_file() {
+    let dir = std::env::temp_dir().join(format!("volley-progress-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("progress.json");
+    let out = Job::raw([
+        "experiments",
+        "seed003-progress",
+        "--quick",
+        "--reps",
+        "1",
+        "--json",
+        file.to_str().unwrap(),
+    ])
+    .output();
+    assert!(out.status.success(), "{out}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let doc: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(doc["experiment"], "seed003-progress", "{doc}");
+    assert_eq!(doc["verified"], true, "{doc}");
+    positive(&doc, "floor_ns");
+    // E3: polling, then each threshold with a polling and a sleeping receiver.
+    let e3 = doc["e3"].as_array().expect("e3");
+    let rows: Vec<(&str, &str)> = e3
+        .iter()
+        .map(|r| (r["notify"].as_str().unwrap(), r["receiver"].as_str().unwrap()))
+        .collect();
+    assert_eq!(rows.len(), 7, "{doc}");
+    assert_eq!(rows[0], ("never (polling)", "inline"), "{doc}");
+    for r in e3 {
+        positive(r, "stream_ns");
+    }
+    // Raised only when the threshold says so: none when polling, some at start and end.
+    assert_eq!(e3[0]["notifications"], 0.0, "{doc}");
+    assert!(e3[1]["notifications"].as_f64().unwrap() > 0.0, "{doc}");
+    for key in ["fast_ns", "checked_ns", "syscall_ns", "strided_fast_ns", "strided_checked_ns"] {
+        positive(&doc["e4"], key);
+    }
+    // E11: 4 capacities x 3 modes; credits never stall, nothing spills but the spill mode.
+    let e11 = doc["e11"].as_array().expect("e11");
+    assert_eq!(e11.len(), 12, "{doc}");
+    for f in e11 {
+        positive(f, "mbytes_per_s");
+        match f["mode"].as_str().unwrap() {
+            "credits" => {
+                assert_eq!(f["full_stalls"], 0.0, "{f}");
+                assert!(f["credit_messages"].as_f64().unwrap() > 0.0, "{f}");
+            }
+            "back-pressure" => assert_eq!(f["spills"], 0.0, "{f}"),
+            "spill" => {}
+            m => panic!("mode {m}"),
+        }
+    }
+    for key in ["comm_thread_ns", "futex_ns", "signal_ns"] {
+        positive(&doc["e12"], key);
+    }
+    assert_eq!(doc["e11_credits_never_stall"], true, "{doc}");
+    assert!(doc["seed"]["trap"].as_str().unwrap().contains("50"), "{doc}");
+}
