@@ -221,7 +221,12 @@ fn seed003_progress_writes_every_part_to_its_json_file() {
     let e3 = doc["e3"].as_array().expect("e3");
     let rows: Vec<(&str, &str)> = e3
         .iter()
-        .map(|r| (r["notify"].as_str().unwrap(), r["receiver"].as_str().unwrap()))
+        .map(|r| {
+            (
+                r["notify"].as_str().unwrap(),
+                r["receiver"].as_str().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(rows.len(), 7, "{doc}");
     assert_eq!(rows[0], ("never (polling)", "inline"), "{doc}");
@@ -231,7 +236,13 @@ fn seed003_progress_writes_every_part_to_its_json_file() {
     // Raised only when the threshold says so: none when polling, some at start and end.
     assert_eq!(e3[0]["notifications"], 0.0, "{doc}");
     assert!(e3[1]["notifications"].as_f64().unwrap() > 0.0, "{doc}");
-    for key in ["fast_ns", "checked_ns", "syscall_ns", "strided_fast_ns", "strided_checked_ns"] {
+    for key in [
+        "fast_ns",
+        "checked_ns",
+        "syscall_ns",
+        "strided_fast_ns",
+        "strided_checked_ns",
+    ] {
         positive(&doc["e4"], key);
     }
     // E11: 4 capacities x 3 modes; credits never stall, nothing spills but the spill mode.
@@ -253,5 +264,19 @@ fn seed003_progress_writes_every_part_to_its_json_file() {
         positive(&doc["e12"], key);
     }
     assert_eq!(doc["e11_credits_never_stall"], true, "{doc}");
-    assert!(doc["seed"]["trap"].as_str().unwrap().contains("50"), "{doc}");
+    assert!(
+        doc["seed"]["trap"].as_str().unwrap().contains("50"),
+        "{doc}"
+    );
+    // The self-check can fail: a damaged figure makes the run unverified (exit 1).
+    let out = Job::raw([
+        "experiments",
+        "seed003-progress",
+        "--quick",
+        "--reps",
+        "1",
+        "--corrupt",
+    ])
+    .output();
+    assert_eq!(out.status.code(), Some(1), "{out}");
 }

@@ -33,9 +33,10 @@ const MSG: usize = 64;
 /// Ring bytes per message (header and payload).
 const RING_BYTES: u64 = 8 + MSG as u64;
 
-/// Where rank 1 leaves its spill counts in rank 0's scratch words.
+/// Where rank 1 leaves its counts in rank 0's scratch words.
 const SPILLS: usize = 256;
 const SPILLED: usize = 264;
+const CREDITS: usize = 272;
 
 /// The modes, in table order.
 const MODES: [&str; 3] = ["back-pressure", "credits", "spill"];
@@ -198,8 +199,7 @@ fn one(
         }
         w.at(0, SPILLS).store(spills, Ordering::Release);
         w.at(0, SPILLED).store(spilled, Ordering::Release);
-        w.at(0, SPILLS + 16)
-            .store(credit_messages, Ordering::Release);
+        w.at(0, CREDITS).store(credit_messages, Ordering::Release);
         done.store(1, Ordering::Release);
     }
     let total = start.elapsed().as_nanos() as f64;
@@ -213,7 +213,7 @@ fn one(
         full_stalls: (p.stats().full_stalls - stalls0) as f64,
         spills: w.at(0, SPILLS).load(Ordering::Acquire) as f64,
         spilled_bytes: w.at(0, SPILLED).load(Ordering::Acquire) as f64,
-        credit_messages: w.at(0, SPILLS + 16).load(Ordering::Acquire) as f64,
+        credit_messages: w.at(0, CREDITS).load(Ordering::Acquire) as f64,
     })
 }
 

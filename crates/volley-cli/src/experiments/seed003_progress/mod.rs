@@ -58,7 +58,8 @@ struct Rep {
     failures: Vec<String>,
 }
 
-/// A mapped word of `rank`'s part of a small scratch segment, at byte `off`.
+/// Both ranks' parts of a small scratch segment, mapped here (flags, the floor's word, E12's
+/// request and reply).
 pub(super) struct Words {
     base: [*mut u8; 2],
 }
@@ -91,7 +92,8 @@ impl Words {
     }
 }
 
-/// Offsets in the scratch segment.
+/// Offsets in the scratch segment: the floor's word, the receiver's "done" flag, E12's words
+/// (from `SIG` on); E11 uses 256 and up.
 pub(super) const FLOOR: usize = 0;
 pub(super) const DONE: usize = 64;
 pub(super) const SIG: usize = 128;
