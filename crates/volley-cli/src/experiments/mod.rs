@@ -14,6 +14,7 @@ mod hardware;
 mod multicast;
 mod seed003_bounce;
 mod seed003_channels;
+mod seed003_sparse;
 mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
@@ -107,6 +108,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     seed003_bounce::EXPERIMENT,
     seed003_channels::EXPERIMENT,
     seed003_trisolve::EXPERIMENT,
+    seed003_sparse::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
