@@ -1294,7 +1294,9 @@ fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
     // `verified` follows all three.
     assert_eq!(doc["correct"], true, "{doc}");
     assert_eq!(doc["no_stalls"], true, "{doc}");
-    let pays = doc["schedule_pays_off"].as_bool().expect("schedule_pays_off");
+    let pays = doc["schedule_pays_off"]
+        .as_bool()
+        .expect("schedule_pays_off");
     assert_eq!(doc["verified"], pays, "{doc}");
     assert_eq!(code, Some(if pays { 0 } else { 1 }), "{err}");
     for key in [
@@ -1307,7 +1309,10 @@ fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
         assert!(x.is_finite() && x > 0.0, "{key} in {doc}");
     }
     assert_eq!(doc["break_even_solves"].is_u64(), pays, "{doc}");
-    assert!(doc["remote_values_per_solve"].as_u64().unwrap_or(0) > 0, "{doc}");
+    assert!(
+        doc["remote_values_per_solve"].as_u64().unwrap_or(0) > 0,
+        "{doc}"
+    );
     assert!(err.contains("break-even"), "{err}");
 }
 

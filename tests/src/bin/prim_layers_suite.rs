@@ -253,7 +253,9 @@ fn fetch_order(p: &Prim, rt: &Runtime, s: &SparseSetup) {
             std::thread::yield_now();
         }
     } else {
-        let v = f.get(size).unwrap_or_else(|e| fail(format!("get {size}: {e}")));
+        let v = f
+            .get(size)
+            .unwrap_or_else(|e| fail(format!("get {size}: {e}")));
         if v != value(size) {
             fail(format!("fetch of produced {size} gave {v}"));
         }
@@ -261,11 +263,18 @@ fn fetch_order(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     f.finish().unwrap_or_else(|e| fail(format!("finish: {e}")));
     let st = f.stats();
     if me == 0 && (st.parked, st.served_at_once) != ((size - 1) as u64, (size - 1) as u64) {
-        fail(format!("rank 0 parked {} and served at once {}", st.parked, st.served_at_once));
+        fail(format!(
+            "rank 0 parked {} and served at once {}",
+            st.parked, st.served_at_once
+        ));
     }
     rt.barrier();
     if me == 0 {
-        println!("layers fetch-order: ok ({} parked then answered, {} answered at once)", size - 1, size - 1);
+        println!(
+            "layers fetch-order: ok ({} parked then answered, {} answered at once)",
+            size - 1,
+            size - 1
+        );
     }
 }
 
@@ -284,7 +293,8 @@ fn fetch_many(p: &Prim, rt: &Runtime, s: &SparseSetup) {
             .collect()
     };
     for &i in &first(me) {
-        f.request(i).unwrap_or_else(|e| fail(format!("request {i}: {e}")));
+        f.request(i)
+            .unwrap_or_else(|e| fail(format!("request {i}: {e}")));
     }
     let expect: usize = (0..size)
         .filter(|&r| r != me)
@@ -306,11 +316,17 @@ fn fetch_many(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     }
     f.finish().unwrap_or_else(|e| fail(format!("finish: {e}")));
     if f.stats().parked != expect as u64 {
-        fail(format!("rank {me} parked {} requests, expected {expect}", f.stats().parked));
+        fail(format!(
+            "rank {me} parked {} requests, expected {expect}",
+            f.stats().parked
+        ));
     }
     rt.barrier();
     if me == 0 {
-        println!("layers fetch-many: ok (a window of {w} parked requests per rank, {} unknowns)", layout.n);
+        println!(
+            "layers fetch-many: ok (a window of {w} parked requests per rank, {} unknowns)",
+            layout.n
+        );
     }
 }
 
@@ -323,8 +339,8 @@ fn schedule_section(p: &Prim, rt: &Runtime) {
         max_batch: Some(5),
         flow_control: true,
     };
-    let sched = sparse::inspect(p, layout, &rows, opts)
-        .unwrap_or_else(|e| fail(format!("inspect: {e}")));
+    let sched =
+        sparse::inspect(p, layout, &rows, opts).unwrap_or_else(|e| fail(format!("inspect: {e}")));
     // The reference, from the whole pattern: what this rank reads from whom, and which of
     // its unknowns each other rank reads.
     let mut needs = vec![Vec::new(); size];
@@ -346,11 +362,15 @@ fn schedule_section(p: &Prim, rt: &Runtime) {
         v.dedup();
     }
     if sched.needs != needs || sched.sends != sends {
-        fail(format!("rank {me}: the inspector's lists differ from the serial reference"));
+        fail(format!(
+            "rank {me}: the inspector's lists differ from the serial reference"
+        ));
     }
     let reference = sparse::plan(layout, me, &rows, needs, sends, p.capacity(), opts).unwrap();
     if reference != sched {
-        fail(format!("rank {me}: the plan differs from the serial reference"));
+        fail(format!(
+            "rank {me}: the plan differs from the serial reference"
+        ));
     }
     // Each list goes whole, in batches of at most the largest, rows once in order.
     let mut sent = vec![0usize; size];
@@ -365,7 +385,10 @@ fn schedule_section(p: &Prim, rt: &Runtime) {
             }
             Step::Send { to, count } => {
                 if count == 0 || count > sched.max_batch {
-                    fail(format!("rank {me}: a batch of {count} (largest {})", sched.max_batch));
+                    fail(format!(
+                        "rank {me}: a batch of {count} (largest {})",
+                        sched.max_batch
+                    ));
                 }
                 sent[to] += count;
             }
@@ -373,10 +396,14 @@ fn schedule_section(p: &Prim, rt: &Runtime) {
     }
     let whole: Vec<usize> = sched.sends.iter().map(Vec::len).collect();
     if next_row != rows.len() || sent != whole {
-        fail(format!("rank {me}: the plan sends {sent:?}, the lists are {whole:?}"));
+        fail(format!(
+            "rank {me}: the plan sends {sent:?}, the lists are {whole:?}"
+        ));
     }
     if sched.values_in() == 0 && size > 1 {
-        fail(format!("rank {me} receives nothing: the pattern does not cross ranks"));
+        fail(format!(
+            "rank {me} receives nothing: the pattern does not cross ranks"
+        ));
     }
     rt.barrier();
     if me == 0 {
@@ -399,12 +426,16 @@ fn sparse_solve(p: &Prim, rt: &Runtime, s: &SparseSetup) {
         for (k, v) in y.iter().enumerate() {
             let i = rows[k].index;
             if *v != want[i] {
-                fail(format!("{what}: unknown {i} on rank {me}: {v} != {}", want[i]));
+                fail(format!(
+                    "{what}: unknown {i} on rank {me}: {v} != {}",
+                    want[i]
+                ));
             }
         }
     };
     let mut f = Fetcher::new(p, s, layout).unwrap_or_else(|e| fail(format!("fetcher: {e}")));
-    let y = sparse::solve_fetch(&mut f, &rows).unwrap_or_else(|e| fail(format!("fetch solve: {e}")));
+    let y =
+        sparse::solve_fetch(&mut f, &rows).unwrap_or_else(|e| fail(format!("fetch solve: {e}")));
     check("fetch", &y);
     let sched = sparse::inspect(p, layout, &rows, InspectOptions::default())
         .unwrap_or_else(|e| fail(format!("inspect: {e}")));
@@ -412,12 +443,15 @@ fn sparse_solve(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     let mut x = Executor::new(p, s, sched).unwrap_or_else(|e| fail(format!("executor: {e}")));
     let stalls = p.stats().full_stalls;
     for rep in 0..3 {
-        let y = x.solve(&rows).unwrap_or_else(|e| fail(format!("executor solve {rep}: {e}")));
+        let y = x
+            .solve(&rows)
+            .unwrap_or_else(|e| fail(format!("executor solve {rep}: {e}")));
         check("executor", &y);
         // An executor solve ends when this rank's consumers are done with it, not every
         // rank: the others may still be executing, so wait before other packets go out.
         rt.barrier();
-        let y = sparse::solve_fetch(&mut f, &rows).unwrap_or_else(|e| fail(format!("fetch solve: {e}")));
+        let y = sparse::solve_fetch(&mut f, &rows)
+            .unwrap_or_else(|e| fail(format!("fetch solve: {e}")));
         check("fetch again", &y);
     }
     let st = x.stats();
@@ -491,10 +525,15 @@ fn sparse_errors(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     if me == 0 {
         f.produce(size, 4.0).unwrap();
     }
-    if me == 1 && f.get(size).unwrap_or_else(|e| fail(format!("get after: {e}"))) != 4.0 {
+    if me == 1
+        && f.get(size)
+            .unwrap_or_else(|e| fail(format!("get after: {e}")))
+            != 4.0
+    {
         fail("the next solve's fetch".into());
     }
-    f.finish().unwrap_or_else(|e| fail(format!("second finish: {e}")));
+    f.finish()
+        .unwrap_or_else(|e| fail(format!("second finish: {e}")));
     // Schedules: too small a buffer, a row of another rank, the wrong rows for a schedule.
     if sparse::limits(64, 8, InspectOptions::default()).is_ok() {
         fail("a 64-byte buffer for 8 ranks was accepted".into());
@@ -509,7 +548,9 @@ fn sparse_errors(p: &Prim, rt: &Runtime, s: &SparseSetup) {
         Err(SparseError::Config(_)) => {}
         other => fail(format!("executor on the wrong rows: {other:?}")),
     }
-    let y = x.solve(&rows).unwrap_or_else(|e| fail(format!("executor after: {e}")));
+    let y = x
+        .solve(&rows)
+        .unwrap_or_else(|e| fail(format!("executor after: {e}")));
     if y.len() != rows.len() {
         fail("executor after the error".into());
     }

@@ -17,7 +17,9 @@
 //! so the break-even is finite (`schedule_pays_off`), AND the executor never found a buffer
 //! full (`no_stalls`).
 
-use super::{rank_job, require_figures, verdict, write_result, Experiment, Options, Outcome, RankArgs};
+use super::{
+    rank_job, require_figures, verdict, write_result, Experiment, Options, Outcome, RankArgs,
+};
 use crate::bench::median_present;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -180,7 +182,8 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             let y = std::hint::black_box(sparse::serial_solve(std::hint::black_box(&all)));
             let ns = start.elapsed().as_nanos() as f64;
             if y != want {
-                out.failures.push("the serial solve is not reproducible".into());
+                out.failures
+                    .push("the serial solve is not reproducible".into());
             }
             if rep > 0 {
                 out.serial_ns.push(ns);
@@ -225,7 +228,11 @@ fn rank(a: &RankArgs) -> Result<(), String> {
 }
 
 fn run(o: &Options) -> Result<Outcome, String> {
-    let (n, per_row, window) = if o.quick { (4000, 4, 64) } else { (40_000, 4, 64) };
+    let (n, per_row, window) = if o.quick {
+        (4000, 4, 64)
+    } else {
+        (40_000, 4, 64)
+    };
     let ranks = 2;
     let args = [
         n.to_string(),
@@ -242,12 +249,22 @@ fn run(o: &Options) -> Result<Outcome, String> {
         &args,
     )?;
     let med = |v: &[f64]| median_present(v.iter().copied()) / 1e3;
-    let (serial, fetch, exec, insp) = (med(&j.serial_ns), med(&j.fetch_ns), med(&j.exec_ns), med(&j.inspect_ns));
+    let (serial, fetch, exec, insp) = (
+        med(&j.serial_ns),
+        med(&j.fetch_ns),
+        med(&j.exec_ns),
+        med(&j.inspect_ns),
+    );
     let mut failures = j.failures.clone();
     let correct = failures.is_empty();
     require_figures(
         &mut failures,
-        &[("serial", serial), ("fetch", fetch), ("executor", exec), ("inspector", insp)],
+        &[
+            ("serial", serial),
+            ("fetch", fetch),
+            ("executor", exec),
+            ("inspector", insp),
+        ],
     );
     let schedule_pays_off = exec < fetch;
     let break_even = schedule_pays_off.then(|| (insp / (fetch - exec)).ceil().max(1.0) as u64);
@@ -258,7 +275,10 @@ fn run(o: &Options) -> Result<Outcome, String> {
     }
     let no_stalls = j.stalls == 0;
     if !no_stalls {
-        failures.push(format!("the executor found a buffer full {} times", j.stalls));
+        failures.push(format!(
+            "the executor found a buffer full {} times",
+            j.stalls
+        ));
     }
     let report = Report {
         verified: failures.is_empty(),

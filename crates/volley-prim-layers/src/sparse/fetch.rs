@@ -239,8 +239,7 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
         }
         let parity = (self.epoch % 2) as usize;
         for r in (0..self.prim.size()).filter(|&r| r != self.me) {
-            self.setup
-                .send_note(self.prim, r, DONE_ID, parity as u64)?;
+            self.setup.send_note(self.prim, r, DONE_ID, parity as u64)?;
         }
         while self.dones[parity] < self.prim.size() - 1 {
             self.step(true)?;

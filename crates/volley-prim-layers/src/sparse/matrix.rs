@@ -103,7 +103,10 @@ impl Pattern {
 
     /// The rows `rank` owns under `layout`, ascending.
     pub fn local_rows(&self, layout: Layout, rank: usize) -> Vec<Row> {
-        (rank..self.n).step_by(layout.size).map(|i| self.row(i)).collect()
+        (rank..self.n)
+            .step_by(layout.size)
+            .map(|i| self.row(i))
+            .collect()
     }
 
     /// The serial solve of the whole system on one rank: the reference and the floor.

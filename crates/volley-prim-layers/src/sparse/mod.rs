@@ -30,4 +30,6 @@ pub use executor::{ExecStats, Executor};
 pub use fetch::{solve as solve_fetch, FetchStats, Fetcher};
 pub use mailbox::{with_handlers, SparseSetup, CREDIT_ID, DONE_ID, FETCH_ID};
 pub use matrix::{eval, serial_solve, Layout, Pattern, Row};
-pub use schedule::{inspect, limits, plan, InspectOptions, Operand, Schedule, Step, CREDIT_RESERVE};
+pub use schedule::{
+    inspect, limits, plan, InspectOptions, Operand, Schedule, Step, CREDIT_RESERVE,
+};

@@ -140,7 +140,12 @@ pub fn limits(cap: usize, size: usize, opts: InspectOptions) -> Result<(usize, u
 
 /// The inspector (collective): learns the communication pattern of `rows` (this rank's rows,
 /// ascending) and plans the executor.
-pub fn inspect(prim: &Prim, layout: Layout, rows: &[Row], opts: InspectOptions) -> Result<Schedule> {
+pub fn inspect(
+    prim: &Prim,
+    layout: Layout,
+    rows: &[Row],
+    opts: InspectOptions,
+) -> Result<Schedule> {
     let (me, size) = (prim.rank(), prim.size());
     if layout.size != size {
         return Err(SparseError::Config(format!(
@@ -255,7 +260,10 @@ pub fn plan(
         for &to in &consumers[k] {
             pending[to] += 1;
             if pending[to] == max_batch {
-                steps.push(Step::Send { to, count: max_batch });
+                steps.push(Step::Send {
+                    to,
+                    count: max_batch,
+                });
                 pending[to] = 0;
             }
         }
@@ -282,13 +290,18 @@ fn exchange(prim: &Prim, lists: &[Vec<usize>]) -> Result<Vec<Vec<usize>>> {
     let (me, size) = (prim.rank(), prim.size());
     let chunk = (prim.capacity() / 4 - 8) / 8;
     let mut got = vec![Vec::new(); size];
-    let words = |v: &[usize]| -> Vec<u8> { v.iter().flat_map(|&i| (i as u64).to_le_bytes()).collect() };
+    let words =
+        |v: &[usize]| -> Vec<u8> { v.iter().flat_map(|&i| (i as u64).to_le_bytes()).collect() };
     for k in 1..size {
         // Only this round's partner sends here until everyone has finished the round.
         prim.runtime().barrier();
         let (to, from) = ((me + k) % size, (me + size - k) % size);
         let out = words(&lists[to]);
-        prim.send(Dest::Rank(to), Info::Data(&(lists[to].len() as u64).to_le_bytes()), false)?;
+        prim.send(
+            Dest::Rank(to),
+            Info::Data(&(lists[to].len() as u64).to_le_bytes()),
+            false,
+        )?;
         let mut b = [0u8; 8];
         let got_from = prim.receive(Source::Network, Recv::Data(&mut b))?;
         if got_from.from != Some(from) {
