@@ -356,13 +356,28 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
 
 /// Solves this rank's `rows` (its own rows of the system, ascending) with conditional
 /// fetches: each remote operand is asked of its owner, who answers once it has computed it.
-/// Ends with [`Fetcher::finish`] (collective). Returns the rows' values in order.
+/// Requests run ahead of the computation, for the operands of later rows as far as the
+/// window allows: those of values not computed yet are parked at their owners, which is
+/// what the conditional fetch is for. Ends with [`Fetcher::finish`] (collective). Returns
+/// the rows' values in order.
 pub fn solve(f: &mut Fetcher, rows: &[Row]) -> Result<Vec<f64>> {
     let mut y = Vec::with_capacity(rows.len());
-    for r in rows {
-        // Ask for every remote operand first, so the answers travel together.
-        for &(c, _) in &r.entries {
-            f.request(c)?;
+    // The next (row, entry) whose operand is not requested yet.
+    let (mut ahead_row, mut ahead_entry) = (0usize, 0usize);
+    for (k, r) in rows.iter().enumerate() {
+        if ahead_row <= k {
+            (ahead_row, ahead_entry) = (k, 0);
+        }
+        // Ask ahead while the window has room (never waits).
+        while ahead_row < rows.len() && f.asked.len() < f.window {
+            let entries = &rows[ahead_row].entries;
+            match entries.get(ahead_entry) {
+                Some(&(c, _)) => {
+                    f.request(c)?;
+                    ahead_entry += 1;
+                }
+                None => (ahead_row, ahead_entry) = (ahead_row + 1, 0),
+            }
         }
         let mut err = None;
         let v = eval(r, |c| match f.get(c) {
