@@ -453,6 +453,9 @@ fn sparse_solve(p: &Prim, rt: &Runtime, s: &SparseSetup) {
         let y = sparse::solve_fetch(&mut f, &rows)
             .unwrap_or_else(|e| fail(format!("fetch solve: {e}")));
         check("fetch again", &y);
+        // A rank leaves `finish` once it has every rank's end mark; others may still wait
+        // for theirs, so the executor's batches must not overtake them.
+        rt.barrier();
     }
     let st = x.stats();
     let stalled = p.stats().full_stalls - stalls;

@@ -223,7 +223,9 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
 
     /// Ends this solve (collective: every rank calls it). Waits for the answers to this
     /// rank's requests, tells requesters of values never produced, waits until every rank
-    /// has ended, and starts the next solve (values forgotten). Fails with
+    /// has ended, and starts the next solve (values forgotten). Another fetch solve may
+    /// follow at once; another layer's packets only after a barrier (others may still be
+    /// waiting for end marks). Fails with
     /// [`SparseError::ParkedAtFinish`] if requests were parked for values never produced.
     pub fn finish(&mut self) -> Result<()> {
         while !self.asked.is_empty() {

@@ -14,9 +14,11 @@
 //! [`Pattern::serial`], so all give the serial solution bit for bit.
 //!
 //! Every layer here shares the rank's network input buffer with nothing else while it runs.
-//! A fetch solve ends for every rank together ([`Fetcher::finish`]); an executor solve ends
-//! for this rank when its consumers are done, so a barrier must follow it before another
-//! layer's packets go out. So separated, the two may alternate on one [`volley_prim::Prim`].
+//! A solve leaves nothing of itself in this rank's buffer when it returns, but other ranks
+//! may still be in it ([`Fetcher::finish`] returns once this rank has every end mark, while
+//! another may still wait for one; an executor solve returns once this rank's consumers are
+//! done), so a barrier (`Runtime::barrier`) must separate a solve from the next layer's
+//! packets. So separated, the two may alternate on one [`volley_prim::Prim`].
 
 mod error;
 mod executor;
