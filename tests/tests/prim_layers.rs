@@ -50,3 +50,55 @@ fn banded_solve_matches_the_serial_solve() {
     }
     run(Job::run(3, SUITE, &["trisolve"]), &["trisolve"]);
 }
+
+#[test]
+fn conditional_fetch_parks_requests_until_the_value_is_produced() {
+    // 2, 3 and 5 ranks (more than the 2 cores), every progress mode on 3.
+    for n in [2, 5] {
+        run(
+            Job::run(n, SUITE, &["fetch-order", "fetch-many"]),
+            &["fetch-order", "fetch-many"],
+        );
+    }
+    for mode in ["inline", "comm-thread", "interrupt", "probe"] {
+        run(
+            Job::run(3, SUITE, &["fetch-order", "fetch-many"]).env("VOLLEY_PRIM_PROGRESS", mode),
+            &["fetch-order", "fetch-many"],
+        );
+    }
+}
+
+#[test]
+fn inspector_schedule_matches_the_serial_reference() {
+    for n in [2, 3, 6] {
+        run(Job::run(n, SUITE, &["schedule"]), &["schedule"]);
+    }
+}
+
+#[test]
+fn sparse_solves_equal_the_serial_solve_without_overflowing_a_small_buffer() {
+    // 256-byte buffers on 4 ranks: 32 bytes allowed per pair, a batch of one value, a
+    // credit for each.
+    run(
+        Job::run(4, SUITE, &["sparse-solve"]).env("VOLLEY_PRIM_CAPACITY", "256"),
+        &["sparse-solve"],
+    );
+    for n in [2, 5] {
+        run(Job::run(n, SUITE, &["sparse-solve"]), &["sparse-solve"]);
+    }
+    for mode in ["comm-thread", "interrupt"] {
+        run(
+            Job::run(3, SUITE, &["sparse-solve"])
+                .env("VOLLEY_PRIM_PROGRESS", mode)
+                .env("VOLLEY_PRIM_CAPACITY", "512"),
+            &["sparse-solve"],
+        );
+    }
+}
+
+#[test]
+fn sparse_bad_inputs_are_clear_errors_and_nothing_hangs() {
+    for n in [2, 4] {
+        run(Job::run(n, SUITE, &["sparse-errors"]), &["sparse-errors"]);
+    }
+}

@@ -1272,3 +1272,67 @@ fn experiment_seed003_trisolve_corrupt_fails_its_check() {
     assert_eq!(doc["verified"], false, "{doc}");
     assert_eq!(code, Some(1));
 }
+
+#[test]
+fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
+    let (code, out, err) = run(
+        &[
+            "experiments",
+            "seed003-sparse",
+            "--quick",
+            "--reps",
+            "1",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(240),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{e}: stdout:\n{out}\nstderr:\n{err}"));
+    assert_eq!(doc["experiment"], "seed003-sparse", "{doc}");
+    // Correctness and the flow control are required; the speed shape is reported and
+    // `verified` follows all three.
+    assert_eq!(doc["correct"], true, "{doc}");
+    assert_eq!(doc["no_stalls"], true, "{doc}");
+    let pays = doc["schedule_pays_off"]
+        .as_bool()
+        .expect("schedule_pays_off");
+    assert_eq!(doc["verified"], pays, "{doc}");
+    assert_eq!(code, Some(if pays { 0 } else { 1 }), "{err}");
+    for key in [
+        "serial_us",
+        "fetch_us_per_solve",
+        "executor_us_per_solve",
+        "inspector_us",
+    ] {
+        let x = doc[key].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{key} in {doc}");
+    }
+    assert_eq!(doc["break_even_solves"].is_u64(), pays, "{doc}");
+    assert!(
+        doc["remote_values_per_solve"].as_u64().unwrap_or(0) > 0,
+        "{doc}"
+    );
+    assert!(err.contains("break-even"), "{err}");
+}
+
+#[test]
+fn experiment_seed003_sparse_corrupt_fails_its_check() {
+    let (code, out, _) = run(
+        &[
+            "experiments",
+            "seed003-sparse",
+            "--quick",
+            "--reps",
+            "1",
+            "--corrupt",
+            "--json",
+            "-",
+        ],
+        Duration::from_secs(240),
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    assert_eq!(doc["correct"], false, "{doc}");
+    assert_eq!(doc["verified"], false, "{doc}");
+    assert_eq!(code, Some(1));
+}

@@ -1,6 +1,6 @@
 //! # volley-prim-layers
 //!
-//! Seed 003's layers (§6.1, requirements 18-23 of its note), each written only on
+//! Seed 003's layers (§5, §6.1, requirements 18-23 of its note), each written only on
 //! [`volley_prim`]'s public primitives (`send`, `receive`, `is_information`, the pipe):
 //!
 //! - [`Typed`]: buffered **typed messages** (item 22). A send is two chained packets, a
@@ -9,7 +9,11 @@
 //! - [`trisolve`]: the pipelined banded lower-triangular solve of the seed's test B, in the
 //!   four versions B0 (typed), B1 (raw packets), B2 (open channel) and B3 (fetch requests
 //!   served by a procedure packet's handler), for experiment E2 (`seed003-trisolve`).
+//! - [`sparse`]: the sparse triangular solve with a run-time pattern (§5): conditional
+//!   (deferred) remote fetch (item 21) and inspector/executor schedules with flow-control
+//!   credits (item 23), for experiment E9 (`seed003-sparse`).
 
+pub mod sparse;
 pub mod trisolve;
 mod typed;
 

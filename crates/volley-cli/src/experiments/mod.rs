@@ -15,6 +15,7 @@ mod multicast;
 mod seed003_bounce;
 mod seed003_channels;
 mod seed003_progress;
+mod seed003_sparse;
 mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
@@ -109,6 +110,7 @@ pub static EXPERIMENTS: &[Experiment] = &[
     seed003_channels::EXPERIMENT,
     seed003_trisolve::EXPERIMENT,
     seed003_progress::EXPERIMENT,
+    seed003_sparse::EXPERIMENT,
 ];
 
 fn find(name: &str) -> Option<&'static Experiment> {
