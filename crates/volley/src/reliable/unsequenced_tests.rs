@@ -69,8 +69,8 @@ fn mixed(seed: u64, p: f64, n: u64) -> ([Peer; 2], Vec<u64>) {
         if now >= next_send {
             next_send = now + 5 * US;
         }
-        for side in 0..2 {
-            while let Some(len) = peers[side].poll_transmit(now, &mut buf) {
+        for (side, peer) in peers.iter_mut().enumerate() {
+            while let Some(len) = peer.poll_transmit(now, &mut buf) {
                 // The sequenced machinery never writes (so never retransmits) an
                 // unsequenced datagram.
                 assert_ne!(kind(&buf[..len]), Kind::Unsequenced);
