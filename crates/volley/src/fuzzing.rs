@@ -32,7 +32,8 @@ fn pieces(mut data: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// Datagrams from a UDP peer, as its reliable state machine takes them. Each piece of `data`
 /// is sent either as it is (almost always refused: wrong checksum or job) or, when its first
 /// byte is odd, as the body of a datagram with a valid header built from its next bytes, so
-/// that records, reassembly, acknowledgements and the window are reached too.
+/// that records, reassembly, acknowledgements, the window and unsequenced datagrams' replay
+/// window are reached too.
 pub fn udp_datagrams(data: &[u8]) {
     let config = Config {
         max_message_size: 1 << 16,
@@ -44,8 +45,13 @@ pub fn udp_datagrams(data: &[u8]) {
         now += 1_000_000;
         match piece.split_first() {
             Some((&b, rest)) if b & 1 == 1 && rest.len() >= 3 => {
+                let kind = match (b & 8 != 0, b & 2 != 0) {
+                    (true, _) => Kind::Unsequenced,
+                    (false, false) => Kind::Data,
+                    (false, true) => Kind::Ack,
+                };
                 let header = Header {
-                    kind: if b & 2 == 0 { Kind::Data } else { Kind::Ack },
+                    kind,
                     job_key: KEY,
                     src_incarnation: 9,
                     dst_incarnation: if b & 4 == 0 { 7 } else { 0 },
@@ -53,7 +59,7 @@ pub fn udp_datagrams(data: &[u8]) {
                     ack: u64::from(rest[1]),
                     sack: u64::from(rest[2]) << (b >> 4),
                 };
-                let body = if header.kind == Kind::Data {
+                let body = if header.kind != Kind::Ack {
                     &rest[3..]
                 } else {
                     &[][..]

@@ -200,6 +200,25 @@ impl<'a> ReplyToken<'a> {
         })
     }
 
+    /// [`ReplyToken::reply_medium`] outside the network's sequencing, as
+    /// `Runtime::request_medium_unsequenced` sends a request: over UDP it may be lost.
+    pub(crate) fn reply_medium_unsequenced(
+        self,
+        handler: ReplyHandler,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        allow_alloc(|| {
+            self.engine.send_medium_unsequenced(
+                self.requester(),
+                Channel::Reply,
+                handler.0,
+                args,
+                payload,
+            )
+        })
+    }
+
     /// Replies with a medium message of `len` bytes whose payload `fill` writes in place, in
     /// the runtime's own buffer (see [`crate::Runtime::request_medium_with`]).
     pub fn reply_medium_with(

@@ -523,6 +523,30 @@ impl Runtime {
             .send_medium(dest, Channel::Request, handler.0, args, payload)
     }
 
+    /// [`Runtime::request_medium`] outside the network's sequencing (seed 002's "no flow
+    /// control"): to a rank on another node over UDP one unsequenced datagram, delivered at
+    /// most once or lost, never retransmitted; otherwise as `request_medium`. The payload must
+    /// fit [`Runtime::max_unsequenced`].
+    pub(crate) fn request_medium_unsequenced(
+        &self,
+        dest: usize,
+        handler: RequestHandler,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        let _e = self.enter();
+        self.send_guard("request_medium")?;
+        self.engine()
+            .send_medium_unsequenced(dest, Channel::Request, handler.0, args, payload)
+    }
+
+    /// The largest payload [`Runtime::request_medium_unsequenced`] (and an unsequenced reply)
+    /// carries between this rank and `dest` with `nargs` arguments.
+    pub(crate) fn max_unsequenced(&self, dest: usize, nargs: usize) -> Result<usize> {
+        self.engine().check_dest(dest)?;
+        Ok(self.engine().max_unsequenced(dest, nargs))
+    }
+
     /// Sends a medium request of `len` bytes whose payload `fill` writes in place, in a buffer
     /// of the runtime's own (seed 000's layer-owned send buffer, `AMsendBuf`): on shared
     /// memory one of this rank's medium buffers, which the receiver reads from; on the

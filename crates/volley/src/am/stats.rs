@@ -119,7 +119,8 @@ impl fmt::Display for Stats {
             write!(
                 f,
                 " | {} sent {} handled {} polls {} empty {} interval {} | syscalls send {} recv \
-                 {} | packets {}/{} | retransmits {} | dropped {} | faults {}",
+                 {} | packets {}/{} | retransmits {} | dropped {} | unsequenced sent {} received \
+                 {} duplicates {} | faults {}",
                 n.transport,
                 n.sent,
                 n.handled,
@@ -132,6 +133,9 @@ impl fmt::Display for Stats {
                 t.packets_received,
                 t.retransmissions,
                 t.dropped,
+                t.unsequenced_sent,
+                t.unsequenced_received,
+                t.unsequenced_duplicates,
                 t.faults_injected
             )?;
         }

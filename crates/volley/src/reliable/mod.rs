@@ -32,6 +32,11 @@
 //!   addressed to an earlier incarnation of this side are dropped as stale.
 //! - When unacknowledged datagrams see no ack progress for [`Config::peer_timeout`], the
 //!   pair fails with [`Failure::PeerTimeout`].
+//! - Unsequenced datagrams (seed 002's "no flow control", [`Peer::send_unsequenced`]) carry one
+//!   message each outside the sequenced stream: no sequence number, no ack, no
+//!   retransmission, no window, no holding for order; delivered on arrival, at most once
+//!   (each has a per-pair id, and the receiver refuses an id it has seen, [`replay`]). A lost
+//!   one is lost. They change none of the sequenced stream's state.
 //!
 //! The wire format is in [`wire`]. Both sides of a pair must use the same [`Config::window`].
 //!
@@ -41,8 +46,11 @@
 
 mod peer;
 mod pool;
+pub mod replay;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unsequenced_tests;
 pub mod wire;
 
 pub use peer::Peer;
@@ -197,7 +205,8 @@ pub enum DecodeError {
     /// The checksum does not match: corrupt or truncated.
     #[error("checksum mismatch")]
     BadChecksum,
-    /// The body does not parse into records, or an ack carries a body.
+    /// The body does not parse into records, an ack carries a body, or an unsequenced
+    /// datagram is not exactly one whole message with its acknowledgement fields zero.
     #[error("malformed body")]
     BadBody,
     /// An acknowledgement of a sequence number never sent.
@@ -253,4 +262,11 @@ pub struct Stats {
     pub failed_dropped: u64,
     /// [`Peer::send`] calls refused with [`SendError::WouldBlock`].
     pub would_block: u64,
+    /// Unsequenced datagrams written by [`Peer::send_unsequenced`].
+    pub unsequenced_sent: u64,
+    /// Unsequenced datagrams whose message was delivered (also in `messages_delivered`).
+    pub unsequenced_delivered: u64,
+    /// Unsequenced datagrams refused because their id was seen before, or is too old to
+    /// tell (see [`replay`]); valid received datagrams, like `duplicates_dropped`.
+    pub unsequenced_duplicates: u64,
 }

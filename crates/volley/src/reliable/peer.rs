@@ -3,6 +3,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use super::pool::BufferPool;
+use super::replay::ReplayWindow;
 use super::wire::{
     self, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
 };
@@ -73,6 +74,12 @@ pub struct Peer {
     unacked_received: u32,
     /// Buffers of packed, acknowledged and delivered messages, for the next ones.
     pool: BufferPool,
+
+    // Unsequenced datagrams.
+    /// The id of the next one sent.
+    next_unsequenced: u64,
+    /// The ids received.
+    replay: ReplayWindow,
 }
 
 impl Peer {
@@ -107,6 +114,8 @@ impl Peer {
             ack_deadline: None,
             unacked_received: 0,
             pool: BufferPool::default(),
+            next_unsequenced: 1,
+            replay: ReplayWindow::default(),
         })
     }
 
@@ -206,6 +215,53 @@ impl Peer {
             || self.pending_bytes + self.inflight_bytes + charge <= self.config.send_buffer
     }
 
+    /// The largest message [`send_unsequenced`](Self::send_unsequenced) takes: what one
+    /// datagram carries (unsequenced messages are never fragmented, since a lost fragment
+    /// could not be recovered).
+    pub fn max_unsequenced(&self) -> usize {
+        self.config.max_datagram_size - HEADER_LEN - RECORD_OVERHEAD
+    }
+
+    /// Writes an unsequenced datagram carrying `msg` into `buf` (cleared first) and returns
+    /// its length: seed 002's "no flow control". The caller sends it once; it takes no
+    /// sequence number and no window room, is never acknowledged or retransmitted, and the
+    /// peer delivers it on arrival, at most once, possibly before messages sent earlier. Lost
+    /// on the way, it is lost. Fails for a message over
+    /// [`max_unsequenced`](Self::max_unsequenced) or a failed pair; never blocks.
+    pub fn send_unsequenced(
+        &mut self,
+        msg: &[u8],
+        now: u64,
+        buf: &mut Vec<u8>,
+    ) -> Result<usize, SendError> {
+        self.check_peer_timeout(now);
+        if let State::Failed(f) = self.state {
+            return Err(SendError::Failed(f));
+        }
+        let max = self.max_unsequenced();
+        if msg.len() > max {
+            return Err(SendError::TooLarge {
+                len: msg.len(),
+                max,
+            });
+        }
+        let h = Header {
+            kind: Kind::Unsequenced,
+            job_key: self.job_key,
+            src_incarnation: self.local_incarnation,
+            dst_incarnation: self.peer_incarnation.unwrap_or(0),
+            seq: self.next_unsequenced,
+            ack: 0,
+            sack: 0,
+        };
+        self.next_unsequenced += 1;
+        wire::encode_unsequenced(buf, &h, msg);
+        self.stats.unsequenced_sent += 1;
+        self.stats.datagrams_sent += 1;
+        self.stats.bytes_sent += buf.len() as u64;
+        Ok(buf.len())
+    }
+
     /// Takes the next message delivered in order, if any. Give the buffer back with
     /// [`recycle`](Self::recycle) once done with it, so the next message does not allocate.
     pub fn poll_deliver(&mut self) -> Option<Vec<u8>> {
@@ -296,11 +352,35 @@ impl Peer {
             Some(_) => {}
         }
         self.stats.datagrams_received += 1;
+        if h.kind == Kind::Unsequenced {
+            self.on_unsequenced(h.seq, body);
+            return Ok(());
+        }
         self.on_ack(h.ack, h.sack, now);
         if h.kind == Kind::Data {
             self.on_data(h.seq, body, now);
         }
         Ok(())
+    }
+
+    /// Delivers an unsequenced datagram's message unless its id was seen (or the delivery
+    /// queue is full: then it is dropped, as the receiver never blocks). Touches nothing of
+    /// the sequenced stream: no ack is owed for it.
+    fn on_unsequenced(&mut self, id: u64, body: &[u8]) {
+        if self.deliver_bytes >= self.config.recv_buffer {
+            self.stats.recv_full_dropped += 1;
+            return;
+        }
+        if !self.replay.accept(id) {
+            self.stats.unsequenced_duplicates += 1;
+            return;
+        }
+        // `decode` checked the body is one whole message.
+        if let Ok(msg) = wire::unsequenced_message(body) {
+            let m = self.pool.copy_of(msg);
+            self.stats.unsequenced_delivered += 1;
+            self.push_delivery(m);
+        }
     }
 
     fn on_ack(&mut self, ack: u64, sack: u64, now: u64) {

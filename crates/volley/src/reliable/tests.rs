@@ -7,32 +7,32 @@ use std::collections::BinaryHeap;
 use super::wire::{self, HEADER_LEN};
 use super::*;
 
-const KEY: u64 = 0x5eed_f00d_70b5_0001;
+pub(super) const KEY: u64 = 0x5eed_f00d_70b5_0001;
 const INC: [u64; 2] = [11, 22];
-const MS: u64 = 1_000_000;
-const US: u64 = 1_000;
+pub(super) const MS: u64 = 1_000_000;
+pub(super) const US: u64 = 1_000;
 
 /// xorshift64* — small, seeded, reproducible.
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         Self(splitmix(seed) | 1)
     }
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0
         } else {
             self.next() % n
         }
     }
-    fn chance(&mut self, p: f64) -> bool {
+    pub(super) fn chance(&mut self, p: f64) -> bool {
         ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
     }
 }
@@ -89,7 +89,7 @@ impl Net {
     }
 }
 
-fn sim_config() -> Config {
+pub(super) fn sim_config() -> Config {
     Config {
         max_datagram_size: 1472,
         max_message_size: 64 << 10,

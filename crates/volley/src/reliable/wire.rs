@@ -1,20 +1,28 @@
 //! The datagram format of the reliable layer: a fixed 56-byte header, then, in a data
-//! datagram, records packed back to back. All integers are little-endian.
+//! datagram, records packed back to back, and in an unsequenced datagram exactly one
+//! whole-message record. All integers are little-endian.
 //!
 //! ```text
 //! offset size  field
 //!  0     2     magic 0x6c76 ("vl")
 //!  2     1     version, 1
-//!  3     1     kind: 1 = data, 2 = ack
+//!  3     1     kind: 1 = data, 2 = ack, 3 = unsequenced
 //!  4     4     CRC-32 (IEEE) of the whole datagram with these four bytes zeroed
 //!  8     8     job key
 //! 16     8     sender's incarnation
 //! 24     8     receiver's incarnation as the sender knows it, 0 = not yet known
-//! 32     8     seq: this data datagram's sequence number, from 1; 0 in an ack
-//! 40     8     ack: every datagram with seq <= ack has arrived, in order (cumulative)
-//! 48     8     sack: bit i set = datagram ack + 2 + i has arrived out of order
-//! 56           body (data only): one or more records, to the end of the datagram
+//! 32     8     seq: this data datagram's sequence number, from 1; 0 in an ack; in an
+//!              unsequenced datagram its own id, from 1, counted apart from seq
+//! 40     8     ack: every datagram with seq <= ack has arrived, in order (cumulative);
+//!              0 in an unsequenced datagram
+//! 48     8     sack: bit i set = datagram ack + 2 + i has arrived out of order; 0 in an
+//!              unsequenced datagram
+//! 56           body (data and unsequenced): records, to the end of the datagram
 //! ```
+//!
+//! An unsequenced datagram (seed 002's "no flow control") stands outside the sequenced stream:
+//! it carries no acknowledgement, is never acknowledged or retransmitted, and its one message
+//! is delivered on arrival. Its id only lets the receiver refuse a duplicate.
 //!
 //! A record is `tag u8, len u32, [total u32 if tag = FIRST], len bytes`. Tags: 1 = a whole
 //! message, 2 = the first fragment of a message of `total` bytes, 3 = a middle fragment,
@@ -51,6 +59,8 @@ pub enum Kind {
     Data = 1,
     /// Only the acknowledgement fields.
     Ack = 2,
+    /// One whole message outside the sequenced stream (see the module docs).
+    Unsequenced = 3,
 }
 
 /// A decoded datagram header.
@@ -64,7 +74,8 @@ pub struct Header {
     pub src_incarnation: u64,
     /// The receiver's incarnation as the sender knows it; 0 if it does not know it yet.
     pub dst_incarnation: u64,
-    /// Sequence number of a data datagram (from 1); 0 in an ack.
+    /// Sequence number of a data datagram (from 1); 0 in an ack; an unsequenced datagram's
+    /// id (from 1).
     pub seq: u64,
     /// Cumulative acknowledgement: every datagram with `seq <= ack` has arrived.
     pub ack: u64,
@@ -163,6 +174,7 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
     let kind = match bytes[3] {
         1 => Kind::Data,
         2 => Kind::Ack,
+        3 => Kind::Unsequenced,
         _ => return Err(DecodeError::BadKind),
     };
     let stored = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -193,14 +205,45 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
                 r?;
             }
         }
+        Kind::Unsequenced => {
+            if header.seq == 0 || header.ack != 0 || header.sack != 0 {
+                return Err(DecodeError::BadBody);
+            }
+            unsequenced_message(body)?;
+        }
     }
     Ok((header, body))
 }
 
+/// The message of an unsequenced datagram's body: exactly one whole-message record.
+pub(crate) fn unsequenced_message(body: &[u8]) -> Result<&[u8], DecodeError> {
+    let mut records = Records::new(body);
+    match (records.next(), records.next()) {
+        (Some(Ok(Record::Complete(m))), None) => Ok(m),
+        _ => Err(DecodeError::BadBody),
+    }
+}
+
 /// Clears `buf` and writes a complete datagram with `header` and `body` into it.
 pub(crate) fn encode(buf: &mut Vec<u8>, header: &Header, body: &[u8]) {
+    put_header(buf, header, body.len());
+    buf.extend_from_slice(body);
+    seal(buf);
+}
+
+/// Clears `buf` and writes a complete unsequenced datagram (`header.kind` is
+/// [`Kind::Unsequenced`]) carrying `msg` as its one record.
+pub(crate) fn encode_unsequenced(buf: &mut Vec<u8>, header: &Header, msg: &[u8]) {
+    put_header(buf, header, RECORD_OVERHEAD + msg.len());
+    put_complete(buf, msg);
+    seal(buf);
+}
+
+/// Clears `buf` and writes `header` with its checksum field zero, reserving room for a body
+/// of `body_len` bytes.
+fn put_header(buf: &mut Vec<u8>, header: &Header, body_len: usize) {
     buf.clear();
-    buf.reserve(HEADER_LEN + body.len());
+    buf.reserve(HEADER_LEN + body_len);
     buf.extend_from_slice(&MAGIC.to_le_bytes());
     buf.push(VERSION);
     buf.push(header.kind as u8);
@@ -215,8 +258,6 @@ pub(crate) fn encode(buf: &mut Vec<u8>, header: &Header, body: &[u8]) {
     ] {
         buf.extend_from_slice(&w.to_le_bytes());
     }
-    buf.extend_from_slice(body);
-    seal(buf);
 }
 
 /// Writes the checksum of a datagram whose header is otherwise complete.
@@ -313,5 +354,42 @@ mod tests {
                 }
             ]
         );
+    }
+
+    #[test]
+    fn unsequenced_roundtrip_and_strictness() {
+        let h = Header {
+            kind: Kind::Unsequenced,
+            job_key: 7,
+            src_incarnation: 8,
+            dst_incarnation: 9,
+            seq: 3,
+            ack: 0,
+            sack: 0,
+        };
+        let mut buf = Vec::new();
+        encode_unsequenced(&mut buf, &h, b"hello");
+        let (d, body) = decode(&buf).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(unsequenced_message(body), Ok(&b"hello"[..]));
+        // An id of 0, acknowledgement fields, or a body other than one whole message are
+        // refused.
+        for bad in [
+            Header { seq: 0, ..h },
+            Header { ack: 1, ..h },
+            Header { sack: 1, ..h },
+        ] {
+            encode_unsequenced(&mut buf, &bad, b"hello");
+            assert_eq!(decode(&buf), Err(DecodeError::BadBody), "{bad:?}");
+        }
+        let mut two = Vec::new();
+        put_complete(&mut two, b"a");
+        put_complete(&mut two, b"b");
+        let mut first = Vec::new();
+        put_first(&mut first, 10, b"abcd");
+        for body in [&two[..], &first[..], &[][..]] {
+            encode(&mut buf, &h, body);
+            assert_eq!(decode(&buf), Err(DecodeError::BadBody));
+        }
     }
 }

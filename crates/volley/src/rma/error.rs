@@ -52,6 +52,23 @@ pub enum Error {
         /// The maximum medium payload.
         max: usize,
     },
+    /// A packet sent without flow control ([`crate::rma::Flow::Unreliable`]) whose request
+    /// or reply would not fit one unsequenced datagram to its target (over UDP such a
+    /// packet is never split, since a lost piece could not be resent); nothing was sent.
+    #[error(
+        "an unreliable packet's {what} of {len} bytes exceeds the {max} bytes one unsequenced \
+         datagram to rank {rank} carries; send it reliably or in smaller packets"
+    )]
+    UnreliableTooLarge {
+        /// The target rank.
+        rank: usize,
+        /// `"request"` or `"reply"`.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// What one datagram carries.
+        max: usize,
+    },
     /// A setting or an argument of the one-sided layer is invalid.
     #[error("invalid setting {name}={value}: {why}")]
     InvalidConfig {

@@ -134,6 +134,49 @@ impl Engine {
         Ok(())
     }
 
+    /// Sends a medium message that needs no sequencing (seed 002's "no flow control"): to a
+    /// rank on another node outside the network transport's sequencing
+    /// ([`NetLink::send_unsequenced`](crate::transport::net::link::NetLink::send_unsequenced):
+    /// over UDP at most once, never retransmitted, possibly lost); through this node's rings,
+    /// which lose nothing, as any medium message. The payload must fit
+    /// [`Engine::max_unsequenced`].
+    pub(crate) fn send_medium_unsequenced(
+        &self,
+        dest: usize,
+        ch: Channel,
+        handler: u16,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        let msg = self.medium_msg(dest, ch, handler, args, payload)?;
+        let route = self.local_of[dest];
+        let sent = match self.shm.peer(route as usize) {
+            Some(peer) => self.shm.send(peer, msg, self.blocked(route as usize, ch)),
+            None => {
+                let net = self
+                    .net
+                    .as_ref()
+                    .expect("a rank off this node implies a network route");
+                self.net_dest.set(dest);
+                net.send_unsequenced(dest, msg, self.net_blocked(ch))
+            }
+        };
+        sent.map_err(|refused| Self::refusal(dest, msg, refused))?;
+        self.stats.sent(ch, MessageClass::Medium);
+        Ok(())
+    }
+
+    /// The largest payload [`Engine::send_medium_unsequenced`] takes to `dest` (a valid rank)
+    /// with `nargs` arguments: a medium message's through the rings, one datagram's worth
+    /// over UDP.
+    pub(crate) fn max_unsequenced(&self, dest: usize, nargs: usize) -> usize {
+        let route = self.local_of[dest];
+        match (self.shm.peer(route as usize), &self.net) {
+            (None, Some(net)) => net.max_unsequenced_payload(nargs).min(MEDIUM_MAX),
+            _ => MEDIUM_MAX,
+        }
+    }
+
     /// A checked medium message.
     pub(super) fn medium_msg<'a>(
         &self,

@@ -26,6 +26,12 @@
 //! **Exactly once.** A packet is one message: the transports deliver it once (shared-memory
 //! rings; the reliable UDP layer discards duplicates and retransmits losses; TCP), so an atomic
 //! in it runs once even when datagrams are lost, duplicated or reordered.
+//!
+//! **No flow control** ([`Flow::Unreliable`]). Over UDP the packet and its reply travel as
+//! unsequenced datagrams: the packet runs at most once (the receiver refuses a duplicated
+//! datagram by its id) or not at all, and nobody waits for it: a colour is refused with it, and
+//! [`Rma::execute`] always sends reliably. Over TCP and shared memory it is delivered as any
+//! packet.
 
 mod target;
 mod wire;
@@ -48,9 +54,13 @@ pub enum Flow {
     /// Guaranteed arrival, in order, exactly once.
     #[default]
     Reliable,
-    /// No flow control: the seed's mode for peers that may be dead. See the guide: on shared
-    /// memory the command is simply delivered, and over the network it is still carried by
-    /// the reliable layer (an unsequenced datagram is not built yet).
+    /// No flow control, the seed's mode for peers that may be dead: over UDP the packet (and
+    /// its reply, if any) is one unsequenced datagram, never acknowledged or retransmitted,
+    /// run at most once or lost, in no order with other packets; it never waits for the
+    /// target's acknowledgements. Over TCP and shared memory, which lose nothing, it is
+    /// delivered as any packet. A lost request or reply gives no report, so a colour is
+    /// refused with it (its counters might never agree), and request and reply must each
+    /// fit one datagram ([`Error::UnreliableTooLarge`]).
     Unreliable,
 }
 
@@ -118,6 +128,12 @@ impl CmdOptions {
                 name: "EMB colour",
                 value: c.to_string(),
                 why: "expected 0..16",
+            }),
+            Some(c) if self.flow == Flow::Unreliable => Err(Error::InvalidConfig {
+                name: "EMB colour",
+                value: c.to_string(),
+                why: "not with Flow::Unreliable: a lost command or reply would leave the \
+                      colour's counters unequal for ever",
             }),
             _ => Ok(()),
         }
@@ -418,6 +434,7 @@ impl<'a> Combined<'a> {
         Ok(Packet {
             rank: self.rank,
             count: self.cmds.len(),
+            reply,
             body,
         })
     }
@@ -442,6 +459,8 @@ impl Command<'_> {
 pub struct Packet {
     rank: usize,
     count: usize,
+    /// Bytes of the reply, if one is sent.
+    reply: usize,
     body: Vec<u8>,
 }
 
@@ -634,13 +653,39 @@ impl<'rt> Rma<'rt> {
         self.send_packet(p, opts.word())
     }
 
+    /// Refuses an unreliable packet whose request or reply would not fit one unsequenced
+    /// datagram between here and its target.
+    fn check_unreliable(&self, p: &Packet) -> Result<()> {
+        let max = self.rt.max_unsequenced(p.rank, 3)?;
+        for (what, len) in [("request", p.body.len()), ("reply", p.reply)] {
+            if len > max {
+                return Err(Error::UnreliableTooLarge {
+                    rank: p.rank,
+                    what,
+                    len,
+                    max,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn send_packet(&self, p: &Packet, word: u64) -> Result<u64> {
         self.check_rank(p.rank)?;
+        let unreliable = CmdOptions::from_word(word).flow == Flow::Unreliable;
+        if unreliable {
+            self.check_unreliable(p)?;
+        }
         let _e = self.rt.enter();
         let packet = self.shared.cmds.next.fetch_add(1, Ordering::Relaxed);
         let args = [packet, word, p.count as u64];
-        self.rt
-            .request_medium(p.rank, self.handlers.cmd.run, &args, &p.body)?;
+        let cmd = self.handlers.cmd.run;
+        if unreliable {
+            self.rt
+                .request_medium_unsequenced(p.rank, cmd, &args, &p.body)?;
+        } else {
+            self.rt.request_medium(p.rank, cmd, &args, &p.body)?;
+        }
         let colour = CmdOptions::from_word(word).colour;
         self.shared
             .signals

@@ -7,7 +7,7 @@
 //! violation": the refused command reports its reason, the others [`CmdStatus::NotRun`]).
 
 use super::wire::{self, Cmd, Kind};
-use super::{CmdOptions, CmdStatus};
+use super::{CmdOptions, CmdStatus, Flow};
 use crate::am::{Message, ReplyHandler, ReplyToken};
 use crate::refusal::Refusal;
 use crate::rma::atomic::{self, AtomicOp};
@@ -62,8 +62,13 @@ pub(super) fn serve(s: &Shared, reply: ReplyHandler, m: &Message<'_>, tok: Reply
     for o in &outcomes {
         wire::put_outcome(&mut body, o);
     }
-    // A reply that cannot be sent means the runtime is going away; nobody to report to.
-    let _ = tok.reply_medium(reply, &[packet, word, outcomes.len() as u64], &body);
+    // A reply that cannot be sent means the runtime is going away (or, unreliable, that it
+    // does not fit one datagram, which the requester checked for); nobody to report to.
+    let args = [packet, word, outcomes.len() as u64];
+    let _ = match opts.flow {
+        Flow::Reliable => tok.reply_medium(reply, &args, &body),
+        Flow::Unreliable => tok.reply_medium_unsequenced(reply, &args, &body),
+    };
 }
 
 /// Checks every command, then runs them all or none.

@@ -15,7 +15,8 @@
 //!
 //! All words little-endian. Unlike the shared-memory frame there is no sequence or check byte:
 //! the transport below already delivers whole messages, in order, from a known rank of this
-//! job (UDP datagrams carry the job key and a checksum). A long message carries its payload,
+//! job (UDP datagrams carry the job key and a checksum); unsequenced messages (seed 002's "no
+//! flow control") come whole but in no order, and are always medium messages, never parts. A long message carries its payload,
 //! which the receiver writes into its own segment before the handler runs.
 
 use crate::transport::contract::Class;

@@ -427,7 +427,7 @@ impl NetLink {
         let mut buf = self.encode_buf.take();
         frame::encode_medium_with(&mut buf, ch, handler, args, len, fill);
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt);
+        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, Class::Medium, attempt, &mut blocked);
@@ -455,18 +455,72 @@ impl NetLink {
         }
     }
 
-    /// Hands one encoded network message to the transport, waiting as `blocked` says while
-    /// the transport's window is full.
+    /// Sends a medium message outside the transport's sequencing (seed 002's "no flow
+    /// control", see [`NetTransport::send_unsequenced`]): over UDP one unsequenced datagram,
+    /// at most once, never retransmitted; over TCP the stream as usual. Its payload must fit
+    /// one datagram ([`NetLink::max_unsequenced_payload`]).
+    pub(crate) fn send_unsequenced<B: OnBlocked>(
+        &self,
+        dest: usize,
+        msg: Outbound<'_>,
+        mut blocked: B,
+    ) -> Result<(), SendRefused> {
+        debug_assert_eq!(
+            msg.class,
+            Class::Medium,
+            "only medium messages go unsequenced"
+        );
+        let max = self.max_unsequenced_payload(msg.args.len());
+        if msg.payload.len() > max {
+            return Err(SendRefused::TooLarge {
+                len: msg.payload.len(),
+                max,
+            });
+        }
+        let mut buf = self.encode_buf.take();
+        frame::encode(
+            &mut buf,
+            msg.ch,
+            msg.class,
+            msg.handler,
+            msg.args,
+            msg.payload,
+            0,
+        );
+        let mut attempt = 0;
+        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, true);
+        self.encode_buf.set(buf);
+        sent?;
+        self.sent_one(dest, msg.ch, msg.class, attempt, &mut blocked);
+        Ok(())
+    }
+
+    /// The largest payload of a medium message with `nargs` arguments that
+    /// [`NetLink::send_unsequenced`] takes.
+    pub(crate) fn max_unsequenced_payload(&self, nargs: usize) -> usize {
+        let whole = self.transport.borrow().max_unsequenced();
+        whole
+            .saturating_sub(frame::encoded_len(Class::Medium, nargs, 0))
+            .min(WHOLE_MAX)
+    }
+
+    /// Hands one encoded network message to the transport (`unsequenced`: outside its
+    /// sequencing), waiting as `blocked` says while the transport cannot take it.
     fn send_frame<B: OnBlocked>(
         &self,
         dest: usize,
         buf: &[u8],
         blocked: &mut B,
         attempt: &mut u32,
+        unsequenced: bool,
     ) -> Result<(), SendRefused> {
         loop {
             let now = self.now();
-            let sent = self.transport.borrow_mut().send(dest, buf, now);
+            let sent = if unsequenced {
+                self.transport.borrow_mut().send_unsequenced(dest, buf, now)
+            } else {
+                self.transport.borrow_mut().send(dest, buf, now)
+            };
             match sent {
                 Ok(()) => {
                     // A message alone leaves at once; messages sent in a quick run share the
@@ -544,7 +598,7 @@ impl Transport for NetLink {
             for (i, part) in msg.payload.chunks(LONG_PART).take(parts).enumerate() {
                 let offset = (msg.offset + i * LONG_PART) as u64;
                 frame::encode_part(&mut buf, ch, part, offset);
-                if let Err(e) = self.send_frame(dest, &buf, &mut blocked, &mut attempt) {
+                if let Err(e) = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false) {
                     self.encode_buf.set(buf);
                     return Err(e);
                 }
@@ -560,7 +614,7 @@ impl Transport for NetLink {
                 msg.payload.len() as u64,
             );
         }
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt);
+        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, class, attempt, &mut blocked);

@@ -90,6 +90,13 @@ pub struct NetStats {
     pub faults_injected: u64,
     /// `send` calls refused with [`NetError::WouldBlock`].
     pub would_block: u64,
+    /// UDP: unsequenced datagrams sent ([`NetTransport::send_unsequenced`]).
+    pub unsequenced_sent: u64,
+    /// UDP: unsequenced datagrams received and delivered.
+    pub unsequenced_received: u64,
+    /// UDP: unsequenced datagrams dropped as duplicates (or too old to tell; also in
+    /// `dropped`).
+    pub unsequenced_duplicates: u64,
 }
 
 /// Why a network operation did not complete.
@@ -162,6 +169,22 @@ pub trait NetTransport: std::fmt::Debug + Send {
 
     /// Queues `msg` for `peer` (see the module contract).
     fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError>;
+
+    /// Queues `msg` for `peer` outside any sequencing of the transport's own (seed 002's "no
+    /// flow control"): UDP sends it as one unsequenced datagram, never acknowledged or
+    /// retransmitted, delivered on arrival and at most once, possibly before messages sent
+    /// earlier, or lost. It waits for no acknowledgement; [`NetError::WouldBlock`] only
+    /// while this rank's own queue of datagrams is long (the socket is full). A stream
+    /// transport has no sequencing of its own to bypass: this is [`NetTransport::send`].
+    fn send_unsequenced(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+        self.send(peer, msg, now)
+    }
+
+    /// The largest message [`NetTransport::send_unsequenced`] takes (UDP: one datagram's
+    /// worth).
+    fn max_unsequenced(&self) -> usize {
+        MAX_MESSAGE
+    }
 
     /// Whether `send` of a message of `len` bytes to `peer` would be accepted now (not refused
     /// with [`NetError::WouldBlock`]). Only `progress` (acks, written bytes) turns it from

@@ -10,8 +10,12 @@
 //! reliable layer copies messages in and out of buffers it recycles (delivered ones come back
 //! through [`NetTransport::recycle`]).
 //!
+//! Unsequenced datagrams ([`NetTransport::send_unsequenced`], seed 002's "no flow control")
+//! are written by the peer at once and join the same queue; nothing keeps them after they
+//! leave.
+//!
 //! With [`UdpConfig::faults`] (users: `VOLLEY_FAULTS`), every outgoing datagram goes through a
-//! [`FaultInjector`] first.
+//! [`FaultInjector`] first, unsequenced ones too.
 //!
 //! The system calls themselves, and the buffers they fill, are in `syscalls`; the conversions
 //! between Rust's socket addresses and the kernel's in `addr`.
@@ -29,7 +33,7 @@ use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
-use crate::reliable::{self, wire::HEADER_LEN, Peer, SendError, State};
+use crate::reliable::{self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State};
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
 
@@ -47,6 +51,9 @@ const QUIET_MIN: u64 = 50_000_000;
 const QUIET_MAX: u64 = 100_000_000;
 /// Pause between polls while lingering in `close`.
 const LINGER_POLL: Duration = Duration::from_micros(100);
+/// Datagrams waiting for the socket beyond which an unsequenced send is refused (the
+/// sequenced ones are bounded by their window; unsequenced ones only by this).
+const UNSEQUENCED_BACKLOG: usize = 256;
 
 /// Tuning of a [`UdpTransport`].
 #[derive(Debug, Clone)]
@@ -579,6 +586,44 @@ impl NetTransport for UdpTransport {
         Ok(())
     }
 
+    /// Writes the unsequenced datagram at once and queues it behind what is queued; it leaves
+    /// with the next flush (at once when a batch is ready).
+    fn send_unsequenced(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+        let slot = self.slot(peer)?;
+        if self.out.len() >= UNSEQUENCED_BACKLOG {
+            // The socket was full; an error stays with the queue for the next progress.
+            let _ = UdpTransport::flush(self);
+            if self.out.len() >= UNSEQUENCED_BACKLOG {
+                self.counters.would_block += 1;
+                return Err(NetError::WouldBlock);
+            }
+        }
+        let mut buf = self.pool.pop().unwrap_or_default();
+        let link = &mut self.links[slot];
+        if let Err(e) = link.peer.send_unsequenced(msg, now, &mut buf) {
+            self.pool.push(buf);
+            return Err(match e {
+                SendError::TooLarge { len, max } => NetError::TooLarge { len, max },
+                SendError::Failed(f) => NetError::PeerFailed {
+                    peer,
+                    why: f.to_string(),
+                },
+                SendError::WouldBlock => NetError::WouldBlock,
+            });
+        }
+        self.counters.messages_sent += 1;
+        enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+        if self.out.len() >= self.batch {
+            let _ = UdpTransport::flush(self);
+        }
+        Ok(())
+    }
+
+    /// One datagram's body: unsequenced messages are not fragmented.
+    fn max_unsequenced(&self) -> usize {
+        self.datagram_size - HEADER_LEN - RECORD_OVERHEAD
+    }
+
     fn would_accept(&self, peer: usize, len: usize) -> bool {
         match self.slot(peer) {
             Ok(slot) => self.links[slot].peer.would_accept(len),
@@ -747,7 +792,11 @@ impl NetTransport for UdpTransport {
         for l in &self.links {
             let p = l.peer.stats();
             s.retransmissions += p.retransmissions;
+            s.unsequenced_sent += p.unsequenced_sent;
+            s.unsequenced_received += p.unsequenced_delivered;
+            s.unsequenced_duplicates += p.unsequenced_duplicates;
             s.dropped += p.malformed_dropped
+                + p.unsequenced_duplicates
                 + p.foreign_dropped
                 + p.stale_dropped
                 + p.failed_dropped

@@ -540,3 +540,41 @@ fn ping_pong_cost() {
         sb.recv_calls
     );
 }
+
+#[test]
+fn unsequenced_messages_arrive_once_need_no_ack_and_must_fit_a_datagram() {
+    let mut ts = cluster(2, &lan());
+    let max = ts[0].max_unsequenced();
+    assert_eq!(max, 1472 - HEADER_LEN - RECORD_OVERHEAD);
+    let mut inbox = Inbox::new();
+    let give_up = crate::transport::net::contract_tests::give_up_after(10);
+    let n = 200u64;
+    let mut got = 0u64;
+    for i in 0..n {
+        ts[0].send_unsequenced(1, &message(i, max), now()).unwrap();
+        NetTransport::flush(&mut ts[0], now()).unwrap();
+        // Sent once and done: nothing waits for an acknowledgement.
+        assert!(ts[0].is_idle(), "{:?}", ts[0]);
+        assert_eq!(ts[0].next_deadline(), None);
+        while got <= i {
+            give_up("unsequenced messages on a clean loopback");
+            ts[1].progress(now(), &mut inbox).unwrap();
+            for (src, m) in inbox.drain(..) {
+                assert_eq!(src, 0);
+                assert_message(&m, got, max);
+                got += 1;
+            }
+        }
+    }
+    let (s0, s1) = (ts[0].stats(), ts[1].stats());
+    assert_eq!((s0.unsequenced_sent, s1.unsequenced_received), (n, n));
+    assert_eq!(s0.retransmissions + s1.packets_sent, 0, "{s0:?} {s1:?}");
+    assert!(matches!(
+        ts[0].send_unsequenced(1, &vec![0; max + 1], now()),
+        Err(NetError::TooLarge { len, max: m }) if len == max + 1 && m == max
+    ));
+    assert!(matches!(
+        ts[0].send_unsequenced(5, b"x", now()),
+        Err(NetError::NotAPeer { peer: 5 })
+    ));
+}
