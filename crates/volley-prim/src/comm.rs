@@ -5,6 +5,7 @@
 use crate::config::Handler;
 use crate::counters::Counters;
 use crate::invocation::Invocation;
+use crate::outbound::CommSender;
 use crate::ring::{
     header, padded, Header, HeapRing, LocalWriter, Peek, Reader, RingPtr, DATA, PROC, PROC_DONE,
 };
@@ -50,11 +51,13 @@ impl Drop for CommThread {
 
 /// Starts the thread on `own` (this rank's network buffer); returns the program thread's
 /// internal ends, the thread, and the ring it forwards network data into.
+/// `sender` is built on the thread's stop flag (`start` hands it over).
 pub(crate) fn start(
     own: RingPtr,
     cap: usize,
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
+    sender: impl FnOnce(Arc<AtomicBool>) -> CommSender,
 ) -> (Internal, CommThread, RingPtr) {
     // [forwarded network data, program -> comm, comm -> program]
     let rings = Arc::new([HeapRing::new(cap), HeapRing::new(cap), HeapRing::new(cap)]);
@@ -62,6 +65,7 @@ pub(crate) fn start(
     let stop = Arc::new(AtomicBool::new(false));
     let keep = rings.clone();
     let s = stop.clone();
+    let sender = sender(stop.clone());
     let handle = std::thread::Builder::new()
         .name("volley-prim-comm".into())
         .spawn(move || {
@@ -73,6 +77,7 @@ pub(crate) fn start(
                 replies: LocalWriter::new(inp),
                 handlers,
                 counters,
+                sender,
                 words: Vec::new(),
                 marks: Vec::new(),
             };
@@ -113,6 +118,7 @@ struct Loop {
     replies: LocalWriter,
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
+    sender: CommSender,
     words: Vec<u64>,
     marks: Vec<usize>,
 }
@@ -126,6 +132,7 @@ impl Loop {
             Some(&mut self.replies),
             &self.handlers,
             &self.counters,
+            &mut self.sender,
             &mut self.words,
             &mut self.marks,
         );
@@ -135,6 +142,7 @@ impl Loop {
             None,
             &self.handlers,
             &self.counters,
+            &mut self.sender,
             &mut self.words,
             &mut self.marks,
         );
@@ -149,6 +157,7 @@ impl Loop {
         replies: Option<&mut LocalWriter>,
         handlers: &[Option<Handler>],
         counters: &Counters,
+        sender: &mut CommSender,
         words: &mut Vec<u64>,
         marks: &mut Vec<usize>,
     ) -> bool {
@@ -169,9 +178,14 @@ impl Loop {
                                 Some(r) => r,
                                 None => &mut *to,
                             }),
+                            out: sender,
+                            report: true,
                         };
                         f(&mut inv);
                         Counters::add(&counters.handler_invocations, 1);
+                        if !inv.report {
+                            return true;
+                        }
                         h.value
                     }
                     None => h.value | UNKNOWN_FLAG,

@@ -14,6 +14,7 @@ mod hardware;
 mod multicast;
 mod seed003_bounce;
 mod seed003_channels;
+mod seed003_overlap;
 mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
