@@ -164,12 +164,14 @@ impl Outbound for CommSender {
         }
         let tail = p.tail().load(Ordering::Acquire);
         let mut spins = 0;
+        // The cached head may be far behind (another sender moved the tail on meanwhile):
+        // saturate, never wrap.
         let room = loop {
-            if p.cap() - (tail - head) >= bytes {
+            if p.cap().saturating_sub(tail - head) >= bytes {
                 break Ok(());
             }
             head = p.head().load(Ordering::Acquire);
-            if p.cap() - (tail - head) >= bytes {
+            if p.cap().saturating_sub(tail - head) >= bytes {
                 break Ok(());
             }
             if rank == self.me {

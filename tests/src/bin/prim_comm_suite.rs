@@ -212,7 +212,13 @@ fn relay(p: &Prim) {
                     if let Some(len) = p.pending_len(Source::Network).unwrap() {
                         break len;
                     }
-                    fail("bare chained bytes where a packet should start".into());
+                    let mut w = [0u8; 8];
+                    let r = p.receive(Source::Network, Recv::Data(&mut w));
+                    fail(format!(
+                        "bare chained bytes where a packet should start (after {chains} chains, \
+                         {got} forwarded): {:#x} {r:?}",
+                        u64::from_le_bytes(w)
+                    ));
                 }
                 std::thread::yield_now();
             };
