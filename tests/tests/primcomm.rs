@@ -43,12 +43,12 @@ fn over_udp_and_tcp_between_emulated_nodes() {
         run(Job::raw(args.clone()).env("VOLLEY_NET", net), &ALL);
         // The communication thread cannot reach other nodes: only the refusals run there.
         let mut args = vec!["run", "-n", "3", "--ranks-per-node", "1", SUITE];
-        args.push("sends");
+        args.extend(["sends", "remote"]);
         run(
             Job::raw(args)
                 .env("VOLLEY_NET", net)
                 .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
-            &["sends"],
+            &["sends", "remote"],
         );
     }
 }

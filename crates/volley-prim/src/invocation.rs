@@ -45,6 +45,10 @@ impl Invocation<'_> {
     /// Receives the next `buf.len()` bytes of arguments from the buffer the procedure came
     /// from (waits for them; errors as `Prim::receive`'s data form).
     pub fn receive(&mut self, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            // Nothing to take (a data receive of 0 bytes would wait for a whole packet).
+            return Ok(());
+        }
         loop {
             if recv::try_data(self.args, buf)?.is_some() {
                 return Ok(());

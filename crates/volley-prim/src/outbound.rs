@@ -85,6 +85,8 @@ pub(crate) fn image(
 /// The communication thread's sending side: its own view of every mapped buffer.
 pub(crate) struct CommSender {
     me: usize,
+    /// Every buffer's capacity (the same everywhere).
+    cap: u64,
     /// Per rank: its mapped buffer and the head last read there (a lower bound: heads only
     /// grow), or `None` for a rank reached through volley's one-sided operations.
     links: Vec<Option<(RingPtr, u64)>>,
@@ -97,6 +99,7 @@ pub(crate) struct CommSender {
 impl CommSender {
     pub(crate) fn new(
         me: usize,
+        cap: u64,
         mapped: Vec<Option<RingPtr>>,
         notify: Notify,
         handlers: Arc<Vec<Option<Handler>>>,
@@ -105,6 +108,7 @@ impl CommSender {
     ) -> Self {
         Self {
             me,
+            cap,
             links: mapped.into_iter().map(|m| m.map(|p| (p, 0))).collect(),
             notify,
             handlers,
@@ -138,18 +142,18 @@ impl Outbound for CommSender {
         payload: usize,
     ) -> Result<()> {
         let size = self.links.len();
-        let (p, mut head) = self
+        let link = self
             .links
             .get(rank)
-            .ok_or(PrimError::InvalidRank { rank, size })?
-            .ok_or(PrimError::NotMapped { rank })?;
+            .ok_or(PrimError::InvalidRank { rank, size })?;
         let bytes = words.len() as u64 * 8;
-        if bytes > p.cap() {
+        if bytes > self.cap {
             return Err(PrimError::TooLarge {
                 bytes: bytes as usize,
-                capacity: p.cap() as usize,
+                capacity: self.cap as usize,
             });
         }
+        let (p, mut head) = link.ok_or(PrimError::NotMapped { rank })?;
         let mut spins = 0;
         let owner = COMM_OWNER | (self.me as u64 + 1);
         while p

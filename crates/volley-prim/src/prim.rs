@@ -209,7 +209,7 @@ impl PrimSetup {
                 })
                 .collect();
             let (notify, hs, cs) = (self.cfg.notify, handlers.clone(), counters.clone());
-            let sender = move |stop| CommSender::new(me, mapped, notify, hs, cs, stop);
+            let sender = move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop);
             let (internal, comm, fwd) =
                 crate::comm::start(own, cap, handlers.clone(), counters.clone(), sender);
             (Reader::new(fwd), Some(internal), Some(comm))

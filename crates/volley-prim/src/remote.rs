@@ -109,11 +109,19 @@ fn arg(inv: &mut Invocation<'_>) -> Result<usize> {
     Ok(inv.receive_u64()? as usize)
 }
 
+/// Receives `len` argument bytes (none for 0: an empty receive would wait for a packet).
+fn bytes(inv: &mut Invocation<'_>, len: usize) -> Result<Vec<u8>> {
+    let mut data = vec![0u8; len];
+    if len > 0 {
+        inv.receive(&mut data)?;
+    }
+    Ok(data)
+}
+
 /// Serves a write request `[offset][len][flag][bytes]`.
 fn on_write(mem: &RemoteMemory, inv: &mut Invocation<'_>) -> Result<()> {
     let (offset, len, flag) = (arg(inv)?, arg(inv)?, arg(inv)?);
-    let mut data = vec![0u8; len];
-    inv.receive(&mut data)?;
+    let data = bytes(inv, len)?;
     if mem.write(offset, &data).is_err() {
         mem.failures.fetch_add(1, Ordering::Relaxed);
     }
@@ -145,8 +153,7 @@ fn done(inv: &mut Invocation<'_>, flag: usize, local: usize, data: &[u8]) -> Res
 /// Takes a completion: fills the local bytes, then counts the flag up (release).
 fn on_done(mem: &RemoteMemory, inv: &mut Invocation<'_>) -> Result<()> {
     let (flag, local, len) = (arg(inv)?, arg(inv)?, arg(inv)?);
-    let mut data = vec![0u8; len];
-    inv.receive(&mut data)?;
+    let data = bytes(inv, len)?;
     if mem.write(local, &data).is_err() {
         mem.failures.fetch_add(1, Ordering::Relaxed);
     }

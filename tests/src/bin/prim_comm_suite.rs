@@ -154,6 +154,8 @@ fn config() -> PrimConfig {
 /// thread).
 fn serve(p: &Prim) {
     p.serve_procedures().unwrap();
+    // Over UDP and TCP the peers' one-sided operations land when this rank polls volley.
+    p.runtime().poll();
     std::thread::yield_now();
 }
 
@@ -220,6 +222,7 @@ fn relay(p: &Prim) {
                         u64::from_le_bytes(w)
                     ));
                 }
+                p.runtime().poll();
                 std::thread::yield_now();
             };
             let mut b = vec![0u8; len];
@@ -271,13 +274,22 @@ fn relay(p: &Prim) {
 fn remote(p: &Prim) {
     let (me, n) = (p.rank(), p.size());
     let mem = p.remote_memory().unwrap();
+    let right = (me + 1) % n;
+    if p.progress() == volley_prim::Progress::CommThread && !p.is_mapped(right) {
+        // The target's communication thread could not answer: refused here, nothing sent.
+        let e = p.remote_read(right, 0, 8, 0, 0).err();
+        check(matches!(e, Some(PrimError::NotMapped { .. })), || {
+            format!("an unmapped remote read gave {e:?}")
+        });
+        ok(p, "remote", "refused: not mapped, comm-thread mode".into());
+        return;
+    }
     let fill = |r: usize, i: usize| (r * 13 + i * 5) as u8;
     let mine: Vec<u8> = (0..REMOTE_LEN).map(|i| fill(me, i)).collect();
     mem.write(0, &mine).unwrap();
     DONE.store(0, Ordering::Relaxed);
     let base = [mem.flag_value(0).unwrap(), mem.flag_value(1).unwrap()];
     p.runtime().barrier();
-    let right = (me + 1) % n;
     // Reads come from [0, 2048) of the neighbour into [2048, 3072) here; writes go to
     // [3072, 4096) there.
     let mut rng = Rng::new(me as u64 + 3);
@@ -303,6 +315,11 @@ fn remote(p: &Prim) {
         let off = rng.below((1024 - len) as u64 + 1) as usize;
         let data: Vec<u8> = (0..len).map(|i| (k as usize * 3 + i + me) as u8).collect();
         p.remote_write(right, 3072 + off, &data, 1).unwrap();
+        // A few writes in flight at most: every rank writes to its neighbour, and requests
+        // wait for room in the buffers, so the bytes outstanding must stay well inside one.
+        if k % 2 == 1 {
+            p.wait_flag(1, base[1] + k - 1).unwrap();
+        }
     }
     p.wait_flag(1, base[1] + writes).unwrap();
     // Bad requests: refused here, nothing sent (the flags and failures below stay exact).
