@@ -7,7 +7,8 @@ use crate::counters::Counters;
 use crate::invocation::Invocation;
 use crate::outbound::CommSender;
 use crate::ring::{
-    header, padded, Header, HeapRing, LocalWriter, Peek, Reader, RingPtr, DATA, PROC, PROC_DONE,
+    header, padded, Header, HeapRing, LocalWriter, Peek, Reader, RingPtr, CLOSE, DATA, PROC,
+    PROC_DONE,
 };
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,7 +184,15 @@ impl Loop {
                         };
                         f(&mut inv);
                         Counters::add(&counters.handler_invocations, 1);
-                        if !inv.report {
+                        let report = inv.report;
+                        // The close of the procedure's argument chain ends here: forwarded,
+                        // it would pile up before a program thread that never receives.
+                        if let Peek::Header(w) = src.peek() {
+                            if Header::decode(w).kind == CLOSE {
+                                src.take_header();
+                            }
+                        }
+                        if !report {
                             return true;
                         }
                         h.value
