@@ -134,6 +134,7 @@ pub(super) fn e7_rank(p: &Prim, count: u64, reps: usize) -> Result<Vec<E7Rep>, S
 pub(super) struct E8Rep {
     pub(super) alone_ns: f64,
     pub(super) busy_ns: f64,
+    /// Requests rank 1 served during its loop.
     pub(super) served: u64,
     pub(super) failures: Vec<String>,
 }
@@ -193,8 +194,8 @@ pub(super) fn e8_rank(p: &Prim, chunks: u64, reps: usize) -> Result<Vec<E8Rep>, 
                 }
                 i += 1;
             }
-            rep.served = i;
         } else if me == 1 {
+            let before = p.stats().handler_invocations;
             let start = Instant::now();
             let mut x = 1.0;
             for _ in 0..chunks {
@@ -205,6 +206,7 @@ pub(super) fn e8_rank(p: &Prim, chunks: u64, reps: usize) -> Result<Vec<E8Rep>, 
             }
             std::hint::black_box(x);
             rep.busy_ns = start.elapsed().as_nanos() as f64;
+            rep.served = p.stats().handler_invocations - before;
             p.send(Dest::Rank(0), Info::Data(&STOP.to_le_bytes()), false)
                 .map_err(e)?;
             // Rank 0 has exactly one request out when it reads the stop: without a
