@@ -79,8 +79,7 @@ pub(crate) fn start(
                 handlers,
                 counters,
                 sender,
-                words: Vec::new(),
-                marks: Vec::new(),
+                scratch: (Vec::new(), Vec::new()),
             };
             let mut idle = 0u32;
             while !s.load(Ordering::Acquire) {
@@ -120,8 +119,8 @@ struct Loop {
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
     sender: CommSender,
-    words: Vec<u64>,
-    marks: Vec<usize>,
+    /// Forwarded words and their header indices.
+    scratch: (Vec<u64>, Vec<usize>),
 }
 
 impl Loop {
@@ -134,8 +133,7 @@ impl Loop {
             &self.handlers,
             &self.counters,
             &mut self.sender,
-            &mut self.words,
-            &mut self.marks,
+            &mut self.scratch,
         );
         let b = Self::serve(
             &mut self.requests,
@@ -144,8 +142,7 @@ impl Loop {
             &self.handlers,
             &self.counters,
             &mut self.sender,
-            &mut self.words,
-            &mut self.marks,
+            &mut self.scratch,
         );
         a || b
     }
@@ -159,8 +156,7 @@ impl Loop {
         handlers: &[Option<Handler>],
         counters: &Counters,
         sender: &mut CommSender,
-        words: &mut Vec<u64>,
-        marks: &mut Vec<usize>,
+        scratch: &mut (Vec<u64>, Vec<usize>),
     ) -> bool {
         match src.peek() {
             Peek::Empty => false,
@@ -216,7 +212,7 @@ impl Loop {
                 if to.room() < n {
                     return false;
                 }
-                Self::forward(src, to, n, words, marks);
+                Self::forward(src, to, n, scratch);
                 true
             }
             Peek::Bare(n) => {
@@ -224,7 +220,7 @@ impl Loop {
                 if n == 0 {
                     return false;
                 }
-                Self::forward(src, to, n, words, marks);
+                Self::forward(src, to, n, scratch);
                 true
             }
         }
@@ -234,8 +230,7 @@ impl Loop {
         src: &mut Reader,
         to: &mut LocalWriter,
         n: u64,
-        words: &mut Vec<u64>,
-        marks: &mut Vec<usize>,
+        (words, marks): &mut (Vec<u64>, Vec<usize>),
     ) {
         words.clear();
         marks.clear();

@@ -4,8 +4,8 @@
 use crate::error::Result;
 use crate::outbound::{image, Outbound};
 use crate::recv;
-use crate::Info;
 use crate::ring::{header, LocalWriter, Reader, DATA, NO_RANK};
+use crate::Info;
 
 /// A running procedure packet (seed 003 §6: the handler "gets its parameters" itself, from
 /// the chain that carried it).

@@ -196,7 +196,9 @@ impl PrimConfig {
             }
         }
         if flags == 0 {
-            return Err(PrimError::Config("remote memory needs at least one flag".into()));
+            return Err(PrimError::Config(
+                "remote memory needs at least one flag".into(),
+            ));
         }
         let mem = Arc::new(RemoteMemory::new(len, flags));
         let mut c = self

@@ -185,7 +185,8 @@ pub(super) fn e8_rank(p: &Prim, chunks: u64, reps: usize) -> Result<Vec<E8Rep>, 
                     p.receive(Source::Network, Recv::Data(&mut b)).map_err(e)?;
                     let v = u64::from_le_bytes(b);
                     if v != i + 1 && rep.failures.len() < 4 {
-                        rep.failures.push(format!("E8 last request {i} answered {v}"));
+                        rep.failures
+                            .push(format!("E8 last request {i} answered {v}"));
                     }
                     break;
                 }
