@@ -41,8 +41,9 @@ fn typed_bounds_are_clear_errors_and_lose_nothing() {
 
 #[test]
 fn banded_solve_matches_the_serial_solve() {
-    // Fetch (2 ranks) in the seed's interrupt mode and inline; the pipeline on 3 ranks.
-    for mode in ["interrupt", "inline"] {
+    // Fetch (2 ranks) in the seed's interrupt mode and inline, and B3' with the fetch
+    // answered by the communication thread; the pipeline on 3 ranks.
+    for mode in ["interrupt", "inline", "comm-thread"] {
         run(
             Job::run(2, SUITE, &["trisolve"]).env("VOLLEY_PRIM_PROGRESS", mode),
             &["trisolve"],

@@ -1242,7 +1242,12 @@ fn experiment_seed003_trisolve_solves_correctly_and_reports_every_version() {
     assert_eq!(code, Some(if ordering { 0 } else { 1 }), "{err}");
     let rows = doc["rows"].as_array().expect("rows");
     let names: Vec<&str> = rows.iter().filter_map(|r| r["version"].as_str()).collect();
-    assert_eq!(names, ["B0", "B1", "B2", "B3"], "{doc}");
+    assert_eq!(names, ["B0", "B1", "B2", "B3", "B3'"], "{doc}");
+    for key in ["b3p_over_b3", "b3p_over_b0"] {
+        let x = doc[key].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{key} in {doc}");
+    }
+    assert!(doc["b3p_below_b3"].is_boolean(), "{doc}");
     for r in rows {
         for key in ["computation_us", "communication_us"] {
             let x = r[key].as_f64().unwrap_or(f64::NAN);

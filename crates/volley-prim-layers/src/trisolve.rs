@@ -12,16 +12,40 @@
 //! [`Version::Raw`] (one data packet per value, the receiver polls), [`Version::Pipe`] (a
 //! channel opened once, `pipe_put`/`pipe_get`), [`Version::Fetch`] (the receiver asks the
 //! owner for each value with a procedure packet; the owner's handler files the request and
-//! the owner answers it). [`Version::Local`] is the computation alone, on the values the
+//! the owner answers it); B3' [`Version::FetchComm`] (the same request, answered by the
+//! owner's communication thread as soon as the value is computed, while the owner's program
+//! thread goes on computing: seed 003's asynchronous Active Message). [`Version::Local`] is the computation alone, on the values the
 //! solve would receive: the floor that splits a run into computation and communication.
 
 use crate::typed::{Typed, TypedError};
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use volley_prim::{Dest, Info, Prim, PrimConfig, PrimError, Recv, Source};
+use volley_prim::{Dest, Info, Prim, PrimConfig, PrimError, Progress, Recv, Source};
 
 /// The handler id of a fetch request (register it with [`with_handlers`]).
 pub const FETCH_ID: u32 = 31;
+
+/// The handler id of a B3' fetch request, answered on the communication thread.
+pub const FETCH_COMM_ID: u32 = 32;
+
+/// B3' solves this rank has started: requests carry it, so a request is only answered from
+/// the owner's table of the same solve.
+static EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The owner's products as it computes them, for its communication thread: the solve they
+/// belong to, how many rows are ready, and the values (f64 bits).
+struct Published {
+    epoch: AtomicU64,
+    ready: AtomicU64,
+    values: Mutex<Vec<u64>>,
+}
+
+static PUBLISHED: Published = Published {
+    epoch: AtomicU64::new(0),
+    ready: AtomicU64::new(0),
+    values: Mutex::new(Vec::new()),
+};
 
 /// The typed layer's message type carrying the products.
 const TY: u32 = 3;
@@ -40,6 +64,9 @@ pub enum Version {
     Pipe,
     /// B3: a fetch request (procedure packet) per value, answered by the owner.
     Fetch,
+    /// B3': a fetch request per value, answered by the owner's communication thread while
+    /// its program thread computes (`comm-thread` mode, 2 ranks).
+    FetchComm,
     /// No communication: the computation on the values a solve receives.
     Local,
 }
@@ -82,7 +109,34 @@ pub fn with_handlers(cfg: PrimConfig) -> Result<PrimConfig, PrimError> {
         let row = inv.receive_u64().expect("a fetch request carries its row");
         let from = inv.from().expect("fetch requests come from ranks");
         REQUESTS.lock().expect("requests").push_back((from, row));
-    })
+    })?
+    .handler(FETCH_COMM_ID, answer_fetch)
+}
+
+/// B3' on the owner's communication thread: waits until the asked row of the asked solve is
+/// computed, then sends the product straight to the requester.
+fn answer_fetch(inv: &mut volley_prim::Invocation<'_>) {
+    inv.quiet();
+    let (Ok(epoch), Ok(row), Some(from)) = (inv.receive_u64(), inv.receive_u64(), inv.from())
+    else {
+        return;
+    };
+    let mut spins = 0u32;
+    while PUBLISHED.epoch.load(Ordering::Acquire) != epoch
+        || PUBLISHED.ready.load(Ordering::Acquire) <= row
+    {
+        spins = spins.saturating_add(1);
+        if spins > 64 {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+    let bits = PUBLISHED.values.lock().expect("published values")[row as usize];
+    // The requester waits for this packet; a failure here is a broken job, said loudly.
+    if let Err(e) = inv.send(from, Info::Data(&bits.to_le_bytes()), &[]) {
+        eprintln!("trisolve B3': answering row {row} for rank {from}: {e}");
+    }
 }
 
 /// One rank's column of the solve: its `n` unknowns, in row order.
@@ -209,6 +263,42 @@ pub fn solve(
             }
             if right {
                 serve(prim, &out)?;
+            }
+        }
+        Version::FetchComm => {
+            if p != 2 || prim.progress() != Progress::CommThread {
+                return Err(PrimError::Config(format!(
+                    "B3' runs on 2 ranks in comm-thread mode, not {p} in {}",
+                    prim.progress().name()
+                ))
+                .into());
+            }
+            let epoch = EPOCH.fetch_add(1, Ordering::Relaxed) + 1;
+            if right {
+                *PUBLISHED.values.lock().expect("published values") = vec![0; n];
+                PUBLISHED.ready.store(0, Ordering::Relaxed);
+                PUBLISHED.epoch.store(epoch, Ordering::Release);
+            }
+            let mut b = [0u8; 8];
+            for r in 0..n {
+                let inc = if left {
+                    let mut args = [0u8; 16];
+                    args[..8].copy_from_slice(&epoch.to_le_bytes());
+                    args[8..].copy_from_slice(&(r as u64).to_le_bytes());
+                    prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_COMM_ID), true)?;
+                    prim.send(Dest::PreviousChain, Info::Data(&args), false)?;
+                    prim.receive(Source::Network, Recv::Data(&mut b))?;
+                    f64::from_le_bytes(b)
+                } else {
+                    0.0
+                };
+                let yi = rhs[r] - inc - prev * prev_an;
+                if right {
+                    PUBLISHED.values.lock().expect("published values")[r] = (yi * a1[r]).to_bits();
+                    PUBLISHED.ready.store(r as u64 + 1, Ordering::Release);
+                }
+                y[r] = yi;
+                (prev, prev_an) = (yi, an[r]);
             }
         }
     }

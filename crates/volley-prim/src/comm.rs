@@ -5,8 +5,10 @@
 use crate::config::Handler;
 use crate::counters::Counters;
 use crate::invocation::Invocation;
+use crate::outbound::CommSender;
 use crate::ring::{
-    header, padded, Header, HeapRing, LocalWriter, Peek, Reader, RingPtr, DATA, PROC, PROC_DONE,
+    header, padded, Header, HeapRing, LocalWriter, Peek, Reader, RingPtr, CLOSE, DATA, PROC,
+    PROC_DONE,
 };
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,11 +52,13 @@ impl Drop for CommThread {
 
 /// Starts the thread on `own` (this rank's network buffer); returns the program thread's
 /// internal ends, the thread, and the ring it forwards network data into.
+/// `sender` is built on the thread's stop flag (`start` hands it over).
 pub(crate) fn start(
     own: RingPtr,
     cap: usize,
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
+    sender: impl FnOnce(Arc<AtomicBool>) -> CommSender,
 ) -> (Internal, CommThread, RingPtr) {
     // [forwarded network data, program -> comm, comm -> program]
     let rings = Arc::new([HeapRing::new(cap), HeapRing::new(cap), HeapRing::new(cap)]);
@@ -62,6 +66,7 @@ pub(crate) fn start(
     let stop = Arc::new(AtomicBool::new(false));
     let keep = rings.clone();
     let s = stop.clone();
+    let sender = sender(stop.clone());
     let handle = std::thread::Builder::new()
         .name("volley-prim-comm".into())
         .spawn(move || {
@@ -73,8 +78,8 @@ pub(crate) fn start(
                 replies: LocalWriter::new(inp),
                 handlers,
                 counters,
-                words: Vec::new(),
-                marks: Vec::new(),
+                sender,
+                scratch: (Vec::new(), Vec::new()),
             };
             let mut idle = 0u32;
             while !s.load(Ordering::Acquire) {
@@ -113,8 +118,9 @@ struct Loop {
     replies: LocalWriter,
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
-    words: Vec<u64>,
-    marks: Vec<usize>,
+    sender: CommSender,
+    /// Forwarded words and their header indices.
+    scratch: (Vec<u64>, Vec<usize>),
 }
 
 impl Loop {
@@ -126,8 +132,8 @@ impl Loop {
             Some(&mut self.replies),
             &self.handlers,
             &self.counters,
-            &mut self.words,
-            &mut self.marks,
+            &mut self.sender,
+            &mut self.scratch,
         );
         let b = Self::serve(
             &mut self.requests,
@@ -135,8 +141,8 @@ impl Loop {
             None,
             &self.handlers,
             &self.counters,
-            &mut self.words,
-            &mut self.marks,
+            &mut self.sender,
+            &mut self.scratch,
         );
         a || b
     }
@@ -149,8 +155,8 @@ impl Loop {
         replies: Option<&mut LocalWriter>,
         handlers: &[Option<Handler>],
         counters: &Counters,
-        words: &mut Vec<u64>,
-        marks: &mut Vec<usize>,
+        sender: &mut CommSender,
+        scratch: &mut (Vec<u64>, Vec<usize>),
     ) -> bool {
         match src.peek() {
             Peek::Empty => false,
@@ -169,9 +175,22 @@ impl Loop {
                                 Some(r) => r,
                                 None => &mut *to,
                             }),
+                            out: sender,
+                            report: true,
                         };
                         f(&mut inv);
                         Counters::add(&counters.handler_invocations, 1);
+                        let report = inv.report;
+                        // The close of the procedure's argument chain ends here: forwarded,
+                        // it would pile up before a program thread that never receives.
+                        if let Peek::Header(w) = src.peek() {
+                            if Header::decode(w).kind == CLOSE {
+                                src.take_header();
+                            }
+                        }
+                        if !report {
+                            return true;
+                        }
                         h.value
                     }
                     None => h.value | UNKNOWN_FLAG,
@@ -193,7 +212,7 @@ impl Loop {
                 if to.room() < n {
                     return false;
                 }
-                Self::forward(src, to, n, words, marks);
+                Self::forward(src, to, n, scratch);
                 true
             }
             Peek::Bare(n) => {
@@ -201,7 +220,7 @@ impl Loop {
                 if n == 0 {
                     return false;
                 }
-                Self::forward(src, to, n, words, marks);
+                Self::forward(src, to, n, scratch);
                 true
             }
         }
@@ -211,8 +230,7 @@ impl Loop {
         src: &mut Reader,
         to: &mut LocalWriter,
         n: u64,
-        words: &mut Vec<u64>,
-        marks: &mut Vec<usize>,
+        (words, marks): &mut (Vec<u64>, Vec<usize>),
     ) {
         words.clear();
         marks.clear();

@@ -114,6 +114,7 @@ pub struct PrimConfig {
     pub(crate) progress: Progress,
     pub(crate) notify: Notify,
     pub(crate) handlers: Vec<Option<Handler>>,
+    pub(crate) remote: Option<Arc<crate::remote::RemoteMemory>>,
 }
 
 impl std::fmt::Debug for PrimConfig {
@@ -133,6 +134,7 @@ impl Default for PrimConfig {
             progress: Progress::InlinePoll,
             notify: Notify::Never,
             handlers: Vec::new(),
+            remote: None,
         }
     }
 }

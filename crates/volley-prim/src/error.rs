@@ -82,6 +82,34 @@ pub enum PrimError {
     /// Used after finalize.
     #[error("the primitives layer was finalized")]
     Finalized,
+    /// The communication thread reaches only mapped buffers (shared memory); this rank is
+    /// reached through volley's one-sided operations, which the program thread alone runs.
+    #[error("rank {rank} is not mapped here: the communication thread cannot send to it")]
+    NotMapped {
+        /// The destination.
+        rank: usize,
+    },
+    /// Remote memory used without [`crate::PrimConfig::remote_memory`].
+    #[error("no remote memory configured (PrimConfig::remote_memory)")]
+    NoRemoteMemory,
+    /// A remote read or write outside the remote memory (nothing sent).
+    #[error("{len} bytes at offset {offset} are outside the {size}-byte remote memory")]
+    OutOfRange {
+        /// The offset asked for.
+        offset: usize,
+        /// The length asked for.
+        len: usize,
+        /// The remote memory's size.
+        size: usize,
+    },
+    /// A completion flag outside the configured ones (nothing sent).
+    #[error("completion flag {flag} is not one of the {flags} configured")]
+    BadFlag {
+        /// The flag asked for.
+        flag: usize,
+        /// Flags configured.
+        flags: usize,
+    },
     /// volley's one-sided layer failed.
     #[error(transparent)]
     Rma(#[from] volley::rma::Error),

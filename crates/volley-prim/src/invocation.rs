@@ -2,8 +2,10 @@
 //! arguments come from.
 
 use crate::error::Result;
+use crate::outbound::{image, Outbound};
 use crate::recv;
 use crate::ring::{header, LocalWriter, Reader, DATA, NO_RANK};
+use crate::Info;
 
 /// A running procedure packet (seed 003 §6: the handler "gets its parameters" itself, from
 /// the chain that carried it).
@@ -13,6 +15,10 @@ pub struct Invocation<'a> {
     pub(crate) args: &'a mut Reader,
     pub(crate) wait: &'a mut dyn FnMut(),
     pub(crate) reply: Option<&'a mut LocalWriter>,
+    /// The running thread as a sender to any rank.
+    pub(crate) out: &'a mut dyn Outbound,
+    /// Whether the communication thread tells the program thread this procedure ran.
+    pub(crate) report: bool,
 }
 
 impl std::fmt::Debug for Invocation<'_> {
@@ -39,6 +45,10 @@ impl Invocation<'_> {
     /// Receives the next `buf.len()` bytes of arguments from the buffer the procedure came
     /// from (waits for them; errors as `Prim::receive`'s data form).
     pub fn receive(&mut self, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            // Nothing to take (a data receive of 0 bytes would wait for a whole packet).
+            return Ok(());
+        }
         loop {
             if recv::try_data(self.args, buf)?.is_some() {
                 return Ok(());
@@ -70,5 +80,33 @@ impl Invocation<'_> {
         }
         w.emit(&image, &[0], &mut |_| std::thread::yield_now());
         Ok(())
+    }
+
+    /// Sends `info` to `rank` from wherever this handler runs (seed 003 Fig. 3's
+    /// asynchronous Active Message: on the communication thread, a request is served while
+    /// the program thread computes). A procedure packet's `args` follow it as a closed chain,
+    /// which its handler receives; a data packet takes none. One whole packet under the
+    /// destination's link: no other sender's words come inside it. On the communication
+    /// thread only mapped (shared-memory) ranks can be reached ([`PrimError::NotMapped`]),
+    /// and a send to this rank's own full buffer fails ([`PrimError::OwnBufferFull`]).
+    ///
+    /// [`PrimError::NotMapped`]: crate::PrimError::NotMapped
+    /// [`PrimError::OwnBufferFull`]: crate::PrimError::OwnBufferFull
+    pub fn send(&mut self, rank: usize, info: Info<'_>, args: &[u8]) -> Result<()> {
+        let (words, headers, payload) = image(self.out.me(), info, args, self.out.handlers())?;
+        self.out.send_image(rank, &words, &headers, payload)
+    }
+
+    /// Asks the communication thread not to tell the program thread that this procedure ran
+    /// (its procedure receive will not return for it): for requests served there entirely,
+    /// which the program never waits for; otherwise those reports fill the program thread's
+    /// buffer and the communication thread waits for room. No effect on the program thread.
+    pub fn quiet(&mut self) {
+        self.report = false;
+    }
+
+    /// Whether this handler runs on the communication thread.
+    pub fn on_comm_thread(&self) -> bool {
+        self.reply.is_some()
     }
 }

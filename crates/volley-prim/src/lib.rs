@@ -69,9 +69,11 @@ mod counters;
 mod error;
 mod futex;
 mod invocation;
+mod outbound;
 mod pipe;
 mod prim;
 mod recv;
+mod remote;
 mod ring;
 
 pub use config::{Handler, Notify, PrimConfig, Progress, SETTINGS};
@@ -80,6 +82,7 @@ pub use error::{PrimError, Result};
 pub use invocation::Invocation;
 pub use pipe::Pipe;
 pub use prim::{Prim, PrimSetup};
+pub use remote::{RemoteMemory, REMOTE_DONE_ID, REMOTE_READ_ID, REMOTE_WRITE_ID};
 
 /// Default network input buffer capacity: the iPSC/860's FIFO, "1024 4 byte words".
 pub const DEFAULT_CAPACITY: usize = 4096;

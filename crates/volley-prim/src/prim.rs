@@ -5,6 +5,7 @@ use crate::config::{Handler, Notify, PrimConfig, Progress};
 use crate::counters::{Counters, Stats};
 use crate::error::{PrimError, Result};
 use crate::invocation::Invocation;
+use crate::outbound::{CommSender, Outbound};
 use crate::recv;
 use crate::ring::{self, header, Header, Reader, RingPtr, CLOSE, DATA, NO_RANK, PROC, PROC_DONE};
 use crate::{Dest, Info, InfoType, Probe, Received, Recv, Source};
@@ -81,6 +82,7 @@ pub struct Prim<'rt> {
     pub(crate) counters: Arc<Counters>,
     scratch: RefCell<Vec<u64>>,
     finalized: Cell<bool>,
+    pub(crate) remote: Option<Arc<crate::remote::RemoteMemory>>,
 }
 
 impl std::fmt::Debug for Prim<'_> {
@@ -199,8 +201,17 @@ impl PrimSetup {
         let handlers = Arc::new(self.cfg.handlers);
         let progress = self.cfg.progress;
         let (net, internal, comm) = if progress == Progress::CommThread {
+            let mapped = links
+                .iter()
+                .map(|l| match l.backend {
+                    Backend::Mapped(p) => Some(p),
+                    Backend::Remote(_) => None,
+                })
+                .collect();
+            let (notify, hs, cs) = (self.cfg.notify, handlers.clone(), counters.clone());
+            let sender = move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop);
             let (internal, comm, fwd) =
-                crate::comm::start(own, cap, handlers.clone(), counters.clone());
+                crate::comm::start(own, cap, handlers.clone(), counters.clone(), sender);
             (Reader::new(fwd), Some(internal), Some(comm))
         } else {
             (Reader::new(own), None, None)
@@ -224,6 +235,7 @@ impl PrimSetup {
             counters,
             scratch: RefCell::new(Vec::new()),
             finalized: Cell::new(false),
+            remote: self.cfg.remote,
         })
     }
 }
@@ -295,14 +307,14 @@ impl<'rt> Prim<'rt> {
         (p.tail().load(Ordering::Acquire) - head) as usize
     }
 
-    fn check_live(&self) -> Result<()> {
+    pub(crate) fn check_live(&self) -> Result<()> {
         if self.finalized.get() {
             return Err(PrimError::Finalized);
         }
         Ok(())
     }
 
-    fn check_rank(&self, rank: usize) -> Result<()> {
+    pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.size {
             return Err(PrimError::InvalidRank {
                 rank,
@@ -846,6 +858,8 @@ impl<'rt> Prim<'rt> {
             args: &mut r,
             wait: &mut wait,
             reply: None,
+            out: &mut ProgramOut(self),
+            report: true,
         };
         f(&mut inv);
         Counters::add(&self.counters.handler_invocations, 1);
@@ -881,6 +895,51 @@ impl<'rt> Prim<'rt> {
     /// The segment holding every rank's network input buffer.
     pub fn segment(&self) -> SymmetricSegment {
         self.seg
+    }
+}
+
+/// The program thread as a handler's sender: every backend, through the links.
+pub(crate) struct ProgramOut<'p, 'rt>(pub(crate) &'p Prim<'rt>);
+
+impl Outbound for ProgramOut<'_, '_> {
+    fn send_image(
+        &mut self,
+        rank: usize,
+        words: &[u64],
+        headers: &[usize],
+        payload: usize,
+    ) -> Result<()> {
+        let p = self.0;
+        p.check_live()?;
+        p.check_rank(rank)?;
+        if let Some(Chain::Ranks(open)) = &*p.chain.borrow() {
+            if open.contains(&rank) {
+                // This thread holds that link: taking it again would wait for itself.
+                return Err(PrimError::ChainOpen(format!("{open:?}")));
+            }
+        }
+        let bytes = words.len() * 8;
+        if bytes as u64 > p.cap {
+            return Err(PrimError::TooLarge {
+                bytes,
+                capacity: p.cap as usize,
+            });
+        }
+        p.take_link(rank)?;
+        let sent = p.emit(rank, words, headers, true, true);
+        let freed = p.release_link(rank);
+        sent?;
+        freed?;
+        p.count_sent(payload, bytes, 1);
+        Ok(())
+    }
+
+    fn handlers(&self) -> &[Option<Handler>] {
+        &self.0.handlers
+    }
+
+    fn me(&self) -> usize {
+        self.0.me
     }
 }
 

@@ -185,13 +185,17 @@ fn typed_bounds(p: &Prim, rt: &Runtime) {
 }
 
 fn trisolve_section(p: &Prim, rt: &Runtime) {
-    let n = 300;
+    // More rows than a 4 KiB buffer has words: B3' once hung past 512 requests.
+    let n = 700;
     let (me, size) = (p.rank(), p.size());
     let t = Typed::new(p);
     let want = trisolve::serial(n, size);
     let mut versions = vec![Version::Typed, Version::Raw, Version::Pipe];
     if size == 2 {
         versions.push(Version::Fetch);
+        if p.progress() == volley_prim::Progress::CommThread {
+            versions.push(Version::FetchComm);
+        }
     }
     for v in versions {
         rt.barrier();

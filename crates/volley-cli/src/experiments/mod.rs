@@ -16,6 +16,7 @@ mod seed003_bounce;
 mod seed003_channels;
 mod seed003_progress;
 mod seed003_sparse;
+mod seed003_overlap;
 mod seed003_trisolve;
 mod send_breakdown;
 mod signal;

@@ -16,6 +16,14 @@
 //! measured, and the seed's ordering holds: raw (open channel) < typed < interrupt (`ordering_holds`; at
 //! the `--quick` sizes the ordering is reported, not required). Probe is reported beside it: here a probe is a
 //! function call, not the seed's interrupt plus probe, and it is not required to be slower.
+//!
+//! Two more parts (see `seed003_overlap`), in the same JSON under new keys: E7 (`e7`: direct
+//! send against a send handed to the communication thread, per size, with the crossover) and
+//! E8 (`e8`: a computing rank's slowdown while it serves requests, per progress mode). Their
+//! shapes, required for `verified` at full size like the ordering (reported at `--quick`):
+//! E7, a direct send wins at the smallest size (`e7_direct_wins_small`); E8, the
+//! communication thread slows the computation least (`e8_comm_thread_least_slowdown`).
+//! Their correctness checks (every message and answer as sent) always count.
 
 use super::{rank_job, verdict, write_result, Experiment, Options, Outcome, RankArgs};
 use crate::bench::median_present;
@@ -28,7 +36,7 @@ use volley_prim::{Dest, Info, Prim, PrimConfig, Progress, Recv, Source};
 /// The experiment.
 pub const EXPERIMENT: Experiment = Experiment {
     name: "seed003-bounce",
-    about: "seed 003 E1: bounce with the three primitives (raw, probe, interrupt, comm thread) against typed send/receive and a cache-line floor",
+    about: "seed 003 E1: bounce with the three primitives (raw, probe, interrupt, comm thread) against typed send/receive and a cache-line floor; E7 direct vs comm-thread send per size; E8 overlap per progress mode",
     run,
     rank: Some(rank),
 };
@@ -61,6 +69,10 @@ struct Report {
     typed_over_raw: f64,
     interrupt_over_typed: f64,
     seed: SeedFigures,
+    e7: super::seed003_overlap::E7Report,
+    e7_direct_wins_small: bool,
+    e8: Vec<super::seed003_overlap::E8Row>,
+    e8_comm_thread_least_slowdown: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -181,6 +193,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     };
     let (iters, reps) = (arg(0)?, arg(1)?);
     let cfg = PrimConfig::from_env().map_err(|e| e.to_string())?;
+    let cfg = super::seed003_overlap::with_handlers(cfg)?;
     let inline = cfg.progress_mode() == Progress::InlinePoll;
     let mut b = volley::Runtime::builder();
     let setup = Prim::register(&mut b, cfg);
@@ -188,6 +201,13 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     let rt = b.build().map_err(|e| e.to_string())?;
     let p = setup.attach(&rt).map_err(|e| e.to_string())?;
     let msg = msg_setup.attach(&rt).map_err(|e| e.to_string())?;
+    if super::seed003_overlap::rank_part(a, &p, iters, reps)? {
+        rt.barrier();
+        drop(msg);
+        drop(p);
+        rt.finalize();
+        return Ok(());
+    }
     let me = rt.rank();
     let floor_seg = p
         .rma()
@@ -284,6 +304,49 @@ fn run(o: &Options) -> Result<Outcome, String> {
         ],
     );
     let ordering_holds = raw_channel < typed && typed < interrupt;
+    // E7: one job in comm-thread mode, all sizes.
+    let e7_count: u64 = if o.quick { 200 } else { 5_000 };
+    let e7_reps: Vec<super::seed003_overlap::E7Rep> = rank_job(
+        EXPERIMENT.name,
+        2,
+        2,
+        &[("VOLLEY_PRIM_PROGRESS", Progress::CommThread.name())],
+        &[e7_count.to_string(), o.reps.to_string(), "e7".into()],
+    )?;
+    for r in &e7_reps {
+        failures.extend(r.failures.iter().cloned());
+    }
+    let e7 = super::seed003_overlap::e7_report(&e7_reps);
+    // E8: one job per progress mode.
+    let e8_chunks: u64 = if o.quick { 200 } else { 2_000 };
+    let mut e8 = Vec::new();
+    for mode in Progress::ALL {
+        let reps: Vec<super::seed003_overlap::E8Rep> = rank_job(
+            EXPERIMENT.name,
+            2,
+            2,
+            &[("VOLLEY_PRIM_PROGRESS", mode.name())],
+            &[e8_chunks.to_string(), o.reps.to_string(), "e8".into()],
+        )?;
+        for r in &reps {
+            failures.extend(r.failures.iter().cloned());
+        }
+        e8.push(super::seed003_overlap::e8_row(mode, &reps));
+    }
+    let comm_slowdown = e8
+        .iter()
+        .find(|r| r.mode == Progress::CommThread.name())
+        .map_or(f64::NAN, |r| r.slowdown);
+    let e8_least = e8
+        .iter()
+        .all(|r| r.mode == Progress::CommThread.name() || comm_slowdown < r.slowdown);
+    let e7_small = e7.direct_wins_small;
+    if !o.quick && !e7_small {
+        failures.push("E7: a direct send does not win at the smallest size".into());
+    }
+    if !o.quick && !e8_least {
+        failures.push("E8: the comm thread does not slow the computation least".into());
+    }
     // At the quick sizes (CI, a shared machine) the timings are too short to order: there
     // `verified` is the correctness checks alone, and the ordering is reported beside.
     if !ordering_holds && !o.quick {
@@ -312,6 +375,10 @@ fn run(o: &Options) -> Result<Outcome, String> {
             typed_over_raw: 70.0 / 25.0,
             interrupt_over_typed: 130.0 / 70.0,
         },
+        e7,
+        e7_direct_wins_small: e7_small,
+        e8,
+        e8_comm_thread_least_slowdown: e8_least,
     };
     Ok(Outcome {
         table: table(&report),
@@ -367,9 +434,16 @@ fn table(r: &Report) -> String {
             "does NOT hold"
         }
     );
+    super::seed003_overlap::e7_table(&mut t, &r.e7);
+    super::seed003_overlap::e8_table(&mut t, &r.e8);
+    let _ = writeln!(
+        t,
+        "  E8: the comm thread slows the loop least: {}",
+        r.e8_comm_thread_least_slowdown
+    );
     t.push_str(&verdict(
         r.verified,
-        "values intact, every figure measured",
+        "values intact, every figure measured (full size: orderings, E7 direct wins small, E8 comm thread least slowdown)",
         &r.failures,
     ));
     t
