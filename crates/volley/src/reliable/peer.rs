@@ -77,6 +77,9 @@ struct Sent {
     /// Its current retransmission timeout.
     rto: u64,
     retransmits: u32,
+    /// Its timer was restarted without a retransmission (see [`Peer::defer_tail_timers`]):
+    /// its ack gives no RTT sample.
+    deferred: bool,
     /// Selectively acknowledged: the receiver holds it, do not retransmit.
     sacked: bool,
 }
@@ -364,7 +367,7 @@ impl Peer {
             progress = true;
             // Karn: only datagrams sent once give an unambiguous sample, and only when
             // first acknowledged (a selective ack may have come long before).
-            if s.retransmits == 0 && !s.sacked {
+            if s.retransmits == 0 && !s.deferred && !s.sacked {
                 sample = Some(now.saturating_sub(s.sent_at));
             }
             self.release(s.body);
@@ -382,7 +385,7 @@ impl Peer {
                     if !s.sacked {
                         s.sacked = true;
                         progress = true;
-                        if s.retransmits == 0 {
+                        if s.retransmits == 0 && !s.deferred {
                             sample = Some(now.saturating_sub(s.sent_at));
                         }
                     }
@@ -527,6 +530,7 @@ impl Peer {
             s.retransmits += 1;
             s.body.encode(buf, &h);
             self.stats.retransmissions += 1;
+            self.defer_tail_timers(i, now);
         } else if self.inflight.len() < self.config.window && !self.pending.is_empty() {
             let body = self.pack();
             let seq = self.next_seq;
@@ -543,6 +547,7 @@ impl Peer {
                 sent_at: now,
                 rto: self.rto,
                 retransmits: 0,
+                deferred: false,
                 sacked: false,
             });
         } else if self.ack_deadline.is_some_and(|t| t <= now) {
@@ -636,6 +641,24 @@ impl Peer {
             self.pending.pop_front();
         }
         Body::Fragment { msg, start, end }
+    }
+
+    /// After datagram `i` timed out and was sent again: restarts, without sending them, the
+    /// expired timers of the datagrams after it and after the last selectively acknowledged
+    /// one. Nothing after them has arrived, so they may be late rather than lost (a receiver
+    /// off its CPU for longer than the timeout): sending the whole flight again would put a
+    /// second window into its socket buffer, which overflows and drops, and the drops time
+    /// out again. They go one per timeout instead, unless acks come first. Datagrams before a
+    /// selectively acknowledged one (holes) keep their timers and are resent as they expire.
+    fn defer_tail_timers(&mut self, i: usize, now: u64) {
+        let last_sacked = self.inflight.iter().rposition(|s| s.sacked);
+        let from = last_sacked.map_or(i + 1, |k| (k + 1).max(i + 1));
+        for s in self.inflight.iter_mut().skip(from) {
+            if !s.sacked && s.sent_at.saturating_add(s.rto) <= now {
+                s.sent_at = now;
+                s.deferred = true;
+            }
+        }
     }
 
     /// Takes back an acknowledged datagram's buffers.
