@@ -17,12 +17,11 @@
 //! between Rust's socket addresses and the kernel's in `addr`.
 
 mod addr;
-mod queue;
 mod syscalls;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -32,7 +31,6 @@ use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
 use crate::reliable::{self, wire::HEADER_LEN, Peer, SendError, State};
 use addr::{canonical, to_raw, RawAddr};
-use queue::{Lane, OutQueue, Outgoing, BULK_PER_FLUSH};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
 
 /// Socket buffer size asked for in each direction (the kernel may grant less).
@@ -98,6 +96,13 @@ impl UdpConfig {
     }
 }
 
+/// A datagram ready to leave: the peer slot it goes to and its bytes.
+#[derive(Debug, Clone)]
+struct Outgoing {
+    slot: usize,
+    buf: Vec<u8>,
+}
+
 /// One network peer.
 struct Link {
     rank: usize,
@@ -132,8 +137,8 @@ pub struct UdpTransport {
     by_addr: HashMap<SocketAddr, usize>,
     /// The last address looked up and its slot: consecutive datagrams mostly share a source.
     last_from: Option<(SocketAddr, usize)>,
-    /// Datagrams to send, small ones first; what `sendmmsg` refused stays at the front.
-    out: OutQueue,
+    /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
+    out: VecDeque<Outgoing>,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -235,7 +240,7 @@ impl UdpTransport {
             links: Vec::new(),
             by_addr: HashMap::new(),
             last_from: None,
-            out: OutQueue::default(),
+            out: VecDeque::new(),
             due: Vec::new(),
             pool: Vec::new(),
             faults,
@@ -315,32 +320,18 @@ impl UdpTransport {
         }
     }
 
-    /// Sends the queued small datagrams and [`BULK_PER_FLUSH`] bytes of bulk ones, `batch`
-    /// per system call, until that is done or the socket's buffer is full (the rest stays
-    /// queued for the next call). On an unexpected error the datagrams stay queued too, so
-    /// the error comes back on the next call.
+    /// Sends the queued datagrams, `batch` per system call, until the queue is empty or the
+    /// socket's buffer is full (the rest stays queued for the next call). On an unexpected
+    /// error the datagrams stay queued too, so the error comes back on the next call.
     fn flush(&mut self) -> Result<(), NetError> {
-        if self.flush_lane(Lane::Small, usize::MAX)? {
-            self.flush_lane(Lane::Bulk, BULK_PER_FLUSH)?;
-        }
-        Ok(())
-    }
-
-    /// Sends from the front of `lane` until it is empty or `budget` bytes of it are sent;
-    /// returns false if the socket's buffer filled first.
-    fn flush_lane(&mut self, lane: Lane, mut budget: usize) -> Result<bool, NetError> {
         let fd = self.socket.as_raw_fd();
-        loop {
-            let n = self.out.take(lane, self.batch, budget);
-            if n == 0 {
-                return Ok(true);
-            }
+        while !self.out.is_empty() {
+            let n = self.out.len().min(self.batch);
             let links = &self.links;
             let single = self.single;
-            let queue = self.out.lane(lane);
             let r = if single && n == 1 {
                 // One datagram on a connected socket: `send` copies no message header.
-                let d = &queue[0].buf;
+                let d = &self.out[0].buf;
                 // SAFETY: `d` is a live byte slice for the duration of the call.
                 let r = unsafe { libc::send(fd, d.as_ptr().cast(), d.len(), libc::MSG_DONTWAIT) };
                 if r < 0 {
@@ -353,7 +344,7 @@ impl UdpTransport {
                     single,
                     &mut self.send_msgs,
                     fd,
-                    queue
+                    self.out
                         .iter()
                         .take(n)
                         .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
@@ -362,8 +353,7 @@ impl UdpTransport {
             self.counters.send_calls += 1;
             match r {
                 Ok(sent) => {
-                    for d in queue.drain(..sent) {
-                        budget = budget.saturating_sub(d.buf.len());
+                    for d in self.out.drain(..sent) {
                         self.counters.packets_sent += 1;
                         self.counters.bytes_sent += d.buf.len() as u64;
                         self.pool.push(d.buf);
@@ -371,7 +361,7 @@ impl UdpTransport {
                 }
                 Err(e) => match e.raw_os_error().unwrap_or(0) {
                     libc::EINTR => {}
-                    libc::EAGAIN | libc::ENOBUFS => return Ok(false),
+                    libc::EAGAIN | libc::ENOBUFS => return Ok(()),
                     // The path to this one destination is refused or down: the datagram is
                     // lost as if on the wire, and the reliable layer retransmits it.
                     libc::ECONNREFUSED
@@ -383,7 +373,7 @@ impl UdpTransport {
                     | libc::EPERM
                     | libc::EACCES
                     | libc::EADDRNOTAVAIL => {
-                        if let Some(d) = queue.pop_front() {
+                        if let Some(d) = self.out.pop_front() {
                             self.counters.dropped += 1;
                             self.pool.push(d.buf);
                         }
@@ -397,6 +387,7 @@ impl UdpTransport {
                 },
             }
         }
+        Ok(())
     }
 
     /// Reads every datagram waiting on the socket and hands each to its peer. Returns whether
@@ -462,7 +453,7 @@ impl UdpTransport {
     fn pump(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError> {
         if let Some(f) = &mut self.faults {
             let out = &mut self.out;
-            f.release(now, &mut |d| out.push(d));
+            f.release(now, &mut |d| out.push_back(d));
         }
         // Sending first puts new data on the wire before the (usually empty) receive.
         self.transmit(now);
@@ -498,13 +489,13 @@ impl UdpTransport {
 /// Hands a datagram to the fault injector, if any, or queues it.
 fn enqueue(
     faults: &mut Option<FaultInjector<Outgoing>>,
-    out: &mut OutQueue,
+    out: &mut VecDeque<Outgoing>,
     d: Outgoing,
     now: u64,
 ) {
     match faults {
-        Some(f) => f.submit(d, now, &mut |d| out.push(d)),
-        None => out.push(d),
+        Some(f) => f.submit(d, now, &mut |d| out.push_back(d)),
+        None => out.push_back(d),
     }
 }
 
@@ -652,8 +643,6 @@ impl NetTransport for UdpTransport {
         }
     }
 
-    /// Transmits what is due; every small datagram leaves, bulk ones within a budget per call
-    /// (see `queue`), the rest at the next progress or flush.
     fn flush(&mut self, now: u64) -> Result<(), NetError> {
         self.transmit(now);
         UdpTransport::flush(self)

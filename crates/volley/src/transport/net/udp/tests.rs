@@ -145,51 +145,6 @@ fn three_ranks_all_to_all_demultiplexed_by_address() {
 }
 
 #[test]
-fn a_short_message_to_a_third_peer_leaves_ahead_of_queued_bulk() {
-    let mut ts = cluster(3, &UdpConfig::default());
-    // A window of full datagrams to rank 1 (which does not read yet) is queued by the sends.
-    for tag in 0..4 {
-        ts[0].send(1, &message(tag, 1 << 20), now()).unwrap();
-    }
-    ts[0].send(2, b"short", now()).unwrap();
-    let before = ts[0].stats().packets_sent;
-    NetTransport::flush(&mut ts[0], now()).unwrap();
-    let sent = ts[0].stats().packets_sent - before;
-    let bulk = ts[0].datagram_size() > queue::BULK_DATAGRAM;
-    if bulk {
-        // The short datagram, then at most the bulk budget (one more for rounding).
-        let most = 1 + queue::BULK_PER_FLUSH / ts[0].datagram_size() + 1;
-        assert!(sent <= most as u64, "one flush sent {sent} datagrams");
-    }
-    let mut inbox = Inbox::new();
-    let start = Instant::now();
-    while inbox.is_empty() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the short one never came"
-        );
-        ts[2].progress(now(), &mut inbox).unwrap();
-    }
-    assert_eq!(inbox, [(0, b"short".to_vec())]);
-    // The bulk data still arrives whole, once and in order.
-    inbox.clear();
-    while inbox.len() < 4 {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "got {}",
-            inbox.len()
-        );
-        for t in ts.iter_mut() {
-            t.progress(now(), &mut inbox).unwrap();
-        }
-    }
-    for (tag, (src, m)) in inbox.iter().enumerate() {
-        assert_eq!(*src, 0);
-        assert_message(m, tag as u64, 1 << 20);
-    }
-}
-
-#[test]
 fn all_sizes_intact_in_lan_datagrams() {
     sizes_arrive_intact(&mut cluster(2, &lan()), Udp::BOUNDARY_SIZES);
 }
