@@ -1,34 +1,86 @@
 //! The per-pair state machine: sequencing, acks, retransmission, flow control, reassembly.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
 
 use super::pool::BufferPool;
 use super::replay::ReplayWindow;
 use super::wire::{
-    self, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
+    self, Fragment, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
 };
 use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
-
-/// Smallest fragment written when a message is split across datagrams.
-const MIN_FRAGMENT: usize = 16;
 
 /// A message queued by [`Peer::send`], `offset` bytes of it already packed into datagrams.
 #[derive(Debug)]
 struct Pending {
     data: Vec<u8>,
+    /// The message, moved out of `data`, once its first fragment is sent: the datagrams
+    /// of its fragments refer to it instead of holding copies.
+    shared: Option<Arc<Vec<u8>>>,
     offset: usize,
+}
+
+impl Pending {
+    fn len(&self) -> usize {
+        self.shared.as_ref().map_or(self.data.len(), |m| m.len())
+    }
+}
+
+/// What a data datagram carries after its header.
+#[derive(Debug)]
+enum Body {
+    /// Whole messages packed into a body of their own.
+    Packed(Vec<u8>),
+    /// One fragment: bytes `start..end` of a message larger than a datagram.
+    Fragment {
+        msg: Arc<Vec<u8>>,
+        start: usize,
+        end: usize,
+    },
+}
+
+impl Body {
+    /// Bytes of the body on the wire, record headers included.
+    fn len(&self) -> usize {
+        match self {
+            Body::Packed(b) => b.len(),
+            Body::Fragment { start, end, .. } if *start == 0 => end + FIRST_OVERHEAD,
+            Body::Fragment { start, end, .. } => end - start + RECORD_OVERHEAD,
+        }
+    }
+
+    /// Writes the whole datagram with `header` into `buf`.
+    fn encode(&self, buf: &mut Vec<u8>, header: &Header) {
+        match self {
+            Body::Packed(b) => wire::encode(buf, header, b),
+            Body::Fragment { msg, start, end } => {
+                let which = if *start == 0 {
+                    // The peer limits messages to u32::MAX bytes.
+                    Fragment::First(msg.len() as u32)
+                } else if *end == msg.len() {
+                    Fragment::Last
+                } else {
+                    Fragment::Middle
+                };
+                wire::encode_fragment(buf, header, which, &msg[*start..*end]);
+            }
+        }
+    }
 }
 
 /// A data datagram sent and not yet cumulatively acknowledged.
 #[derive(Debug)]
 struct Sent {
     seq: u64,
-    body: Vec<u8>,
+    body: Body,
     /// When it was last (re)transmitted.
     sent_at: u64,
     /// Its current retransmission timeout.
     rto: u64,
     retransmits: u32,
+    /// Its timer was restarted without a retransmission (see [`Peer::defer_tail_timers`]):
+    /// its ack gives no RTT sample.
+    deferred: bool,
     /// Selectively acknowledged: the receiver holds it, do not retransmit.
     sacked: bool,
 }
@@ -199,6 +251,7 @@ impl Peer {
         self.pending_bytes += charge;
         self.pending.push_back(Pending {
             data: self.pool.copy_of(msg),
+            shared: None,
             offset: 0,
         });
         self.stats.messages_sent += 1;
@@ -394,10 +447,10 @@ impl Peer {
             progress = true;
             // Karn: only datagrams sent once give an unambiguous sample, and only when
             // first acknowledged (a selective ack may have come long before).
-            if s.retransmits == 0 && !s.sacked {
+            if s.retransmits == 0 && !s.deferred && !s.sacked {
                 sample = Some(now.saturating_sub(s.sent_at));
             }
-            self.pool.give(s.body);
+            self.release(s.body);
         }
         if let Some(base) = self.inflight.front().map(|s| s.seq) {
             let mut bits = sack;
@@ -412,7 +465,7 @@ impl Peer {
                     if !s.sacked {
                         s.sacked = true;
                         progress = true;
-                        if s.retransmits == 0 {
+                        if s.retransmits == 0 && !s.deferred {
                             sample = Some(now.saturating_sub(s.sent_at));
                         }
                     }
@@ -479,7 +532,7 @@ impl Peer {
                     if self.reassembly.is_none()
                         && total as usize <= self.config.max_message_size =>
                 {
-                    let mut m = Vec::with_capacity(total as usize);
+                    let mut m = self.pool.take_for(total as usize);
                     m.extend_from_slice(data);
                     self.reassembly = Some((m, total as usize));
                     true
@@ -555,14 +608,15 @@ impl Peer {
             s.sent_at = now;
             s.rto = s.rto.saturating_mul(2).min(max_rto);
             s.retransmits += 1;
-            wire::encode(buf, &h, &s.body);
+            s.body.encode(buf, &h);
             self.stats.retransmissions += 1;
+            self.defer_tail_timers(i, now);
         } else if self.inflight.len() < self.config.window && !self.pending.is_empty() {
             let body = self.pack();
             let seq = self.next_seq;
             self.next_seq += 1;
             let h = self.header(Kind::Data, seq);
-            wire::encode(buf, &h, &body);
+            body.encode(buf, &h);
             if self.inflight.is_empty() {
                 self.last_progress = now;
             }
@@ -573,6 +627,7 @@ impl Peer {
                 sent_at: now,
                 rto: self.rto,
                 retransmits: 0,
+                deferred: false,
                 sacked: false,
             });
         } else if self.ack_deadline.is_some_and(|t| t <= now) {
@@ -600,11 +655,7 @@ impl Peer {
         }
         let sum: usize = self.inflight.iter().map(|s| s.body.len()).sum();
         assert_eq!(sum, self.inflight_bytes);
-        let sum: usize = self
-            .pending
-            .iter()
-            .map(|p| p.data.len() + RECORD_OVERHEAD)
-            .sum();
+        let sum: usize = self.pending.iter().map(|p| p.len() + RECORD_OVERHEAD).sum();
         assert_eq!(sum, self.pending_bytes);
         let sum: usize = self.deliver.iter().map(Vec::len).sum();
         assert_eq!(sum, self.deliver_bytes);
@@ -614,44 +665,92 @@ impl Peer {
         assert!(self.pending.iter().skip(1).all(|p| p.offset == 0));
     }
 
-    /// Packs queued messages into one datagram body: whole messages while they fit; a
-    /// message that does not fit in an empty datagram is fragmented, its first fragment
-    /// filling the rest of the current one.
-    fn pack(&mut self) -> Vec<u8> {
+    /// Packs queued messages into one datagram body: whole messages while they fit. A
+    /// message too large for a datagram goes in fragments, each in a datagram of its own that
+    /// refers to the message (see [`Peer::pack_fragment`]).
+    fn pack(&mut self) -> Body {
         let cap = self.config.max_datagram_size - HEADER_LEN;
+        if self
+            .pending
+            .front()
+            .is_some_and(|p| p.offset > 0 || RECORD_OVERHEAD + p.len() > cap)
+        {
+            return self.pack_fragment(cap);
+        }
         let mut body = self.pool.take();
-        body.reserve(cap.min(self.pending_bytes + FIRST_OVERHEAD));
-        while let Some(front) = self.pending.front_mut() {
-            let remaining = cap - body.len();
-            let rest = front.data.len() - front.offset;
-            if front.offset == 0 {
-                if RECORD_OVERHEAD + rest <= remaining {
-                    wire::put_complete(&mut body, &front.data);
-                } else if RECORD_OVERHEAD + rest <= cap || remaining < FIRST_OVERHEAD + MIN_FRAGMENT
-                {
-                    break;
-                } else {
-                    let n = remaining - FIRST_OVERHEAD;
-                    wire::put_first(&mut body, front.data.len() as u32, &front.data[..n]);
-                    front.offset = n;
-                    break;
-                }
-            } else if RECORD_OVERHEAD + rest <= remaining {
-                wire::put_last(&mut body, &front.data[front.offset..]);
-            } else if remaining < RECORD_OVERHEAD + MIN_FRAGMENT {
-                break;
-            } else {
-                let end = front.offset + remaining - RECORD_OVERHEAD;
-                wire::put_middle(&mut body, &front.data[front.offset..end]);
-                front.offset = end;
+        body.reserve(cap.min(self.pending_bytes));
+        // Only the front message can be partly sent, and it is not: every one here is whole.
+        while let Some(front) = self.pending.front() {
+            if RECORD_OVERHEAD + front.data.len() > cap - body.len() {
                 break;
             }
-            // The front message is now completely packed.
+            wire::put_complete(&mut body, &front.data);
             if let Some(done) = self.pending.pop_front() {
                 self.pending_bytes -= done.data.len() + RECORD_OVERHEAD;
                 self.pool.give(done.data);
             }
         }
-        body
+        Body::Packed(body)
+    }
+
+    /// The next fragment of the front message, as much as a datagram of `cap` body bytes
+    /// holds. The message moves behind an [`Arc`] at its first fragment; the datagrams keep
+    /// it alive for retransmission and give it back to the pool when the last is acknowledged.
+    fn pack_fragment(&mut self, cap: usize) -> Body {
+        let Some(front) = self.pending.front_mut() else {
+            return Body::Packed(self.pool.take());
+        };
+        let msg = match &front.shared {
+            Some(m) => Arc::clone(m),
+            None => {
+                let m = Arc::new(std::mem::take(&mut front.data));
+                front.shared = Some(Arc::clone(&m));
+                m
+            }
+        };
+        let start = front.offset;
+        let overhead = if start == 0 {
+            FIRST_OVERHEAD
+        } else {
+            RECORD_OVERHEAD
+        };
+        let end = (start + cap - overhead).min(msg.len());
+        front.offset = end;
+        if end == msg.len() {
+            self.pending_bytes -= msg.len() + RECORD_OVERHEAD;
+            self.pending.pop_front();
+        }
+        Body::Fragment { msg, start, end }
+    }
+
+    /// After datagram `i` timed out and was sent again: restarts, without sending them, the
+    /// expired timers of the datagrams after it and after the last selectively acknowledged
+    /// one. Nothing after them has arrived, so they may be late rather than lost (a receiver
+    /// off its CPU for longer than the timeout): sending the whole flight again would put a
+    /// second window into its socket buffer, which overflows and drops, and the drops time
+    /// out again. They go one per timeout instead, unless acks come first. Datagrams before a
+    /// selectively acknowledged one (holes) keep their timers and are resent as they expire.
+    fn defer_tail_timers(&mut self, i: usize, now: u64) {
+        let last_sacked = self.inflight.iter().rposition(|s| s.sacked);
+        let from = last_sacked.map_or(i + 1, |k| (k + 1).max(i + 1));
+        for s in self.inflight.iter_mut().skip(from) {
+            if !s.sacked && s.sent_at.saturating_add(s.rto) <= now {
+                s.sent_at = now;
+                s.deferred = true;
+            }
+        }
+    }
+
+    /// Takes back an acknowledged datagram's buffers.
+    fn release(&mut self, body: Body) {
+        match body {
+            Body::Packed(b) => self.pool.give(b),
+            Body::Fragment { msg, .. } => {
+                // The last datagram of the message to go gives its buffer back.
+                if let Ok(m) = Arc::try_unwrap(msg) {
+                    self.pool.give(m);
+                }
+            }
+        }
     }
 }

@@ -706,3 +706,36 @@ fn selective_ack_retransmits_only_the_lost_datagram() {
     a.handle_datagram(&buf[..len], t).unwrap();
     assert!(a.is_idle());
 }
+
+#[test]
+fn a_timeout_resends_the_oldest_datagram_not_the_whole_flight() {
+    // One 90-byte message per datagram.
+    let config = Config {
+        max_datagram_size: HEADER_LEN + 100,
+        ..Config::default()
+    };
+    let mut a = Peer::new(config, KEY, INC[0]).unwrap();
+    let mut buf = Vec::new();
+    for i in 0..10u8 {
+        a.send(&[i; 90], 0).unwrap();
+    }
+    let mut sent = 0;
+    while a.poll_transmit(0, &mut buf).is_some() {
+        sent += 1;
+    }
+    assert_eq!(sent, 10);
+    // The peer says nothing (asleep, or everything lost): at the timeout only the oldest
+    // goes again, then one more per timeout, not the flight of ten each time.
+    let mut t = 0;
+    for round in 1..=3 {
+        t = a.poll_timeout().unwrap();
+        let mut again = 0;
+        while a.poll_transmit(t, &mut buf).is_some() {
+            again += 1;
+        }
+        assert_eq!(again, 1, "round {round}");
+        a.check_invariants();
+    }
+    assert_eq!(a.stats().retransmissions, 3);
+    assert!(t > 0);
+}

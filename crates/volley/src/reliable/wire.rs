@@ -260,6 +260,31 @@ fn put_header(buf: &mut Vec<u8>, header: &Header, body_len: usize) {
     }
 }
 
+/// Which fragment of a message a one-record datagram carries (see [`encode_fragment`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fragment {
+    /// The first, of a message of this many bytes.
+    First(u32),
+    /// One in the middle.
+    Middle,
+    /// The last.
+    Last,
+}
+
+/// Clears `buf` and writes a complete data datagram whose body is one fragment record of
+/// `data`, copied straight from the message: a long message's datagrams are not first
+/// assembled into a body of their own.
+pub(crate) fn encode_fragment(buf: &mut Vec<u8>, header: &Header, fragment: Fragment, data: &[u8]) {
+    put_header(buf, header, FIRST_OVERHEAD + data.len());
+    let (tag, total) = match fragment {
+        Fragment::First(total) => (TAG_FIRST, Some(total)),
+        Fragment::Middle => (TAG_MIDDLE, None),
+        Fragment::Last => (TAG_LAST, None),
+    };
+    put_record(buf, tag, total, data);
+    seal(buf);
+}
+
 /// Writes the checksum of a datagram whose header is otherwise complete.
 pub(crate) fn seal(datagram: &mut [u8]) {
     let c = checksum(datagram);
@@ -271,19 +296,11 @@ pub(crate) fn put_complete(body: &mut Vec<u8>, data: &[u8]) {
     put_record(body, TAG_COMPLETE, None, data);
 }
 
-/// Appends a first-fragment record to a body.
+/// Appends a first-fragment record to a body (fragments otherwise travel one per datagram,
+/// through [`encode_fragment`]).
+#[cfg(test)]
 pub(crate) fn put_first(body: &mut Vec<u8>, total: u32, data: &[u8]) {
     put_record(body, TAG_FIRST, Some(total), data);
-}
-
-/// Appends a middle-fragment record to a body.
-pub(crate) fn put_middle(body: &mut Vec<u8>, data: &[u8]) {
-    put_record(body, TAG_MIDDLE, None, data);
-}
-
-/// Appends a last-fragment record to a body.
-pub(crate) fn put_last(body: &mut Vec<u8>, data: &[u8]) {
-    put_record(body, TAG_LAST, None, data);
 }
 
 fn put_record(body: &mut Vec<u8>, tag: u8, total: Option<u32>, data: &[u8]) {
@@ -344,6 +361,26 @@ mod tests {
         let (d, b) = decode(&buf).unwrap();
         assert_eq!(d, h);
         let recs: Vec<_> = Records::new(b).map(|r| r.unwrap()).collect();
+        for (fragment, record) in [
+            (
+                Fragment::First(9),
+                Record::First {
+                    total: 9,
+                    data: b"xyz",
+                },
+            ),
+            (Fragment::Middle, Record::Middle(b"xyz")),
+            (Fragment::Last, Record::Last(b"xyz")),
+        ] {
+            let mut one = Vec::new();
+            encode_fragment(&mut one, &h, fragment, b"xyz");
+            let (d, b) = decode(&one).unwrap();
+            assert_eq!(d, h);
+            assert_eq!(
+                Records::new(b).map(|r| r.unwrap()).collect::<Vec<_>>(),
+                [record]
+            );
+        }
         assert_eq!(
             recs,
             [
