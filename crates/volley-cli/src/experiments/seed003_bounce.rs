@@ -164,7 +164,7 @@ fn typed_bounce(m: &volley_msg::Msg, me: usize, iters: u64, failures: &mut Vec<S
 }
 
 /// The floor: one 8-byte word in rank 0's mapped segment bounced by plain stores and loads.
-fn floor_bounce(word: &AtomicU64, me: usize, iters: u64) -> f64 {
+pub(super) fn floor_bounce(word: &AtomicU64, me: usize, iters: u64) -> f64 {
     let start = Instant::now();
     for i in 0..iters {
         if me == 0 {

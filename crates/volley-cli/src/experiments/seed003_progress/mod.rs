@@ -30,7 +30,6 @@ use crate::bench::{median_opt, median_present};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 use volley_prim::{Notify, Prim, PrimConfig, Progress};
 
 /// The experiment.
@@ -98,25 +97,6 @@ pub(super) const FLOOR: usize = 0;
 pub(super) const DONE: usize = 64;
 pub(super) const SIG: usize = 128;
 
-/// The floor: one word bounced by stores and loads; one-way ns.
-fn floor_bounce(word: &AtomicU64, me: usize, iters: u64) -> f64 {
-    let start = Instant::now();
-    for i in 0..iters {
-        if me == 0 {
-            word.store(2 * i + 1, Ordering::Release);
-            while word.load(Ordering::Acquire) != 2 * i + 2 {
-                std::hint::spin_loop();
-            }
-        } else {
-            while word.load(Ordering::Acquire) != 2 * i + 1 {
-                std::hint::spin_loop();
-            }
-            word.store(2 * i + 2, Ordering::Release);
-        }
-    }
-    start.elapsed().as_nanos() as f64 / iters as f64 / 2.0
-}
-
 /// One rank: `PART ITERS REPS`; the layer's settings come from the environment.
 fn rank(a: &RankArgs) -> Result<(), String> {
     let part = a.args.first().map(String::as_str).unwrap_or_default();
@@ -153,7 +133,11 @@ fn rank(a: &RankArgs) -> Result<(), String> {
                 rt.barrier();
                 w.at(0, FLOOR).store(0, Ordering::Release);
                 rt.barrier();
-                r.floor_ns = Some(floor_bounce(w.at(0, FLOOR), me, iters));
+                r.floor_ns = Some(super::seed003_bounce::floor_bounce(
+                    w.at(0, FLOOR),
+                    me,
+                    iters,
+                ));
                 r.stream_ns = Some(notify::stream(&p, &w, iters, &mut r.failures).map_err(e)?);
                 r.pingpong_ns = Some(notify::pingpong(&p, iters, &mut r.failures).map_err(e)?);
                 r.checked = Some(checked::measure(&p, &w, iters, &mut r.failures)?);
