@@ -693,11 +693,11 @@ fn a_volley_path_a_remote_shell_would_split_is_refused() {
     std::fs::create_dir(&dir).unwrap();
     let volley = dir.join("volley");
     std::fs::copy(common::launcher(), &volley).unwrap();
-    let out = Command::new(&volley)
-        .args(["run", "-n", "2", "--hosts", "a,b", "--rsh", "/bin/true"])
-        .arg(env!("CARGO_BIN_EXE_hello"))
-        .output()
-        .unwrap();
+    let out = common::output_of_fresh_executable(
+        Command::new(&volley)
+            .args(["run", "-n", "2", "--hosts", "a,b", "--rsh", "/bin/true"])
+            .arg(env!("CARGO_BIN_EXE_hello")),
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(out.stdout.is_empty(), "something ran: {stderr}");

@@ -305,6 +305,26 @@ impl fmt::Display for Outcome {
     }
 }
 
+/// Runs `cmd` to completion, retrying while its program is "text file busy".
+///
+/// A test that has just written an executable can meet `ETXTBSY`: another test thread of the
+/// same binary may have forked while the file was still open for writing, and its child holds
+/// that descriptor until it execs. The hold lasts microseconds, so a few retries end it.
+pub fn output_of_fresh_executable(cmd: &mut Command) -> std::process::Output {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match cmd.output() {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::ExecutableFileBusy
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => return other.unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}")),
+        }
+    }
+}
+
 /// The last `n` lines of `s`.
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
