@@ -801,19 +801,38 @@ fn a_hang_report_gathers_the_ranks_of_every_host() {
     job.wait_for_lines(4, Duration::from_secs(30), |l| {
         l.starts_with("hang: rank ") && l.ends_with(" ready")
     });
-    let stderr = last_report(&stuck_report(&mut job, true)).expect("a complete report");
+    // A rank prints "ready" just before it starts waiting, so a report taken at once may
+    // catch one of them in between: ask again until every rank is in its wait.
+    let waiting = |report: &str, rank: usize| {
+        let host = h.name(rank / 2);
+        report.lines().any(|l| {
+            l.split_whitespace().next() == Some(&rank.to_string())
+                && l.contains("waiting in wait_until")
+                && l.contains(&format!("(host {host})"))
+        })
+    };
+    let mut all = stuck_report(&mut job, true);
+    let mut stderr = last_report(&all).expect("a complete report");
+    for _ in 0..4 {
+        if (0..4).all(|rank| waiting(&stderr, rank)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        let before = all.matches(common::HANG_REPORT).count();
+        job.signal(libc::SIGUSR1);
+        all = job.wait_for_stderr(Duration::from_secs(60), |s| {
+            s.matches(common::HANG_REPORT).count() > before && last_report(s).is_some()
+        });
+        stderr = last_report(&all).expect("a complete report");
+    }
     assert!(job.alive(), "the job ended after the report:\n{stderr}");
     job.signal(libc::SIGTERM);
     let _ = job.finish();
     for rank in 0..4 {
-        let host = h.name(rank / 2).to_string();
         assert!(
-            stderr.lines().any(|l| {
-                l.split_whitespace().next() == Some(&rank.to_string())
-                    && l.contains("waiting in wait_until")
-                    && l.contains(&format!("(host {host})"))
-            }),
-            "rank {rank} on {host}:\n{stderr}"
+            waiting(&stderr, rank),
+            "rank {rank} on {}:\n{stderr}",
+            h.name(rank / 2)
         );
     }
     assert!(
