@@ -9,6 +9,7 @@ use common::Job;
 use std::time::Duration;
 
 const SUITE: &str = env!("CARGO_BIN_EXE_prim_comm_suite");
+const WAKE: &str = env!("CARGO_BIN_EXE_prim_wake");
 const DEADLINE: Duration = Duration::from_secs(240);
 
 fn run(job: Job, sections: &[&str]) {
@@ -50,5 +51,23 @@ fn over_udp_and_tcp_between_emulated_nodes() {
                 .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
             &["sends", "remote"],
         );
+    }
+}
+
+/// `interrupt` mode between nodes sleeps in `poll`/`ppoll` on the socket (and the eventfd its
+/// node-mates write) and wakes when a packet arrives: `prim_wake` sends each packet only to a
+/// receiver seen blocked there. Two ranks on two nodes, and three with the receiver's
+/// node-mate (mapped: its notification sends a wake-up message) beside a remote sender.
+#[test]
+fn interrupt_mode_sleeps_on_the_socket_until_a_packet_arrives() {
+    for net in ["udp", "tcp"] {
+        for (n, per_node) in [("2", "1"), ("3", "2")] {
+            let job = Job::raw(["run", "-n", n, "--ranks-per-node", per_node, WAKE]);
+            job.env("VOLLEY_NET", net)
+                .timeout(DEADLINE)
+                .output()
+                .assert_success()
+                .assert_stdout_has(&["prim-wake: ok"]);
+        }
     }
 }

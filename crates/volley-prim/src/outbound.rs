@@ -207,7 +207,9 @@ impl Outbound for CommSender {
             }
         };
         if raise {
-            ring_bell(p, &self.counters);
+            // No receiver sleeps in `comm-thread` mode, the one mode with this thread, so
+            // none asks for a message wake-up.
+            let _ = ring_bell(p, &self.counters);
         }
         p.owner().store(0, Ordering::Release);
         let c = &self.counters;
@@ -228,15 +230,24 @@ impl Outbound for CommSender {
     }
 }
 
-/// Raises a notification at a mapped buffer: counts it and wakes a sleeping reader.
-pub(crate) fn ring_bell(p: RingPtr, counters: &Counters) {
+/// Raises a notification at a mapped buffer: counts it and wakes a reader asleep on its
+/// futex. Returns true if the reader sleeps in volley's kernel wait instead, which only a
+/// message wakes: the caller sends one (the program thread can; no communication thread
+/// runs in `interrupt` mode, the one mode that sleeps).
+#[must_use]
+pub(crate) fn ring_bell(p: RingPtr, counters: &Counters) -> bool {
     Counters::add(&counters.notifications_raised, 1);
     p.notified().fetch_add(1, Ordering::AcqRel);
     // Pairs with the sleeper's fence: either it sees our tail or we see it asleep.
     fence(Ordering::SeqCst);
-    if p.sleeping().load(Ordering::Relaxed) != 0 {
-        p.doorbell().fetch_add(1, Ordering::Release);
-        crate::futex::wake(p.doorbell());
-        Counters::add(&counters.syscalls, 1);
+    match p.sleeping().load(Ordering::Relaxed) {
+        crate::prim::ON_FUTEX => {
+            p.doorbell().fetch_add(1, Ordering::Release);
+            crate::futex::wake(p.doorbell());
+            Counters::add(&counters.syscalls, 1);
+            false
+        }
+        crate::prim::IN_RUNTIME => true,
+        _ => false,
     }
 }
