@@ -42,14 +42,22 @@ fn over_udp_and_tcp_between_emulated_nodes() {
         let mut args = vec!["run", "-n", "3", "--ranks-per-node", "1", SUITE];
         args.extend(ALL);
         run(Job::raw(args.clone()).env("VOLLEY_NET", net), &ALL);
-        // The communication thread cannot reach other nodes: only the refusals run there.
-        let mut args = vec!["run", "-n", "3", "--ranks-per-node", "1", SUITE];
-        args.extend(["sends", "remote"]);
+        // The communication thread's sends to other nodes: every rank on a node of its own,
+        // and 4 ranks on 2 nodes, where it reaches node-mates directly and the others
+        // through the program thread.
         run(
             Job::raw(args)
                 .env("VOLLEY_NET", net)
                 .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
-            &["sends", "remote"],
+            &ALL,
+        );
+        let mut args = vec!["run", "-n", "4", "--ranks-per-node", "2", SUITE];
+        args.extend(ALL);
+        run(
+            Job::raw(args)
+                .env("VOLLEY_NET", net)
+                .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
+            &ALL,
         );
     }
 }

@@ -68,6 +68,7 @@ mod config;
 mod counters;
 mod error;
 mod futex;
+mod handoff;
 mod invocation;
 mod outbound;
 mod pipe;

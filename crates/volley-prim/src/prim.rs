@@ -4,6 +4,7 @@ use crate::comm::{CommThread, Internal};
 use crate::config::{Handler, Notify, PrimConfig, Progress};
 use crate::counters::{Counters, Stats};
 use crate::error::{PrimError, Result};
+use crate::handoff::Handoff;
 use crate::invocation::Invocation;
 use crate::outbound::{ring_bell, CommSender, Outbound};
 use crate::recv;
@@ -96,6 +97,8 @@ pub struct Prim<'rt> {
     sleeps_in_runtime: bool,
     /// The no-op handler whose message wakes a rank asleep in volley's kernel wait.
     wake: RequestHandler,
+    /// The communication thread's sends to unmapped ranks, which this thread sends.
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl std::fmt::Debug for Prim<'_> {
@@ -216,7 +219,9 @@ impl PrimSetup {
         let counters = Arc::new(Counters::default());
         let handlers = Arc::new(self.cfg.handlers);
         let progress = self.cfg.progress;
-        let (net, internal, comm) = if progress == Progress::CommThread {
+        let handoff = (progress == Progress::CommThread)
+            .then(|| Arc::new(Handoff::new(rt.size(), cap as u64)));
+        let (net, internal, comm) = if let Some(handoff) = &handoff {
             let mapped = links
                 .iter()
                 .map(|l| match l.backend {
@@ -224,8 +229,14 @@ impl PrimSetup {
                     Backend::Remote(_) => None,
                 })
                 .collect();
-            let (notify, hs, cs) = (self.cfg.notify, handlers.clone(), counters.clone());
-            let sender = move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop);
+            let (notify, hs, cs, ho) = (
+                self.cfg.notify,
+                handlers.clone(),
+                counters.clone(),
+                handoff.clone(),
+            );
+            let sender =
+                move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop, ho);
             let (internal, comm, fwd) =
                 crate::comm::start(own, cap, handlers.clone(), counters.clone(), sender);
             (Reader::new(fwd), Some(internal), Some(comm))
@@ -254,6 +265,7 @@ impl PrimSetup {
             remote: self.cfg.remote,
             sleeps_in_runtime,
             wake: self.wake,
+            handoff,
         })
     }
 }
@@ -447,6 +459,7 @@ impl<'rt> Prim<'rt> {
         is_more: bool,
     ) -> Result<()> {
         self.check_live()?;
+        self.send_handed_off()?;
         let len = payload.len();
         let from = if matches!(dest, Dest::Internal) {
             NO_RANK
@@ -787,8 +800,22 @@ impl<'rt> Prim<'rt> {
         })
     }
 
+    /// Sends what the communication thread handed over for ranks on other nodes (in its
+    /// order; what goes to this thread's open chain waits for the chain's close). An error
+    /// is that of a handler's send.
+    pub(crate) fn send_handed_off(&self) -> Result<()> {
+        let Some(h) = &self.handoff else {
+            return Ok(());
+        };
+        h.drain(
+            |r| matches!(&*self.chain.borrow(), Some(Chain::Ranks(open)) if open.contains(&r)),
+            |p| ProgramOut(self).send_image(p.rank, &p.words, &p.headers, p.payload),
+        )
+    }
+
     /// Waits once for `src` in this rank's progress mode.
     fn wait(&self, src: Source, ty: InfoType, spins: &mut u32) -> Result<()> {
+        self.send_handed_off()?;
         match (self.progress, src) {
             (Progress::ProbeLoop, _) => {
                 // The seed's probe loop: call the probe until it says yes.
@@ -863,6 +890,8 @@ impl<'rt> Prim<'rt> {
     fn run_procedure(&self, h: Header, reader: &RefCell<Reader>) -> Result<Received> {
         let id = h.value & !crate::comm::UNKNOWN_FLAG;
         if h.kind == PROC_DONE {
+            // The handler's sends to other nodes leave before its report returns.
+            self.send_handed_off()?;
             if h.value & crate::comm::UNKNOWN_FLAG != 0 {
                 return Err(PrimError::UnknownHandler { id, from: h.from });
             }
@@ -918,8 +947,10 @@ impl<'rt> Prim<'rt> {
         if let Some(mut comm) = self.comm.borrow_mut().take() {
             comm.stop();
         }
+        // What the stopped thread handed over still goes.
+        let handed = self.send_handed_off();
         self.finalized.set(true);
-        result
+        result.and(handed)
     }
 
     /// The segment holding every rank's network input buffer.

@@ -88,7 +88,9 @@ fn receiver(p: &Prim) {
     let mut buf = [0u8; 16];
     for _ in 0..ROUNDS * (p.size() as u64 - 1) {
         let got = p.receive(Source::Network, Recv::Data(&mut buf)).unwrap();
-        let from = got.from.unwrap_or_else(|| fail("a packet without a sender".into()));
+        let from = got
+            .from
+            .unwrap_or_else(|| fail("a packet without a sender".into()));
         let (origin, seq) = (u64_at(&buf, 0), u64_at(&buf, 1));
         if origin != from as u64 || seq != next[from] {
             fail(format!(
@@ -136,7 +138,9 @@ fn main() {
     let mut b = Runtime::builder();
     let setup = Prim::register(
         &mut b,
-        PrimConfig::from_env().unwrap().progress(Progress::Interrupt),
+        PrimConfig::from_env()
+            .unwrap()
+            .progress(Progress::Interrupt),
     );
     let rt = b.build().unwrap();
     let p = setup.attach(&rt).unwrap();
