@@ -46,6 +46,11 @@ impl Handoff {
         }
     }
 
+    /// Every buffer's capacity (the bound per destination here).
+    pub(crate) fn cap(&self) -> u64 {
+        self.cap
+    }
+
     /// Whether `bytes` more for `rank` fit now (the communication thread waits otherwise).
     pub(crate) fn has_room(&self, rank: usize, bytes: u64) -> bool {
         self.queued[rank].load(Ordering::Acquire) + bytes <= self.cap

@@ -103,7 +103,6 @@ pub(crate) struct CommSender {
 impl CommSender {
     pub(crate) fn new(
         me: usize,
-        cap: u64,
         mapped: Vec<Option<RingPtr>>,
         notify: Notify,
         handlers: Arc<Vec<Option<Handler>>>,
@@ -113,7 +112,7 @@ impl CommSender {
     ) -> Self {
         Self {
             me,
-            cap,
+            cap: handoff.cap(),
             links: mapped.into_iter().map(|m| m.map(|p| (p, 0))).collect(),
             notify,
             handlers,

@@ -235,8 +235,7 @@ impl PrimSetup {
                 counters.clone(),
                 handoff.clone(),
             );
-            let sender =
-                move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop, ho);
+            let sender = move |stop| CommSender::new(me, mapped, notify, hs, cs, stop, ho);
             let (internal, comm, fwd) =
                 crate::comm::start(own, cap, handlers.clone(), counters.clone(), sender);
             (Reader::new(fwd), Some(internal), Some(comm))
