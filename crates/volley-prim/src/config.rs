@@ -15,7 +15,8 @@ pub enum Progress {
     /// processor).
     CommThread,
     /// A blocked receive sleeps in the kernel (futex) until a sender's notification wakes it
-    /// (the analogue of the i860's interrupts).
+    /// (the analogue of the i860's interrupts); a rank with peers on other nodes sleeps in
+    /// volley's wait on its socket and eventfd instead, which a message ends.
     Interrupt,
     /// A blocked receive calls `is_information` in a loop (the seed's probe loop).
     ProbeLoop,

@@ -82,13 +82,6 @@ pub enum PrimError {
     /// Used after finalize.
     #[error("the primitives layer was finalized")]
     Finalized,
-    /// The communication thread reaches only mapped buffers (shared memory); this rank is
-    /// reached through volley's one-sided operations, which the program thread alone runs.
-    #[error("rank {rank} is not mapped here: the communication thread cannot send to it")]
-    NotMapped {
-        /// The destination.
-        rank: usize,
-    },
     /// Remote memory used without [`crate::PrimConfig::remote_memory`].
     #[error("no remote memory configured (PrimConfig::remote_memory)")]
     NoRemoteMemory,

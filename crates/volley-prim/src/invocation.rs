@@ -87,10 +87,11 @@ impl Invocation<'_> {
     /// the program thread computes). A procedure packet's `args` follow it as a closed chain,
     /// which its handler receives; a data packet takes none. One whole packet under the
     /// destination's link: no other sender's words come inside it. On the communication
-    /// thread only mapped (shared-memory) ranks can be reached ([`PrimError::NotMapped`]),
-    /// and a send to this rank's own full buffer fails ([`PrimError::OwnBufferFull`]).
+    /// thread a send to a rank on another node is checked and queued for the program thread,
+    /// which sends it from its next call into the layer (volley's runtime has one driving
+    /// thread); at most a buffer's worth waits per destination, then this waits. A send to
+    /// this rank's own full buffer fails ([`PrimError::OwnBufferFull`]).
     ///
-    /// [`PrimError::NotMapped`]: crate::PrimError::NotMapped
     /// [`PrimError::OwnBufferFull`]: crate::PrimError::OwnBufferFull
     pub fn send(&mut self, rank: usize, info: Info<'_>, args: &[u8]) -> Result<()> {
         let (words, headers, payload) = image(self.out.me(), info, args, self.out.handlers())?;

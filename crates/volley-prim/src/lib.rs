@@ -31,8 +31,10 @@
 //! the AM path: slower, same semantics.
 //!
 //! **Progress** ([`Progress`]): the program thread polls (`inline`), a communication thread
-//! polls and forwards (`comm-thread`), a blocked receive sleeps on a futex until a sender's
-//! notification (`interrupt`), or probes in a loop (`probe`). **Notifications** ([`Notify`]):
+//! polls and forwards (`comm-thread`; its sends to other nodes are handed to the program
+//! thread, which alone drives volley's runtime), a blocked receive sleeps on a futex until a
+//! sender's notification (`interrupt`; with ranks on other nodes, in volley's wait on the
+//! socket and eventfd, which their messages end), or probes in a loop (`probe`). **Notifications** ([`Notify`]):
 //! never, at a packet's start, at its end, or when the buffer crosses half full.
 //!
 //! **Back-pressure.** A send waits while a destination's buffer is full (nothing is dropped
@@ -68,6 +70,7 @@ mod config;
 mod counters;
 mod error;
 mod futex;
+mod handoff;
 mod invocation;
 mod outbound;
 mod pipe;

@@ -1,7 +1,8 @@
 //! Sends from a procedure's handler to any rank (seed 003's asynchronous Active Messages,
 //! Fig. 3): one whole packet image per send, written under the destination's link, from the
 //! program thread (which has every backend) or from the communication thread (mapped
-//! destinations only: volley's one-sided operations belong to the program thread).
+//! destinations directly; others through the program thread, `handoff`: volley's one-sided
+//! operations belong to the thread that drives the runtime).
 //!
 //! The link word is the one mutual exclusion every sender uses, so the program thread and
 //! the communication thread of one rank never interleave inside a packet or a channel: the
@@ -11,6 +12,7 @@
 use crate::config::{Handler, Notify};
 use crate::counters::Counters;
 use crate::error::{PrimError, Result};
+use crate::handoff::{Handoff, Parcel};
 use crate::ring::{header, RingPtr, CLOSE, DATA, PROC};
 use crate::Info;
 use std::sync::atomic::{fence, AtomicBool, Ordering};
@@ -94,27 +96,56 @@ pub(crate) struct CommSender {
     handlers: Arc<Vec<Option<Handler>>>,
     counters: Arc<Counters>,
     stop: Arc<AtomicBool>,
+    /// Where sends to unmapped ranks wait for the program thread.
+    handoff: Arc<Handoff>,
 }
 
 impl CommSender {
     pub(crate) fn new(
         me: usize,
-        cap: u64,
         mapped: Vec<Option<RingPtr>>,
         notify: Notify,
         handlers: Arc<Vec<Option<Handler>>>,
         counters: Arc<Counters>,
         stop: Arc<AtomicBool>,
+        handoff: Arc<Handoff>,
     ) -> Self {
         Self {
             me,
-            cap,
+            cap: handoff.cap(),
             links: mapped.into_iter().map(|m| m.map(|p| (p, 0))).collect(),
             notify,
             handlers,
             counters,
             stop,
+            handoff,
         }
+    }
+
+    /// Queues a packet for a rank on another node, for the program thread to send; waits
+    /// while a buffer's worth for that rank already waits there.
+    fn hand_off(
+        &self,
+        rank: usize,
+        words: &[u64],
+        headers: &[usize],
+        payload: usize,
+    ) -> Result<()> {
+        let bytes = words.len() as u64 * 8;
+        let mut spins = 0;
+        while !self.handoff.has_room(rank, bytes) {
+            if spins == 0 {
+                Counters::add(&self.counters.full_stalls, 1);
+            }
+            self.pause(&mut spins)?;
+        }
+        self.handoff.push(Parcel {
+            rank,
+            words: words.to_vec(),
+            headers: headers.to_vec(),
+            payload,
+        });
+        Ok(())
     }
 
     /// Waits a little; fails once the layer is stopping, so a handler stuck on a rank that
@@ -153,7 +184,9 @@ impl Outbound for CommSender {
                 capacity: self.cap as usize,
             });
         }
-        let (p, mut head) = link.ok_or(PrimError::NotMapped { rank })?;
+        let Some((p, mut head)) = *link else {
+            return self.hand_off(rank, words, headers, payload);
+        };
         let mut spins = 0;
         let owner = COMM_OWNER | (self.me as u64 + 1);
         while p
@@ -207,7 +240,9 @@ impl Outbound for CommSender {
             }
         };
         if raise {
-            ring_bell(p, &self.counters);
+            // No receiver sleeps in `comm-thread` mode, the one mode with this thread, so
+            // none asks for a message wake-up.
+            let _ = ring_bell(p, &self.counters);
         }
         p.owner().store(0, Ordering::Release);
         let c = &self.counters;
@@ -228,15 +263,24 @@ impl Outbound for CommSender {
     }
 }
 
-/// Raises a notification at a mapped buffer: counts it and wakes a sleeping reader.
-pub(crate) fn ring_bell(p: RingPtr, counters: &Counters) {
+/// Raises a notification at a mapped buffer: counts it and wakes a reader asleep on its
+/// futex. Returns true if the reader sleeps in volley's kernel wait instead, which only a
+/// message wakes: the caller sends one (the program thread can; no communication thread
+/// runs in `interrupt` mode, the one mode that sleeps).
+#[must_use]
+pub(crate) fn ring_bell(p: RingPtr, counters: &Counters) -> bool {
     Counters::add(&counters.notifications_raised, 1);
     p.notified().fetch_add(1, Ordering::AcqRel);
     // Pairs with the sleeper's fence: either it sees our tail or we see it asleep.
     fence(Ordering::SeqCst);
-    if p.sleeping().load(Ordering::Relaxed) != 0 {
-        p.doorbell().fetch_add(1, Ordering::Release);
-        crate::futex::wake(p.doorbell());
-        Counters::add(&counters.syscalls, 1);
+    match p.sleeping().load(Ordering::Relaxed) {
+        crate::prim::ON_FUTEX => {
+            p.doorbell().fetch_add(1, Ordering::Release);
+            crate::futex::wake(p.doorbell());
+            Counters::add(&counters.syscalls, 1);
+            false
+        }
+        crate::prim::IN_RUNTIME => true,
+        _ => false,
     }
 }

@@ -4,8 +4,9 @@ use crate::comm::{CommThread, Internal};
 use crate::config::{Handler, Notify, PrimConfig, Progress};
 use crate::counters::{Counters, Stats};
 use crate::error::{PrimError, Result};
+use crate::handoff::Handoff;
 use crate::invocation::Invocation;
-use crate::outbound::{CommSender, Outbound};
+use crate::outbound::{ring_bell, CommSender, Outbound};
 use crate::recv;
 use crate::ring::{self, header, Header, Reader, RingPtr, CLOSE, DATA, NO_RANK, PROC, PROC_DONE};
 use crate::{Dest, Info, InfoType, Probe, Received, Recv, Source};
@@ -14,11 +15,18 @@ use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use volley::rma::{AtomicOp, Perms, Rma, RmaSetup, SegmentRef, SymmetricSegment};
-use volley::{Runtime, RuntimeBuilder};
+use volley::{RequestHandler, Runtime, RuntimeBuilder};
 
 /// How long a sleeping receive waits for a notification before it looks again (and serves
 /// volley's own messages): the bound on a missed or never-raised notification.
 const SLEEP: Duration = Duration::from_millis(1);
+
+/// A sleeping word's value when the receive sleeps on this rank's futex (mapped peers only).
+pub(crate) const ON_FUTEX: u32 = 1;
+
+/// A sleeping word's value when the receive sleeps in volley's kernel wait (the socket, and
+/// the eventfd node-mates write): a mapped sender wakes it with a message.
+pub(crate) const IN_RUNTIME: u32 = 2;
 
 /// Polls of a waiting loop before it starts yielding its core (about 0.1 ms).
 pub(crate) const SPINS_BEFORE_YIELD: u32 = 1 << 12;
@@ -32,6 +40,7 @@ pub(crate) const COMM_SPINS_BEFORE_YIELD: u32 = 64;
 pub struct PrimSetup {
     rma: RmaSetup,
     cfg: PrimConfig,
+    wake: RequestHandler,
 }
 
 /// How this rank reaches one destination's network input buffer.
@@ -83,6 +92,13 @@ pub struct Prim<'rt> {
     scratch: RefCell<Vec<u64>>,
     finalized: Cell<bool>,
     pub(crate) remote: Option<Arc<crate::remote::RemoteMemory>>,
+    /// Whether some rank is reached through volley's one-sided operations: a sleeping
+    /// receive then sleeps in volley's kernel wait, where their messages wake it.
+    sleeps_in_runtime: bool,
+    /// The no-op handler whose message wakes a rank asleep in volley's kernel wait.
+    wake: RequestHandler,
+    /// The communication thread's sends to unmapped ranks, which this thread sends.
+    handoff: Option<Arc<Handoff>>,
 }
 
 impl std::fmt::Debug for Prim<'_> {
@@ -197,10 +213,15 @@ impl PrimSetup {
                 head: 0,
             });
         }
+        let sleeps_in_runtime = links
+            .iter()
+            .any(|l| matches!(l.backend, Backend::Remote(_)));
         let counters = Arc::new(Counters::default());
         let handlers = Arc::new(self.cfg.handlers);
         let progress = self.cfg.progress;
-        let (net, internal, comm) = if progress == Progress::CommThread {
+        let handoff = (progress == Progress::CommThread)
+            .then(|| Arc::new(Handoff::new(rt.size(), cap as u64)));
+        let (net, internal, comm) = if let Some(handoff) = &handoff {
             let mapped = links
                 .iter()
                 .map(|l| match l.backend {
@@ -208,8 +229,13 @@ impl PrimSetup {
                     Backend::Remote(_) => None,
                 })
                 .collect();
-            let (notify, hs, cs) = (self.cfg.notify, handlers.clone(), counters.clone());
-            let sender = move |stop| CommSender::new(me, cap as u64, mapped, notify, hs, cs, stop);
+            let (notify, hs, cs, ho) = (
+                self.cfg.notify,
+                handlers.clone(),
+                counters.clone(),
+                handoff.clone(),
+            );
+            let sender = move |stop| CommSender::new(me, mapped, notify, hs, cs, stop, ho);
             let (internal, comm, fwd) =
                 crate::comm::start(own, cap, handlers.clone(), counters.clone(), sender);
             (Reader::new(fwd), Some(internal), Some(comm))
@@ -236,6 +262,9 @@ impl PrimSetup {
             scratch: RefCell::new(Vec::new()),
             finalized: Cell::new(false),
             remote: self.cfg.remote,
+            sleeps_in_runtime,
+            wake: self.wake,
+            handoff,
         })
     }
 }
@@ -247,6 +276,8 @@ impl<'rt> Prim<'rt> {
         PrimSetup {
             rma: Rma::register(b),
             cfg,
+            // Its arrival is the wake-up; nothing to do.
+            wake: b.request_handler("volley-prim-wake", |_, _| {}),
         }
     }
 
@@ -427,6 +458,7 @@ impl<'rt> Prim<'rt> {
         is_more: bool,
     ) -> Result<()> {
         self.check_live()?;
+        self.send_handed_off()?;
         let len = payload.len();
         let from = if matches!(dest, Dest::Internal) {
             NO_RANK
@@ -709,19 +741,18 @@ impl<'rt> Prim<'rt> {
         if !raise {
             return Ok(());
         }
-        Counters::add(&self.counters.notifications_raised, 1);
-        match self.links.borrow()[r].backend {
+        let backend = self.links.borrow()[r].backend;
+        match backend {
             Backend::Mapped(p) => {
-                p.notified().fetch_add(1, Ordering::AcqRel);
-                // Pairs with the sleeper's fence: either it sees our tail or we see it asleep.
-                fence(Ordering::SeqCst);
-                if p.sleeping().load(Ordering::Relaxed) != 0 {
-                    p.doorbell().fetch_add(1, Ordering::Release);
-                    crate::futex::wake(p.doorbell());
-                    Counters::add(&self.counters.syscalls, 1);
+                if ring_bell(p, &self.counters) {
+                    self.rt
+                        .request_short(r, self.wake, &[])
+                        .map_err(volley::rma::Error::from)?;
                 }
             }
             Backend::Remote(s) => {
+                Counters::add(&self.counters.notifications_raised, 1);
+                // A message: it wakes the receiver's kernel wait by itself.
                 self.rma.fetch_add(s, ring::NOTIFIED, 1)?;
             }
         }
@@ -768,8 +799,22 @@ impl<'rt> Prim<'rt> {
         })
     }
 
+    /// Sends what the communication thread handed over for ranks on other nodes (in its
+    /// order; what goes to this thread's open chain waits for the chain's close). An error
+    /// is that of a handler's send.
+    pub(crate) fn send_handed_off(&self) -> Result<()> {
+        let Some(h) = &self.handoff else {
+            return Ok(());
+        };
+        h.drain(
+            |r| matches!(&*self.chain.borrow(), Some(Chain::Ranks(open)) if open.contains(&r)),
+            |p| ProgramOut(self).send_image(p.rank, &p.words, &p.headers, p.payload),
+        )
+    }
+
     /// Waits once for `src` in this rank's progress mode.
     fn wait(&self, src: Source, ty: InfoType, spins: &mut u32) -> Result<()> {
+        self.send_handed_off()?;
         match (self.progress, src) {
             (Progress::ProbeLoop, _) => {
                 // The seed's probe loop: call the probe until it says yes.
@@ -783,15 +828,26 @@ impl<'rt> Prim<'rt> {
         Ok(())
     }
 
-    /// Sleeps in the kernel until a sender's notification (or the timeout).
+    /// Sleeps in the kernel until a sender's notification (or the timeout). With ranks on
+    /// other nodes, in volley's wait on the socket and the eventfd: their one-sided operations
+    /// arrive as messages and wake it at once, and a mapped sender's notification sends one.
     fn sleep(&self) {
         let p = self.own;
-        p.sleeping().store(1, Ordering::Relaxed);
+        let how = if self.sleeps_in_runtime {
+            IN_RUNTIME
+        } else {
+            ON_FUTEX
+        };
+        p.sleeping().store(how, Ordering::Relaxed);
         let bell = p.doorbell().load(Ordering::Acquire);
         fence(Ordering::SeqCst);
         let head = self.net.borrow().head;
         if p.tail().load(Ordering::Acquire) == head {
-            crate::futex::wait(p.doorbell(), bell, SLEEP);
+            if self.sleeps_in_runtime {
+                self.rt.sleep_until_message(SLEEP);
+            } else {
+                crate::futex::wait(p.doorbell(), bell, SLEEP);
+            }
             Counters::add(&self.counters.sleeps, 1);
             Counters::add(&self.counters.syscalls, 1);
         }
@@ -833,6 +889,8 @@ impl<'rt> Prim<'rt> {
     fn run_procedure(&self, h: Header, reader: &RefCell<Reader>) -> Result<Received> {
         let id = h.value & !crate::comm::UNKNOWN_FLAG;
         if h.kind == PROC_DONE {
+            // The handler's sends to other nodes leave before its report returns.
+            self.send_handed_off()?;
             if h.value & crate::comm::UNKNOWN_FLAG != 0 {
                 return Err(PrimError::UnknownHandler { id, from: h.from });
             }
@@ -888,8 +946,10 @@ impl<'rt> Prim<'rt> {
         if let Some(mut comm) = self.comm.borrow_mut().take() {
             comm.stop();
         }
+        // What the stopped thread handed over still goes.
+        let handed = self.send_handed_off();
         self.finalized.set(true);
-        result
+        result.and(handed)
     }
 
     /// The segment holding every rank's network input buffer.

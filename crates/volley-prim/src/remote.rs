@@ -227,10 +227,6 @@ impl Prim<'_> {
         }
         mem.range(offset, len)?;
         mem.flag(flag)?;
-        if self.progress() == Progress::CommThread && !self.is_mapped(rank) {
-            // The target's communication thread could not send the completion back.
-            return Err(PrimError::NotMapped { rank });
-        }
         // Header, three or four argument words, the bytes, the chain's close.
         let bytes = 8 + 32 + padded(len) + 8;
         if bytes > self.capacity() {
@@ -284,6 +280,7 @@ impl Prim<'_> {
     /// rank whose progress mode has no communication thread serves requests); stops at
     /// data or an empty buffer. Returns how many ran.
     pub fn serve_procedures(&self) -> Result<usize> {
+        self.send_handed_off()?;
         let mut n = 0;
         while self.is_information(Source::Network, InfoType::Procedure)? == Probe::Match {
             self.receive(Source::Network, Recv::Procedure)?;
@@ -316,6 +313,7 @@ impl Prim<'_> {
                     Probe::Empty => {}
                 }
             }
+            self.send_handed_off()?;
             self.back_off(&mut spins);
         }
     }

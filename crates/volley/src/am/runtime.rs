@@ -1,6 +1,7 @@
 //! The public face of the Active Message layer: [`RuntimeBuilder`] and [`Runtime`].
 
 mod delivery;
+mod sleep;
 mod try_send;
 
 use super::config::Config;

@@ -28,6 +28,22 @@ pub(crate) enum SleepPlan {
     },
 }
 
+impl SleepPlan {
+    /// The same plan with its timeout cut to `limit`.
+    fn at_most(self, limit: std::time::Duration) -> Self {
+        match self {
+            SleepPlan::Bell { seen, timeout } => SleepPlan::Bell {
+                seen,
+                timeout: timeout.min(limit),
+            },
+            SleepPlan::Socket { fd, timeout } => SleepPlan::Socket {
+                fd,
+                timeout: timeout.min(limit),
+            },
+        }
+    }
+}
+
 impl Engine {
     /// One step of an idle wait.
     #[inline(always)]
@@ -74,19 +90,7 @@ impl Engine {
                 if self.block && backoff.spun_out() {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).
-                    match &self.thread {
-                        // In a polling phase the progress thread serves nothing: sleep as
-                        // without one.
-                        None => self.sleep_until_traffic(),
-                        Some(sync) if sync.paused() => self.sleep_until_traffic(),
-                        Some(sync) => {
-                            // The progress thread serves meanwhile and wakes us after
-                            // handlers ran (only a handler can make `cond` true).
-                            self.shm.flush_credit();
-                            self.flush_net();
-                            sync.sleep_until_handled(SLEEP_MAX);
-                        }
-                    }
+                    self.sleep_for(SLEEP_MAX);
                 } else {
                     self.idle(&mut backoff);
                 }
@@ -111,14 +115,25 @@ impl Engine {
         r
     }
 
-    /// Block mode: sleeps in the kernel until traffic arrives (or a bounded time passes; the
-    /// caller polls and checks its condition either way).
+    /// Sleeps in the kernel until traffic arrives or `timeout` passes (the caller polls and
+    /// checks its condition either way). With a progress thread serving, until that thread
+    /// has run handlers (only a handler can change what a wait looks at); in a polling phase
+    /// it serves nothing, so this rank sleeps as without one.
     #[cold]
     #[inline(never)]
-    pub(super) fn sleep_until_traffic(&self) {
-        if let Some(plan) = self.prepare_sleep() {
-            self.sleep(plan);
-            self.check_health();
+    pub(crate) fn sleep_for(&self, timeout: std::time::Duration) {
+        match &self.thread {
+            Some(sync) if !sync.paused() => {
+                self.shm.flush_credit();
+                self.flush_net();
+                sync.sleep_until_handled(timeout);
+            }
+            _ => {
+                if let Some(plan) = self.prepare_sleep() {
+                    self.sleep(plan.at_most(timeout));
+                    self.check_health();
+                }
+            }
         }
     }
 
