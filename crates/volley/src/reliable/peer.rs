@@ -233,24 +233,34 @@ impl Peer {
     /// timer is armed for it). Returns [`SendError::WouldBlock`] when the send buffer is full: call
     /// [`poll_transmit`](Self::poll_transmit), handle incoming acks, and retry.
     pub fn send(&mut self, msg: &[u8], now: u64) -> Result<(), SendError> {
+        self.send_gather(msg, &[], now)
+    }
+
+    /// [`send`](Self::send) of the message `head` followed by `body`: the queued copy is
+    /// the only one made of either.
+    pub fn send_gather(&mut self, head: &[u8], body: &[u8], now: u64) -> Result<(), SendError> {
+        let len = head.len() + body.len();
         self.check_peer_timeout(now);
         if let State::Failed(f) = self.state {
             return Err(SendError::Failed(f));
         }
-        if msg.len() > self.config.max_message_size {
+        if len > self.config.max_message_size {
             return Err(SendError::TooLarge {
-                len: msg.len(),
+                len,
                 max: self.config.max_message_size,
             });
         }
-        let charge = msg.len() + RECORD_OVERHEAD;
+        let charge = len + RECORD_OVERHEAD;
         if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
             self.stats.would_block += 1;
             return Err(SendError::WouldBlock);
         }
         self.pending_bytes += charge;
+        let mut data = self.pool.take_for(len);
+        data.extend_from_slice(head);
+        data.extend_from_slice(body);
         self.pending.push_back(Pending {
-            data: self.pool.copy_of(msg),
+            data,
             shared: None,
             offset: 0,
         });

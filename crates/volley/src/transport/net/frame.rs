@@ -87,6 +87,22 @@ pub(crate) fn encode(
     payload: &[u8],
     offset: u64,
 ) {
+    encode_head(out, ch, class, handler, args, payload.len(), offset);
+    out.extend_from_slice(payload);
+}
+
+/// Writes into `out` (cleared first) what [`encode`] writes before a payload of `len` bytes:
+/// the message is `out` followed by the payload, which the transport gathers from where it
+/// lies (a long payload from the segment) instead of from a copy.
+pub(crate) fn encode_head(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    class: Class,
+    handler: u16,
+    args: &[u64],
+    len: usize,
+    offset: u64,
+) {
     debug_assert!(args.len() <= MAX_ARGS);
     out.clear();
     let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
@@ -94,7 +110,7 @@ pub(crate) fn encode(
     out.extend_from_slice(&w0.to_le_bytes());
     let extra = extra_words(class);
     if extra >= 1 {
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(len as u64).to_le_bytes());
     }
     if extra >= 2 {
         out.extend_from_slice(&offset.to_le_bytes());
@@ -102,7 +118,6 @@ pub(crate) fn encode(
     for a in args {
         out.extend_from_slice(&a.to_le_bytes());
     }
-    out.extend_from_slice(payload);
 }
 
 /// [`encode`] of a medium message whose `len` payload bytes `fill` writes in place, at the
@@ -124,17 +139,24 @@ pub(crate) fn encode_medium_with(
 
 /// Encodes (into `out`, cleared first) a part of a long payload: `payload` goes to `offset`
 /// of the target's segment, and no handler runs.
+#[cfg(test)]
 pub(crate) fn encode_part(out: &mut Vec<u8>, ch: Channel, payload: &[u8], offset: u64) {
+    encode_part_head(out, ch, payload.len(), offset);
+    out.extend_from_slice(payload);
+}
+
+/// What [`encode_part`] writes before a part's `len` payload bytes (see [`encode_head`]).
+pub(crate) fn encode_part_head(out: &mut Vec<u8>, ch: Channel, len: usize, offset: u64) {
     out.clear();
     let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
     out.extend_from_slice(&(KIND_PART << KIND_SHIFT | ch_bit).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(len as u64).to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// Encodes (into `out`, cleared first) the tail of a long message of `span` bytes at `offset`
 /// whose other bytes went as parts before it: `tail` is its last `tail.len()` bytes.
+#[cfg(test)]
 pub(crate) fn encode_tail(
     out: &mut Vec<u8>,
     ch: Channel,
@@ -144,8 +166,21 @@ pub(crate) fn encode_tail(
     offset: u64,
     span: u64,
 ) {
-    debug_assert!(args.len() <= MAX_ARGS && tail.len() as u64 <= span);
-    encode(out, ch, Class::Long, handler, args, tail, offset);
+    debug_assert!(tail.len() as u64 <= span);
+    encode_tail_head(out, ch, handler, args, offset, span);
+    out.extend_from_slice(tail);
+}
+
+/// What [`encode_tail`] writes before the tail's bytes (see [`encode_head`]).
+pub(crate) fn encode_tail_head(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    handler: u16,
+    args: &[u64],
+    offset: u64,
+    span: u64,
+) {
+    encode_head(out, ch, Class::Long, handler, args, 0, offset);
     let w0 = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) | TAIL_BIT;
     out[..8].copy_from_slice(&w0.to_le_bytes());
     out[8..16].copy_from_slice(&span.to_le_bytes());

@@ -427,7 +427,7 @@ impl NetLink {
         let mut buf = self.encode_buf.take();
         frame::encode_medium_with(&mut buf, ch, handler, args, len, fill);
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
+        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, Class::Medium, attempt, &mut blocked);
@@ -488,7 +488,7 @@ impl NetLink {
             0,
         );
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, true);
+        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, true);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, msg.ch, msg.class, attempt, &mut blocked);
@@ -504,12 +504,14 @@ impl NetLink {
             .min(WHOLE_MAX)
     }
 
-    /// Hands one encoded network message to the transport (`unsequenced`: outside its
-    /// sequencing), waiting as `blocked` says while the transport cannot take it.
+    /// Hands one network message, `head` followed by `body`, to the transport
+    /// (`unsequenced`: outside its sequencing, `body` empty), waiting as `blocked` says while
+    /// the transport cannot take it.
     fn send_frame<B: OnBlocked>(
         &self,
         dest: usize,
-        buf: &[u8],
+        head: &[u8],
+        body: &[u8],
         blocked: &mut B,
         attempt: &mut u32,
         unsequenced: bool,
@@ -517,9 +519,14 @@ impl NetLink {
         loop {
             let now = self.now();
             let sent = if unsequenced {
-                self.transport.borrow_mut().send_unsequenced(dest, buf, now)
+                debug_assert!(body.is_empty());
+                self.transport
+                    .borrow_mut()
+                    .send_unsequenced(dest, head, now)
             } else {
-                self.transport.borrow_mut().send(dest, buf, now)
+                self.transport
+                    .borrow_mut()
+                    .send_gather(dest, head, body, now)
             };
             match sent {
                 Ok(()) => {
@@ -581,40 +588,43 @@ impl Transport for NetLink {
         let mut buf = self.encode_buf.take();
         let (ch, class) = (msg.ch, msg.class);
         let mut attempt = 0;
-        if whole {
-            frame::encode(
+        // Only the frame's words are encoded here; the transport gathers the payload from
+        // where it lies.
+        let body = if whole {
+            frame::encode_head(
                 &mut buf,
                 ch,
                 class,
                 msg.handler,
                 msg.args,
-                msg.payload,
+                msg.payload.len(),
                 msg.offset as u64,
             );
+            msg.payload
         } else {
             // Parts first, then the tail that runs the handler; once the first part is
             // queued the send cannot give up (it does not: `GIVES_UP` sends come whole).
             let parts = msg.payload.len().div_ceil(LONG_PART) - 1;
             for (i, part) in msg.payload.chunks(LONG_PART).take(parts).enumerate() {
                 let offset = (msg.offset + i * LONG_PART) as u64;
-                frame::encode_part(&mut buf, ch, part, offset);
-                if let Err(e) = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false) {
+                frame::encode_part_head(&mut buf, ch, part.len(), offset);
+                let sent = self.send_frame(dest, &buf, part, &mut blocked, &mut attempt, false);
+                if let Err(e) = sent {
                     self.encode_buf.set(buf);
                     return Err(e);
                 }
             }
-            let tail = &msg.payload[parts * LONG_PART..];
-            frame::encode_tail(
+            frame::encode_tail_head(
                 &mut buf,
                 ch,
                 msg.handler,
                 msg.args,
-                tail,
                 msg.offset as u64,
                 msg.payload.len() as u64,
             );
-        }
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
+            &msg.payload[parts * LONG_PART..]
+        };
+        let sent = self.send_frame(dest, &buf, body, &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, class, attempt, &mut blocked);

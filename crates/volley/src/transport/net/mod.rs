@@ -168,7 +168,20 @@ pub trait NetTransport: std::fmt::Debug + Send {
     fn connect(&mut self, me: usize, peers: &[Option<SocketAddr>]) -> Result<(), NetError>;
 
     /// Queues `msg` for `peer` (see the module contract).
-    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError>;
+    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+        self.send_gather(peer, msg, &[], now)
+    }
+
+    /// [`NetTransport::send`] of the message `head` followed by `body`, gathered from where
+    /// they lie (a long payload from the segment), so the caller need not join them and the
+    /// transport copies the bytes at most where its protocol must keep them.
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError>;
 
     /// Queues `msg` for `peer` outside any sequencing of the transport's own (seed 002's "no
     /// flow control"): UDP sends it as one unsequenced datagram, never acknowledged or

@@ -371,10 +371,17 @@ impl NetTransport for TcpTransport {
         queued == 0 || queued + PREFIX + len <= self.config.max_queued
     }
 
-    fn send(&mut self, peer: usize, msg: &[u8], _now: u64) -> Result<(), NetError> {
-        if msg.len() > MAX_MESSAGE {
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        _now: u64,
+    ) -> Result<(), NetError> {
+        let len = head.len() + body.len();
+        if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
-                len: msg.len(),
+                len,
                 max: MAX_MESSAGE,
             });
         }
@@ -401,11 +408,14 @@ impl NetTransport for TcpTransport {
             });
         }
         let queued = conn.tx.queued();
-        if queued > 0 && queued + PREFIX + msg.len() > self.config.max_queued {
+        if queued > 0 && queued + PREFIX + len > self.config.max_queued {
             self.stats.would_block += 1;
             return Err(NetError::WouldBlock);
         }
-        if let Err(e) = conn.tx.send_large(&conn.stream, msg, &mut self.stats) {
+        if let Err(e) = conn
+            .tx
+            .send_large(&conn.stream, head, body, &mut self.stats)
+        {
             let why = write_failure(conn.state, &e);
             return Err(self.fail(idx, why));
         }

@@ -28,7 +28,7 @@ pub(super) struct Receiver {
     rbuf: Box<[u8]>,
     rstart: usize,
     rend: usize,
-    /// A large frame being received directly: its bytes so far (capacity = its length).
+    /// A large frame being received directly: its bytes so far (capacity at least its length).
     big: Vec<u8>,
     /// That frame's length, 0 when none is in progress (empty frames never take this path).
     big_len: usize,
@@ -171,7 +171,8 @@ impl Receiver {
                 continue;
             }
             if len > BIG_FRAME {
-                let mut big = Vec::with_capacity(len);
+                // Recycled: a fresh buffer of a megabyte would fault in every page.
+                let mut big = pool.take_for(len);
                 big.extend_from_slice(&self.rbuf[at + PREFIX..self.rend]);
                 self.big = big;
                 self.big_len = len;

@@ -634,16 +634,23 @@ impl NetTransport for UdpTransport {
     /// Queues `msg`; when the peer's queue fills a datagram (and the window has room), the
     /// full datagrams are written at once, and sent once a batch of them is ready, so a long
     /// run of sends without progress still leaves in full datagrams.
-    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError> {
         let slot = self.slot(peer)?;
-        if msg.len() > MAX_MESSAGE {
+        let len = head.len() + body.len();
+        if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
-                len: msg.len(),
+                len,
                 max: MAX_MESSAGE,
             });
         }
         let link = &mut self.links[slot];
-        match link.peer.send(msg, now) {
+        match link.peer.send_gather(head, body, now) {
             Ok(()) => {}
             Err(SendError::WouldBlock) => {
                 self.counters.would_block += 1;
