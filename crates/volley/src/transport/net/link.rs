@@ -8,7 +8,7 @@
 
 use super::frame;
 use super::poll_policy::{NetPollState, PollPolicy};
-use super::{NetError, NetStats, NetTransport, MAX_MESSAGE};
+use super::{NetError, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::counter::Counter;
 use crate::transport::contract::{
     Body, Class, Inbound, LongGuard, OnBlocked, Outbound, SendRefused, Sink, Transport,
@@ -18,6 +18,7 @@ use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,6 +51,57 @@ pub(crate) struct Placement {
     pub(crate) upper: *mut u8,
     /// What refuses a long message on a segment, if the layer above installed one.
     pub(crate) guard: Option<Arc<dyn LongGuard>>,
+}
+
+// SAFETY: the segment and upper bytes are this rank's own mapping, which lives as long as
+// the runtime (and so the route and its transport); the transport writes through it only
+// ranges `place` admitted, and the guard is `Send + Sync`.
+unsafe impl Send for Placement {}
+// SAFETY: as above; `&Placement` only reads the pointers.
+unsafe impl Sync for Placement {}
+
+impl Placement {
+    /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
+    fn admit(&self, offset: usize, len: usize) -> Result<(), ()> {
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(());
+        }
+        if let Some(guard) = &self.guard {
+            guard.admit(self.upper, offset, len).map_err(|_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Copies `payload` to `offset` of our segment, a range [`Placement::admit`] admitted.
+    fn copy_in(&self, offset: usize, payload: &[u8]) {
+        assert!(offset + payload.len() <= self.len, "an admitted range");
+        // SAFETY: bounds checked against our own segment, which stays mapped while the
+        // runtime (and so this route) lives.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.segment.add(offset), payload.len())
+        };
+    }
+}
+
+/// A long payload placed by the transport as it arrives is admitted then, as the
+/// shared-memory route admits it when the sender writes it: before a byte is written.
+impl Placer for Placement {
+    fn place(
+        &self,
+        _src: usize,
+        head: &[u8],
+        len: usize,
+        notice: &mut Vec<u8>,
+    ) -> Option<(NonNull<u8>, usize)> {
+        let (offset, words) = frame::placed(head, len, notice)?;
+        let offset = usize::try_from(offset).ok()?;
+        if self.admit(offset, len - words).is_err() {
+            notice.clear();
+            return None;
+        }
+        // In bounds: admitted above.
+        NonNull::new(self.segment.wrapping_add(offset)).map(|p| (p, words))
+    }
 }
 
 /// What the network route counted, for the runtime's statistics.
@@ -116,7 +168,7 @@ pub(crate) struct NetLink {
     traffic: Vec<PeerCounters>,
     /// The hang reporter asks for the backlogs: the next network poll publishes them.
     backlog_wanted: AtomicBool,
-    placement: Placement,
+    placement: Arc<Placement>,
     /// Ends the rank on a failure it cannot recover from (the job's policy, not ours); it
     /// must not return.
     fail: Box<dyn Fn(NetError)>,
@@ -146,6 +198,9 @@ impl NetLink {
         placement: Placement,
         fail: Box<dyn Fn(NetError)>,
     ) -> Self {
+        let placement = Arc::new(placement);
+        let mut transport = transport;
+        transport.set_placer(placement.clone());
         Self {
             transport: RefCell::new(transport),
             inbox: Default::default(),
@@ -374,14 +429,7 @@ impl NetLink {
 
     /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
     fn admit_long(&self, offset: usize, len: usize) -> Result<(), ()> {
-        let p = &self.placement;
-        if offset.checked_add(len).is_none_or(|e| e > p.len) {
-            return Err(());
-        }
-        if let Some(guard) = &p.guard {
-            guard.admit(p.upper, offset, len).map_err(|_| ())?;
-        }
-        Ok(())
+        self.placement.admit(offset, len)
     }
 
     /// Copies a long payload into this rank's segment at `offset` before its handler runs, as
@@ -395,13 +443,7 @@ impl NetLink {
 
     /// Copies `payload` to `offset` of our segment, a range [`NetLink::admit_long`] admitted.
     fn copy_in(&self, offset: usize, payload: &[u8]) {
-        let p = &self.placement;
-        assert!(offset + payload.len() <= p.len, "an admitted range");
-        // SAFETY: bounds checked against our own segment, which stays mapped while the
-        // runtime (and so this route) lives.
-        unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.segment.add(offset), payload.len())
-        };
+        self.placement.copy_in(offset, payload)
     }
 }
 

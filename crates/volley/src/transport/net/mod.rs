@@ -208,6 +208,13 @@ pub trait NetTransport: std::fmt::Debug + Send {
     /// `inbox`. Returns the number of messages appended.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;
 
+    /// Lets the transport put long payloads straight where `placer` says as they arrive,
+    /// instead of delivering them whole for the caller to copy. Optional: a transport that
+    /// cannot place keeps delivering whole messages.
+    fn set_placer(&mut self, placer: std::sync::Arc<dyn Placer>) {
+        let _ = placer;
+    }
+
     /// Gives back the buffer of a message `progress` delivered from `peer`, once read, so the
     /// transport can reuse its allocation. Optional: a buffer not given back is simply freed.
     fn recycle(&mut self, peer: usize, buf: Vec<u8>) {
@@ -245,6 +252,25 @@ pub trait NetTransport: std::fmt::Debug + Send {
         let _ = peer;
         Backlog::default()
     }
+}
+
+/// Where a transport may put a long payload as it arrives (see [`NetTransport::set_placer`]).
+pub trait Placer: Send + Sync {
+    /// A message of `len` bytes from `src` begins with `head` (what has arrived of it). When
+    /// its last bytes go to this rank's segment and `head` holds everything before them:
+    /// returns where they go and how many bytes precede them, having checked that range
+    /// (bounds and protection), and writes into `notice` (empty) what to deliver once they
+    /// are in place (nothing if left empty). `None`: deliver the message whole as usual.
+    ///
+    /// A returned pointer is valid for writes of the message's remaining bytes for as long
+    /// as the transport lives.
+    fn place(
+        &self,
+        src: usize,
+        head: &[u8],
+        len: usize,
+        notice: &mut Vec<u8>,
+    ) -> Option<(std::ptr::NonNull<u8>, usize)>;
 }
 
 /// What a transport holds for one peer (see [`NetTransport::backlog`]).

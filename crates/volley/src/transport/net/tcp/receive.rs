@@ -3,10 +3,11 @@
 
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::ptr::NonNull;
 
 use super::{State, GOODBYE, PREFIX};
 use crate::reliable::BufferPool;
-use crate::transport::net::{NetStats, MAX_MESSAGE};
+use crate::transport::net::{NetStats, Placer, MAX_MESSAGE};
 
 /// Per-connection receive buffer. One read can take in this much of a burst of small frames.
 pub(super) const RECV_BUF: usize = 128 << 10;
@@ -32,6 +33,50 @@ pub(super) struct Receiver {
     big: Vec<u8>,
     /// That frame's length, 0 when none is in progress (empty frames never take this path).
     big_len: usize,
+    /// A large frame whose payload is being received straight into the segment.
+    direct: Option<Direct>,
+}
+
+/// A frame whose last `want` bytes go to `dst` as they arrive (see [`Placer`]); `got` of
+/// them have; `notice` is delivered when all have.
+struct Direct {
+    dst: NonNull<u8>,
+    got: usize,
+    want: usize,
+    notice: Vec<u8>,
+}
+
+// SAFETY: `dst` is memory the placer lent for as long as the transport lives, written only
+// by the thread that drives the transport.
+unsafe impl Send for Direct {}
+
+impl Direct {
+    /// Starts placing a frame of `len` bytes of which `have` (fewer) arrived, if `placer`
+    /// takes it: the payload bytes already here are copied to their place.
+    fn start(
+        placer: &dyn Placer,
+        rank: usize,
+        have: &[u8],
+        len: usize,
+        pool: &mut BufferPool,
+    ) -> Option<Direct> {
+        let mut notice = pool.take();
+        let Some((dst, words)) = placer.place(rank, have, len, &mut notice) else {
+            pool.give(notice);
+            return None;
+        };
+        let rest = &have[words..];
+        let want = len - words;
+        debug_assert!(rest.len() < want);
+        // SAFETY: the placer lent `want` writable bytes at `dst`, and `rest` is shorter.
+        unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst.as_ptr(), rest.len()) };
+        Some(Direct {
+            dst,
+            got: rest.len(),
+            want,
+            notice,
+        })
+    }
 }
 
 impl Receiver {
@@ -42,12 +87,13 @@ impl Receiver {
             rend: 0,
             big: Vec::new(),
             big_len: 0,
+            direct: None,
         }
     }
 
     /// Whether no part of a frame is waiting for the rest of it.
     pub(super) fn is_empty(&self) -> bool {
-        self.rend == self.rstart && self.big_len == 0
+        self.rend == self.rstart && self.big_len == 0 && self.direct.is_none()
     }
 
     /// The whole receive buffer, to read into and throw away (only after [`Receiver::reset`]:
@@ -62,14 +108,21 @@ impl Receiver {
     where
         for<'s> &'s S: Read,
     {
-        if self.big_len > 0 {
+        if self.big_len > 0 || self.direct.is_some() {
             debug_assert!(self.rstart == 0 && self.rend == 0);
-            let want = self.big_len - self.big.len();
-            let spare = self.big.spare_capacity_mut();
-            debug_assert!(spare.len() >= want);
+            let (into, want) = match &mut self.direct {
+                // SAFETY: `got < want`, so in the lent range.
+                Some(d) => (unsafe { d.dst.as_ptr().add(d.got) }, d.want - d.got),
+                None => {
+                    let want = self.big_len - self.big.len();
+                    let spare = self.big.spare_capacity_mut();
+                    debug_assert!(spare.len() >= want);
+                    (spare.as_mut_ptr().cast::<u8>(), want)
+                }
+            };
             let iov = [
                 libc::iovec {
-                    iov_base: spare.as_mut_ptr().cast(),
+                    iov_base: into.cast(),
                     iov_len: want,
                 },
                 libc::iovec {
@@ -77,9 +130,10 @@ impl Receiver {
                     iov_len: self.rbuf.len(),
                 },
             ];
-            // SAFETY: both iovecs describe writable memory we own exclusively for the call: the
-            // first `want` bytes of `big`'s spare capacity (capacity was reserved for the whole
-            // frame) and the whole receive buffer, which holds no unparsed bytes now.
+            // SAFETY: both iovecs describe writable memory we may write for the call: the rest
+            // of the placed range the placer lent, or the first `want` bytes of `big`'s spare
+            // capacity (reserved for the whole frame); and the whole receive buffer, which
+            // holds no unparsed bytes now.
             let n = unsafe { libc::readv(stream.as_raw_fd(), iov.as_ptr(), 2) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
@@ -89,9 +143,12 @@ impl Receiver {
                 return Ok(Read1::Eof);
             }
             let into_big = n.min(want);
-            // SAFETY: the kernel initialised the first `into_big` bytes of the spare capacity,
-            // and `big.len() + into_big <= big_len <= capacity`.
-            unsafe { self.big.set_len(self.big.len() + into_big) };
+            match &mut self.direct {
+                Some(d) => d.got += into_big,
+                // SAFETY: the kernel initialised the first `into_big` bytes of the spare
+                // capacity, and `big.len() + into_big <= big_len <= capacity`.
+                None => unsafe { self.big.set_len(self.big.len() + into_big) },
+            }
             self.rend = n - into_big;
             return Ok(Read1::Data {
                 full: n == want + self.rbuf.len(),
@@ -122,6 +179,7 @@ impl Receiver {
 
     /// Delivers every complete frame received so far. Leaves the receive buffer able to take
     /// the rest of an incomplete small frame, or starts a direct receive for a large one.
+    /// A large frame's payload goes straight to where `placer` says, if it takes it.
     pub(super) fn parse(
         &mut self,
         rank: usize,
@@ -129,7 +187,21 @@ impl Receiver {
         inbox: &mut Vec<(usize, Vec<u8>)>,
         stats: &mut NetStats,
         pool: &mut BufferPool,
+        placer: Option<&dyn Placer>,
     ) -> Result<(), String> {
+        if let Some(d) = &self.direct {
+            if d.got < d.want {
+                return Ok(());
+            }
+            let notice = self.direct.take().map(|d| d.notice).unwrap_or_default();
+            if notice.is_empty() {
+                pool.give(notice);
+            } else {
+                inbox.push((rank, notice));
+                stats.messages_received += 1;
+            }
+            stats.packets_received += 1;
+        }
         if self.big_len > 0 {
             if self.big.len() < self.big_len {
                 return Ok(());
@@ -170,7 +242,15 @@ impl Receiver {
                 self.rstart += PREFIX + len;
                 continue;
             }
-            if len > BIG_FRAME {
+            let have = &self.rbuf[at + PREFIX..self.rend];
+            if let Some(d) = placer
+                .filter(|_| len > BIG_FRAME)
+                .and_then(|p| Direct::start(p, rank, have, len, pool))
+            {
+                self.direct = Some(d);
+                self.rstart = 0;
+                self.rend = 0;
+            } else if len > BIG_FRAME {
                 // Recycled: a fresh buffer of a megabyte would fault in every page.
                 let mut big = pool.take_for(len);
                 big.extend_from_slice(&self.rbuf[at + PREFIX..self.rend]);
@@ -195,6 +275,7 @@ impl Receiver {
 
     /// Forgets any partially received frame (close discards what arrives).
     pub(super) fn reset(&mut self) {
+        self.direct = None;
         self.big = Vec::new();
         self.big_len = 0;
         self.rstart = 0;
@@ -233,7 +314,7 @@ pub(crate) fn fuzz_stream(data: &[u8]) {
                 Err(e) => panic!("reading the pair: {e}"),
             }
             if receiver
-                .parse(0, &mut state, &mut inbox, &mut stats, &mut pool)
+                .parse(0, &mut state, &mut inbox, &mut stats, &mut pool, None)
                 .is_err()
             {
                 return;
