@@ -53,6 +53,16 @@ pub(crate) struct Placement {
     pub(crate) guard: Option<Arc<dyn LongGuard>>,
 }
 
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("segment", &self.segment)
+            .field("len", &self.len)
+            .field("guarded", &self.guard.is_some())
+            .finish()
+    }
+}
+
 // SAFETY: the segment and upper bytes are this rank's own mapping, which lives as long as
 // the runtime (and so the route and its transport); the transport writes through it only
 // ranges `place` admitted, and the guard is `Send + Sync`.

@@ -34,6 +34,7 @@ pub mod faults;
 pub mod floor;
 pub(crate) mod frame;
 pub(crate) mod link;
+pub(crate) mod placing;
 pub(crate) mod poll_policy;
 pub mod stream_floor;
 pub mod tcp;
@@ -255,7 +256,7 @@ pub trait NetTransport: std::fmt::Debug + Send {
 }
 
 /// Where a transport may put a long payload as it arrives (see [`NetTransport::set_placer`]).
-pub trait Placer: Send + Sync {
+pub trait Placer: Send + Sync + std::fmt::Debug {
     /// A message of `len` bytes from `src` begins with `head` (what has arrived of it). When
     /// its last bytes go to this rank's segment and `head` holds everything before them:
     /// returns where they go and how many bytes precede them, having checked that range

@@ -3,10 +3,10 @@
 
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
-use std::ptr::NonNull;
 
 use super::{State, GOODBYE, PREFIX};
 use crate::reliable::BufferPool;
+use crate::transport::net::placing::Placing;
 use crate::transport::net::{NetStats, Placer, MAX_MESSAGE};
 
 /// Per-connection receive buffer. One read can take in this much of a burst of small frames.
@@ -34,49 +34,7 @@ pub(super) struct Receiver {
     /// That frame's length, 0 when none is in progress (empty frames never take this path).
     big_len: usize,
     /// A large frame whose payload is being received straight into the segment.
-    direct: Option<Direct>,
-}
-
-/// A frame whose last `want` bytes go to `dst` as they arrive (see [`Placer`]); `got` of
-/// them have; `notice` is delivered when all have.
-struct Direct {
-    dst: NonNull<u8>,
-    got: usize,
-    want: usize,
-    notice: Vec<u8>,
-}
-
-// SAFETY: `dst` is memory the placer lent for as long as the transport lives, written only
-// by the thread that drives the transport.
-unsafe impl Send for Direct {}
-
-impl Direct {
-    /// Starts placing a frame of `len` bytes of which `have` (fewer) arrived, if `placer`
-    /// takes it: the payload bytes already here are copied to their place.
-    fn start(
-        placer: &dyn Placer,
-        rank: usize,
-        have: &[u8],
-        len: usize,
-        pool: &mut BufferPool,
-    ) -> Option<Direct> {
-        let mut notice = pool.take();
-        let Some((dst, words)) = placer.place(rank, have, len, &mut notice) else {
-            pool.give(notice);
-            return None;
-        };
-        let rest = &have[words..];
-        let want = len - words;
-        debug_assert!(rest.len() < want);
-        // SAFETY: the placer lent `want` writable bytes at `dst`, and `rest` is shorter.
-        unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst.as_ptr(), rest.len()) };
-        Some(Direct {
-            dst,
-            got: rest.len(),
-            want,
-            notice,
-        })
-    }
+    direct: Option<Placing>,
 }
 
 impl Receiver {
@@ -111,8 +69,7 @@ impl Receiver {
         if self.big_len > 0 || self.direct.is_some() {
             debug_assert!(self.rstart == 0 && self.rend == 0);
             let (into, want) = match &mut self.direct {
-                // SAFETY: `got < want`, so in the lent range.
-                Some(d) => (unsafe { d.dst.as_ptr().add(d.got) }, d.want - d.got),
+                Some(d) => (d.next_ptr(), d.missing()),
                 None => {
                     let want = self.big_len - self.big.len();
                     let spare = self.big.spare_capacity_mut();
@@ -144,7 +101,7 @@ impl Receiver {
             }
             let into_big = n.min(want);
             match &mut self.direct {
-                Some(d) => d.got += into_big,
+                Some(d) => d.advance(into_big),
                 // SAFETY: the kernel initialised the first `into_big` bytes of the spare
                 // capacity, and `big.len() + into_big <= big_len <= capacity`.
                 None => unsafe { self.big.set_len(self.big.len() + into_big) },
@@ -190,10 +147,14 @@ impl Receiver {
         placer: Option<&dyn Placer>,
     ) -> Result<(), String> {
         if let Some(d) = &self.direct {
-            if d.got < d.want {
+            if d.missing() > 0 {
                 return Ok(());
             }
-            let notice = self.direct.take().map(|d| d.notice).unwrap_or_default();
+            let notice = self
+                .direct
+                .take()
+                .map(Placing::into_notice)
+                .unwrap_or_default();
             if notice.is_empty() {
                 pool.give(notice);
             } else {
@@ -245,7 +206,7 @@ impl Receiver {
             let have = &self.rbuf[at + PREFIX..self.rend];
             if let Some(d) = placer
                 .filter(|_| len > BIG_FRAME)
-                .and_then(|p| Direct::start(p, rank, have, len, pool))
+                .and_then(|p| Placing::start(p, rank, have, len, pool))
             {
                 self.direct = Some(d);
                 self.rstart = 0;

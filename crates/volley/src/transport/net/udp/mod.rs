@@ -29,10 +29,11 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
-use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State};
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
@@ -155,6 +156,8 @@ pub struct UdpTransport {
     recv: RecvRing,
     /// Counters kept here; [`NetTransport::stats`] adds those of the peers.
     counters: NetStats,
+    /// Where fragmented long payloads go as they arrive (given to every peer), if set.
+    placer: Option<Arc<dyn Placer>>,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -254,6 +257,7 @@ impl UdpTransport {
             send_msgs: MsgVec::new(batch),
             recv: RecvRing::new(batch),
             counters: NetStats::default(),
+            placer: None,
         })
     }
 
@@ -578,6 +582,11 @@ impl NetTransport for UdpTransport {
                 })?;
             self.single = true;
         }
+        if let Some(p) = &self.placer {
+            for link in &mut links {
+                link.peer.set_placer(p.clone(), link.rank);
+            }
+        }
         self.datagram_size = rc.max_datagram_size;
         self.slots = slots;
         self.links = links;
@@ -687,6 +696,15 @@ impl NetTransport for UdpTransport {
             Some(e) => Err(e),
             None => Ok(n),
         }
+    }
+
+    /// A message larger than a datagram whose long payload the placer takes goes into place
+    /// fragment by fragment, as each is accepted in order.
+    fn set_placer(&mut self, placer: Arc<dyn Placer>) {
+        for link in &mut self.links {
+            link.peer.set_placer(placer.clone(), link.rank);
+        }
+        self.placer = Some(placer);
     }
 
     fn recycle(&mut self, peer: usize, buf: Vec<u8>) {
