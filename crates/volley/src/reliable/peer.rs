@@ -348,11 +348,12 @@ impl Peer {
         Ok(buf.len())
     }
 
-    /// Lets fragmented messages whose long payload `placer` takes (naming this peer as
-    /// `rank`) go straight into place as their fragments arrive in order, instead of being
-    /// reassembled and delivered whole; their notice is delivered in their stead.
-    pub fn set_placer(&mut self, placer: Arc<dyn Placer>, rank: usize) {
-        self.placer = Some((placer, rank));
+    /// Lets fragmented messages whose long payload the placer takes (naming this peer as
+    /// the rank given with it) go straight into place as their fragments arrive in order,
+    /// instead of being reassembled and delivered whole; their notice is delivered in their
+    /// stead. `None` stops placing (a message already being placed is finished).
+    pub fn set_placer(&mut self, placer: Option<(Arc<dyn Placer>, usize)>) {
+        self.placer = placer;
     }
 
     /// Takes the next message delivered in order, if any. Give the buffer back with

@@ -86,7 +86,7 @@ fn long_payloads_land_in_place_under_loss_duplication_and_reordering() {
     };
     let mut tx = Peer::new(config.clone(), KEY, 1).unwrap();
     let mut rx = Peer::new(config, KEY, 2).unwrap();
-    rx.set_placer(placer, 0);
+    rx.set_placer(Some((placer, 0)));
     let payload: Vec<u8> = (0..LONG).map(|i| (i * 37 + 11) as u8).collect();
     let mut script: Vec<_> = (0..ROUNDS).flat_map(|r| round(r, &payload)).collect();
     let expected: Vec<Vec<u8>> = script.iter().filter_map(|(_, d)| d.clone()).collect();

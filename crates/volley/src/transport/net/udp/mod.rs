@@ -584,7 +584,7 @@ impl NetTransport for UdpTransport {
         }
         if let Some(p) = &self.placer {
             for link in &mut links {
-                link.peer.set_placer(p.clone(), link.rank);
+                link.peer.set_placer(Some((p.clone(), link.rank)));
             }
         }
         self.datagram_size = rc.max_datagram_size;
@@ -702,7 +702,7 @@ impl NetTransport for UdpTransport {
     /// fragment by fragment, as each is accepted in order.
     fn set_placer(&mut self, placer: Arc<dyn Placer>) {
         for link in &mut self.links {
-            link.peer.set_placer(placer.clone(), link.rank);
+            link.peer.set_placer(Some((placer.clone(), link.rank)));
         }
         self.placer = Some(placer);
     }
@@ -754,6 +754,11 @@ impl NetTransport for UdpTransport {
             .max()
             .unwrap_or(0)
             .clamp(QUIET_MIN, QUIET_MAX);
+        // What arrives from now on is discarded: nothing more goes into the segment.
+        self.placer = None;
+        for link in &mut self.links {
+            link.peer.set_placer(None);
+        }
         let mut discard = Vec::new();
         let mut last_heard = now();
         loop {
