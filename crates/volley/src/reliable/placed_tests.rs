@@ -18,7 +18,7 @@ const ROUNDS: usize = 8;
 /// What the receiver should see of round `r`'s messages, in order: `None` for a part (no
 /// delivery), else the delivered bytes.
 fn round(r: usize, payload: &[u8]) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
-    let at = r * 48 << 10;
+    let at = (r * 48) << 10;
     let mut out = Vec::new();
     let mut m = Vec::new();
     // A whole long, placed: its notice is a tail without bytes.
@@ -142,7 +142,7 @@ fn long_payloads_land_in_place_under_loss_duplication_and_reordering() {
     // SAFETY: leaked above; the receiver no longer writes it.
     let seg = unsafe { std::slice::from_raw_parts(seg_ptr, SEGMENT) };
     for r in 0..ROUNDS {
-        let at = r * 48 << 10;
+        let at = (r * 48) << 10;
         assert!(seg[at..at + LONG] == payload[..], "round {r}: the long");
         let at = at + (24 << 10);
         assert!(seg[at..at + LONG] == payload[..], "round {r}: the part");
