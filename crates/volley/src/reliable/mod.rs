@@ -45,6 +45,8 @@
 //! resend-request packets and one-at-a-time handshaked retransmission.
 
 mod peer;
+#[cfg(test)]
+mod placed_tests;
 mod pool;
 pub mod replay;
 #[cfg(test)]

@@ -9,6 +9,8 @@ use super::wire::{
     self, Fragment, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
 };
 use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
+use crate::transport::net::placing::Placing;
+use crate::transport::net::Placer;
 
 /// A message queued by [`Peer::send`], `offset` bytes of it already packed into datagrams.
 #[derive(Debug)]
@@ -68,6 +70,23 @@ impl Body {
     }
 }
 
+/// A fragmented message being received.
+enum Reassembly {
+    /// Its bytes so far, and its length.
+    Buffer(Vec<u8>, usize),
+    /// Its payload going straight into place.
+    Placed(Placing),
+}
+
+impl std::fmt::Debug for Reassembly {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reassembly::Buffer(m, total) => write!(f, "Buffer({} of {total})", m.len()),
+            Reassembly::Placed(p) => write!(f, "Placed({} missing)", p.missing()),
+        }
+    }
+}
+
 /// A data datagram sent and not yet cumulatively acknowledged.
 #[derive(Debug)]
 struct Sent {
@@ -118,8 +137,11 @@ pub struct Peer {
     /// Highest sequence received in order.
     recv_ack: u64,
     out_of_order: BTreeMap<u64, Vec<u8>>,
-    /// A message being reassembled and its total length.
-    reassembly: Option<(Vec<u8>, usize)>,
+    /// A message being reassembled.
+    reassembly: Option<Reassembly>,
+    /// Where long payloads of fragmented messages go as they arrive, and the peer's rank to
+    /// name to it (see [`Peer::set_placer`]).
+    placer: Option<(Arc<dyn Placer>, usize)>,
     deliver: VecDeque<Vec<u8>>,
     deliver_bytes: usize,
     ack_deadline: Option<u64>,
@@ -161,6 +183,7 @@ impl Peer {
             recv_ack: 0,
             out_of_order: BTreeMap::new(),
             reassembly: None,
+            placer: None,
             deliver: VecDeque::new(),
             deliver_bytes: 0,
             ack_deadline: None,
@@ -233,24 +256,34 @@ impl Peer {
     /// timer is armed for it). Returns [`SendError::WouldBlock`] when the send buffer is full: call
     /// [`poll_transmit`](Self::poll_transmit), handle incoming acks, and retry.
     pub fn send(&mut self, msg: &[u8], now: u64) -> Result<(), SendError> {
+        self.send_gather(msg, &[], now)
+    }
+
+    /// [`send`](Self::send) of the message `head` followed by `body`: the queued copy is
+    /// the only one made of either.
+    pub fn send_gather(&mut self, head: &[u8], body: &[u8], now: u64) -> Result<(), SendError> {
+        let len = head.len() + body.len();
         self.check_peer_timeout(now);
         if let State::Failed(f) = self.state {
             return Err(SendError::Failed(f));
         }
-        if msg.len() > self.config.max_message_size {
+        if len > self.config.max_message_size {
             return Err(SendError::TooLarge {
-                len: msg.len(),
+                len,
                 max: self.config.max_message_size,
             });
         }
-        let charge = msg.len() + RECORD_OVERHEAD;
+        let charge = len + RECORD_OVERHEAD;
         if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
             self.stats.would_block += 1;
             return Err(SendError::WouldBlock);
         }
         self.pending_bytes += charge;
+        let mut data = self.pool.take_for(len);
+        data.extend_from_slice(head);
+        data.extend_from_slice(body);
         self.pending.push_back(Pending {
-            data: self.pool.copy_of(msg),
+            data,
             shared: None,
             offset: 0,
         });
@@ -313,6 +346,14 @@ impl Peer {
         self.stats.datagrams_sent += 1;
         self.stats.bytes_sent += buf.len() as u64;
         Ok(buf.len())
+    }
+
+    /// Lets fragmented messages whose long payload the placer takes (naming this peer as
+    /// the rank given with it) go straight into place as their fragments arrive in order,
+    /// instead of being reassembled and delivered whole; their notice is delivered in their
+    /// stead. `None` stops placing (a message already being placed is finished).
+    pub fn set_placer(&mut self, placer: Option<(Arc<dyn Placer>, usize)>) {
+        self.placer = placer;
     }
 
     /// Takes the next message delivered in order, if any. Give the buffer back with
@@ -532,22 +573,47 @@ impl Peer {
                     if self.reassembly.is_none()
                         && total as usize <= self.config.max_message_size =>
                 {
-                    let mut m = self.pool.take_for(total as usize);
-                    m.extend_from_slice(data);
-                    self.reassembly = Some((m, total as usize));
+                    let total = total as usize;
+                    let placed = self.placer.as_ref().and_then(|(p, rank)| {
+                        Placing::start(&**p, *rank, data, total, &mut self.pool)
+                    });
+                    self.reassembly = Some(match placed {
+                        Some(p) => Reassembly::Placed(p),
+                        None => {
+                            let mut m = self.pool.take_for(total);
+                            m.extend_from_slice(data);
+                            Reassembly::Buffer(m, total)
+                        }
+                    });
                     true
                 }
                 Ok(Record::Middle(d)) => match &mut self.reassembly {
-                    Some((m, total)) if m.len() + d.len() < *total => {
+                    Some(Reassembly::Buffer(m, total)) if m.len() + d.len() < *total => {
                         m.extend_from_slice(d);
+                        true
+                    }
+                    Some(Reassembly::Placed(p)) if d.len() < p.missing() => {
+                        p.write(d);
                         true
                     }
                     _ => false,
                 },
                 Ok(Record::Last(d)) => match self.reassembly.take() {
-                    Some((mut m, total)) if m.len() + d.len() == total => {
+                    Some(Reassembly::Buffer(mut m, total)) if m.len() + d.len() == total => {
                         m.extend_from_slice(d);
                         self.push_delivery(m);
+                        true
+                    }
+                    Some(Reassembly::Placed(mut p)) if d.len() == p.missing() => {
+                        p.write(d);
+                        let notice = p.into_notice();
+                        if notice.is_empty() {
+                            // In place, and nothing to run.
+                            self.stats.messages_delivered += 1;
+                            self.pool.give(notice);
+                        } else {
+                            self.push_delivery(notice);
+                        }
                         true
                     }
                     _ => false,

@@ -87,6 +87,22 @@ pub(crate) fn encode(
     payload: &[u8],
     offset: u64,
 ) {
+    encode_head(out, ch, class, handler, args, payload.len(), offset);
+    out.extend_from_slice(payload);
+}
+
+/// Writes into `out` (cleared first) what [`encode`] writes before a payload of `len` bytes:
+/// the message is `out` followed by the payload, which the transport gathers from where it
+/// lies (a long payload from the segment) instead of from a copy.
+pub(crate) fn encode_head(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    class: Class,
+    handler: u16,
+    args: &[u64],
+    len: usize,
+    offset: u64,
+) {
     debug_assert!(args.len() <= MAX_ARGS);
     out.clear();
     let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
@@ -94,7 +110,7 @@ pub(crate) fn encode(
     out.extend_from_slice(&w0.to_le_bytes());
     let extra = extra_words(class);
     if extra >= 1 {
-        out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(len as u64).to_le_bytes());
     }
     if extra >= 2 {
         out.extend_from_slice(&offset.to_le_bytes());
@@ -102,7 +118,6 @@ pub(crate) fn encode(
     for a in args {
         out.extend_from_slice(&a.to_le_bytes());
     }
-    out.extend_from_slice(payload);
 }
 
 /// [`encode`] of a medium message whose `len` payload bytes `fill` writes in place, at the
@@ -124,17 +139,24 @@ pub(crate) fn encode_medium_with(
 
 /// Encodes (into `out`, cleared first) a part of a long payload: `payload` goes to `offset`
 /// of the target's segment, and no handler runs.
+#[cfg(test)]
 pub(crate) fn encode_part(out: &mut Vec<u8>, ch: Channel, payload: &[u8], offset: u64) {
+    encode_part_head(out, ch, payload.len(), offset);
+    out.extend_from_slice(payload);
+}
+
+/// What [`encode_part`] writes before a part's `len` payload bytes (see [`encode_head`]).
+pub(crate) fn encode_part_head(out: &mut Vec<u8>, ch: Channel, len: usize, offset: u64) {
     out.clear();
     let ch_bit = if ch == Channel::Reply { CH_BIT } else { 0 };
     out.extend_from_slice(&(KIND_PART << KIND_SHIFT | ch_bit).to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&(len as u64).to_le_bytes());
     out.extend_from_slice(&offset.to_le_bytes());
-    out.extend_from_slice(payload);
 }
 
 /// Encodes (into `out`, cleared first) the tail of a long message of `span` bytes at `offset`
 /// whose other bytes went as parts before it: `tail` is its last `tail.len()` bytes.
+#[cfg(test)]
 pub(crate) fn encode_tail(
     out: &mut Vec<u8>,
     ch: Channel,
@@ -144,8 +166,21 @@ pub(crate) fn encode_tail(
     offset: u64,
     span: u64,
 ) {
-    debug_assert!(args.len() <= MAX_ARGS && tail.len() as u64 <= span);
-    encode(out, ch, Class::Long, handler, args, tail, offset);
+    debug_assert!(tail.len() as u64 <= span);
+    encode_tail_head(out, ch, handler, args, offset, span);
+    out.extend_from_slice(tail);
+}
+
+/// What [`encode_tail`] writes before the tail's bytes (see [`encode_head`]).
+pub(crate) fn encode_tail_head(
+    out: &mut Vec<u8>,
+    ch: Channel,
+    handler: u16,
+    args: &[u64],
+    offset: u64,
+    span: u64,
+) {
+    encode_head(out, ch, Class::Long, handler, args, 0, offset);
     let w0 = u64::from_le_bytes(out[..8].try_into().expect("8 bytes")) | TAIL_BIT;
     out[..8].copy_from_slice(&w0.to_le_bytes());
     out[8..16].copy_from_slice(&span.to_le_bytes());
@@ -155,6 +190,42 @@ pub(crate) fn encode_tail(
 /// of `payload_len` bytes.
 pub(crate) fn encoded_len(class: Class, nargs: usize, payload_len: usize) -> usize {
     (1 + extra_words(class) + nargs) * 8 + payload_len
+}
+
+/// For a network message of `len` bytes that begins with `head` and carries a long payload
+/// (whole, tail or part) whose frame words are all in `head`: the segment offset its payload
+/// bytes (the message's last ones) go to, and the words' length. Writes into `notice`
+/// (cleared first) the message to deliver once the payload is in place: a tail with no
+/// bytes of its own, whose handler then finds the whole payload placed (for a part, which
+/// runs no handler, nothing). `None` for anything else, or anything [`decode`] would refuse.
+pub(crate) fn placed(head: &[u8], len: usize, notice: &mut Vec<u8>) -> Option<(u64, usize)> {
+    let w0 = u64::from_le_bytes(head.get(..8)?.try_into().ok()?);
+    let kind = (w0 >> KIND_SHIFT) & 7;
+    let part = kind == KIND_PART;
+    if !part && kind != kind_of(Class::Long) {
+        return None;
+    }
+    let words = (1 + extra_words(Class::Long) + ((w0 >> 16) & 0x1f) as usize) * 8;
+    let payload = len.checked_sub(words)? as u64;
+    notice.clear();
+    notice.extend_from_slice(head.get(..words)?);
+    let span = u64::from_le_bytes(notice[8..16].try_into().ok()?);
+    // The words are checked as `decode` checks them, on a message with no payload: a part
+    // whose length word is zero, a long as a tail.
+    if part {
+        notice[8..16].fill(0);
+    } else {
+        notice[..8].copy_from_slice(&(w0 | TAIL_BIT).to_le_bytes());
+    }
+    let offset = decode(notice)?.offset;
+    let tail = w0 & TAIL_BIT != 0;
+    if payload > span || (!tail && payload != span) {
+        return None;
+    }
+    if part {
+        notice.clear();
+    }
+    Some((offset.checked_add(span - payload)?, words))
 }
 
 /// Decodes one message; `None` if it is malformed (to be dropped and counted).
@@ -318,6 +389,60 @@ mod tests {
         // Whole longs keep their length as span.
         encode(&mut buf, Channel::Request, Class::Long, 1, &[], b"ab", 8);
         assert_eq!(decode(&buf).map(|f| (f.span, f.part)), Some((2, false)));
+    }
+
+    #[test]
+    fn placed_payloads_leave_a_notice_that_runs_the_handler() {
+        let (mut buf, mut notice) = (Vec::new(), Vec::new());
+        let payload = [9u8; 40];
+        // A whole long: its payload at its offset, and a tail without bytes to deliver.
+        encode(&mut buf, Channel::Reply, Class::Long, 3, &[7], &payload, 64);
+        let (at, words) = placed(&buf[..35], buf.len(), &mut notice).expect("placed");
+        assert_eq!((at, words, &buf[words..]), (64, 32, &payload[..]));
+        let f = decode(&notice).expect("the notice decodes");
+        assert_eq!(
+            (f.ch, f.handler, &f.args[..1]),
+            (Channel::Reply, 3, &[7][..])
+        );
+        assert_eq!((f.offset, f.span, f.payload), (64, 40, &[][..]));
+        // A tail: its bytes end the span.
+        encode_tail(&mut buf, Channel::Request, 3, &[], &payload[..8], 64, 1000);
+        let (at, words) = placed(&buf, buf.len(), &mut notice).expect("placed");
+        assert_eq!((at, words), (64 + 1000 - 8, 24));
+        assert_eq!(
+            decode(&notice).map(|f| (f.offset, f.span)),
+            Some((64, 1000))
+        );
+        // A part: placed, nothing to deliver.
+        encode_part(&mut buf, Channel::Request, &payload, 4096);
+        assert_eq!(placed(&buf, buf.len(), &mut notice), Some((4096, 24)));
+        assert!(notice.is_empty());
+        // Not placed: other kinds, words not all received, a length that disagrees.
+        encode(
+            &mut buf,
+            Channel::Request,
+            Class::Medium,
+            3,
+            &[],
+            &payload,
+            0,
+        );
+        assert_eq!(placed(&buf, buf.len(), &mut notice), None);
+        encode(
+            &mut buf,
+            Channel::Request,
+            Class::Long,
+            3,
+            &[1, 2],
+            &payload,
+            0,
+        );
+        assert_eq!(placed(&buf[..39], buf.len(), &mut notice), None);
+        assert_eq!(placed(&buf, buf.len() + 1, &mut notice), None);
+        assert_eq!(placed(&buf, 39, &mut notice), None);
+        let mut bad = buf.clone();
+        bad[7] = 0x80;
+        assert_eq!(placed(&bad, bad.len(), &mut notice), None);
     }
 
     #[test]

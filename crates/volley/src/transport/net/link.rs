@@ -8,7 +8,7 @@
 
 use super::frame;
 use super::poll_policy::{NetPollState, PollPolicy};
-use super::{NetError, NetStats, NetTransport, MAX_MESSAGE};
+use super::{NetError, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::counter::Counter;
 use crate::transport::contract::{
     Body, Class, Inbound, LongGuard, OnBlocked, Outbound, SendRefused, Sink, Transport,
@@ -18,6 +18,7 @@ use crate::transport::Channel;
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::ops::ControlFlow;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -50,6 +51,67 @@ pub(crate) struct Placement {
     pub(crate) upper: *mut u8,
     /// What refuses a long message on a segment, if the layer above installed one.
     pub(crate) guard: Option<Arc<dyn LongGuard>>,
+}
+
+impl std::fmt::Debug for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Placement")
+            .field("segment", &self.segment)
+            .field("len", &self.len)
+            .field("guarded", &self.guard.is_some())
+            .finish()
+    }
+}
+
+// SAFETY: the segment and upper bytes are this rank's own mapping, which lives as long as
+// the runtime (and so the route and its transport); the transport writes through it only
+// ranges `place` admitted, and the guard is `Send + Sync`.
+unsafe impl Send for Placement {}
+// SAFETY: as above; `&Placement` only reads the pointers.
+unsafe impl Sync for Placement {}
+
+impl Placement {
+    /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
+    fn admit(&self, offset: usize, len: usize) -> Result<(), ()> {
+        if offset.checked_add(len).is_none_or(|e| e > self.len) {
+            return Err(());
+        }
+        if let Some(guard) = &self.guard {
+            guard.admit(self.upper, offset, len).map_err(|_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Copies `payload` to `offset` of our segment, a range [`Placement::admit`] admitted.
+    fn copy_in(&self, offset: usize, payload: &[u8]) {
+        assert!(offset + payload.len() <= self.len, "an admitted range");
+        // SAFETY: bounds checked against our own segment, which stays mapped while the
+        // runtime (and so this route) lives.
+        unsafe {
+            std::ptr::copy_nonoverlapping(payload.as_ptr(), self.segment.add(offset), payload.len())
+        };
+    }
+}
+
+/// A long payload placed by the transport as it arrives is admitted then, as the
+/// shared-memory route admits it when the sender writes it: before a byte is written.
+impl Placer for Placement {
+    fn place(
+        &self,
+        _src: usize,
+        head: &[u8],
+        len: usize,
+        notice: &mut Vec<u8>,
+    ) -> Option<(NonNull<u8>, usize)> {
+        let (offset, words) = frame::placed(head, len, notice)?;
+        let offset = usize::try_from(offset).ok()?;
+        if self.admit(offset, len - words).is_err() {
+            notice.clear();
+            return None;
+        }
+        // In bounds: admitted above.
+        NonNull::new(self.segment.wrapping_add(offset)).map(|p| (p, words))
+    }
 }
 
 /// What the network route counted, for the runtime's statistics.
@@ -116,7 +178,7 @@ pub(crate) struct NetLink {
     traffic: Vec<PeerCounters>,
     /// The hang reporter asks for the backlogs: the next network poll publishes them.
     backlog_wanted: AtomicBool,
-    placement: Placement,
+    placement: Arc<Placement>,
     /// Ends the rank on a failure it cannot recover from (the job's policy, not ours); it
     /// must not return.
     fail: Box<dyn Fn(NetError)>,
@@ -146,6 +208,9 @@ impl NetLink {
         placement: Placement,
         fail: Box<dyn Fn(NetError)>,
     ) -> Self {
+        let placement = Arc::new(placement);
+        let mut transport = transport;
+        transport.set_placer(placement.clone());
         Self {
             transport: RefCell::new(transport),
             inbox: Default::default(),
@@ -374,14 +439,7 @@ impl NetLink {
 
     /// Checks that `len` bytes at `offset` fit our segment and that the guard admits them.
     fn admit_long(&self, offset: usize, len: usize) -> Result<(), ()> {
-        let p = &self.placement;
-        if offset.checked_add(len).is_none_or(|e| e > p.len) {
-            return Err(());
-        }
-        if let Some(guard) = &p.guard {
-            guard.admit(p.upper, offset, len).map_err(|_| ())?;
-        }
-        Ok(())
+        self.placement.admit(offset, len)
     }
 
     /// Copies a long payload into this rank's segment at `offset` before its handler runs, as
@@ -395,13 +453,7 @@ impl NetLink {
 
     /// Copies `payload` to `offset` of our segment, a range [`NetLink::admit_long`] admitted.
     fn copy_in(&self, offset: usize, payload: &[u8]) {
-        let p = &self.placement;
-        assert!(offset + payload.len() <= p.len, "an admitted range");
-        // SAFETY: bounds checked against our own segment, which stays mapped while the
-        // runtime (and so this route) lives.
-        unsafe {
-            std::ptr::copy_nonoverlapping(payload.as_ptr(), p.segment.add(offset), payload.len())
-        };
+        self.placement.copy_in(offset, payload)
     }
 }
 
@@ -427,7 +479,7 @@ impl NetLink {
         let mut buf = self.encode_buf.take();
         frame::encode_medium_with(&mut buf, ch, handler, args, len, fill);
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
+        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, Class::Medium, attempt, &mut blocked);
@@ -488,7 +540,7 @@ impl NetLink {
             0,
         );
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, true);
+        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, true);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, msg.ch, msg.class, attempt, &mut blocked);
@@ -504,12 +556,14 @@ impl NetLink {
             .min(WHOLE_MAX)
     }
 
-    /// Hands one encoded network message to the transport (`unsequenced`: outside its
-    /// sequencing), waiting as `blocked` says while the transport cannot take it.
+    /// Hands one network message, `head` followed by `body`, to the transport
+    /// (`unsequenced`: outside its sequencing, `body` empty), waiting as `blocked` says while
+    /// the transport cannot take it.
     fn send_frame<B: OnBlocked>(
         &self,
         dest: usize,
-        buf: &[u8],
+        head: &[u8],
+        body: &[u8],
         blocked: &mut B,
         attempt: &mut u32,
         unsequenced: bool,
@@ -517,9 +571,14 @@ impl NetLink {
         loop {
             let now = self.now();
             let sent = if unsequenced {
-                self.transport.borrow_mut().send_unsequenced(dest, buf, now)
+                debug_assert!(body.is_empty());
+                self.transport
+                    .borrow_mut()
+                    .send_unsequenced(dest, head, now)
             } else {
-                self.transport.borrow_mut().send(dest, buf, now)
+                self.transport
+                    .borrow_mut()
+                    .send_gather(dest, head, body, now)
             };
             match sent {
                 Ok(()) => {
@@ -581,40 +640,43 @@ impl Transport for NetLink {
         let mut buf = self.encode_buf.take();
         let (ch, class) = (msg.ch, msg.class);
         let mut attempt = 0;
-        if whole {
-            frame::encode(
+        // Only the frame's words are encoded here; the transport gathers the payload from
+        // where it lies.
+        let body = if whole {
+            frame::encode_head(
                 &mut buf,
                 ch,
                 class,
                 msg.handler,
                 msg.args,
-                msg.payload,
+                msg.payload.len(),
                 msg.offset as u64,
             );
+            msg.payload
         } else {
             // Parts first, then the tail that runs the handler; once the first part is
             // queued the send cannot give up (it does not: `GIVES_UP` sends come whole).
             let parts = msg.payload.len().div_ceil(LONG_PART) - 1;
             for (i, part) in msg.payload.chunks(LONG_PART).take(parts).enumerate() {
                 let offset = (msg.offset + i * LONG_PART) as u64;
-                frame::encode_part(&mut buf, ch, part, offset);
-                if let Err(e) = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false) {
+                frame::encode_part_head(&mut buf, ch, part.len(), offset);
+                let sent = self.send_frame(dest, &buf, part, &mut blocked, &mut attempt, false);
+                if let Err(e) = sent {
                     self.encode_buf.set(buf);
                     return Err(e);
                 }
             }
-            let tail = &msg.payload[parts * LONG_PART..];
-            frame::encode_tail(
+            frame::encode_tail_head(
                 &mut buf,
                 ch,
                 msg.handler,
                 msg.args,
-                tail,
                 msg.offset as u64,
                 msg.payload.len() as u64,
             );
-        }
-        let sent = self.send_frame(dest, &buf, &mut blocked, &mut attempt, false);
+            &msg.payload[parts * LONG_PART..]
+        };
+        let sent = self.send_frame(dest, &buf, body, &mut blocked, &mut attempt, false);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, class, attempt, &mut blocked);

@@ -34,6 +34,7 @@ pub mod faults;
 pub mod floor;
 pub(crate) mod frame;
 pub(crate) mod link;
+pub(crate) mod placing;
 pub(crate) mod poll_policy;
 pub mod stream_floor;
 pub mod tcp;
@@ -168,7 +169,20 @@ pub trait NetTransport: std::fmt::Debug + Send {
     fn connect(&mut self, me: usize, peers: &[Option<SocketAddr>]) -> Result<(), NetError>;
 
     /// Queues `msg` for `peer` (see the module contract).
-    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError>;
+    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+        self.send_gather(peer, msg, &[], now)
+    }
+
+    /// [`NetTransport::send`] of the message `head` followed by `body`, gathered from where
+    /// they lie (a long payload from the segment), so the caller need not join them and the
+    /// transport copies the bytes at most where its protocol must keep them.
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError>;
 
     /// Queues `msg` for `peer` outside any sequencing of the transport's own (seed 002's "no
     /// flow control"): UDP sends it as one unsequenced datagram, never acknowledged or
@@ -194,6 +208,13 @@ pub trait NetTransport: std::fmt::Debug + Send {
     /// Transmits, receives and runs timers without blocking; appends delivered messages to
     /// `inbox`. Returns the number of messages appended.
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError>;
+
+    /// Lets the transport put long payloads straight where `placer` says as they arrive,
+    /// instead of delivering them whole for the caller to copy. Optional: a transport that
+    /// cannot place keeps delivering whole messages.
+    fn set_placer(&mut self, placer: std::sync::Arc<dyn Placer>) {
+        let _ = placer;
+    }
 
     /// Gives back the buffer of a message `progress` delivered from `peer`, once read, so the
     /// transport can reuse its allocation. Optional: a buffer not given back is simply freed.
@@ -232,6 +253,25 @@ pub trait NetTransport: std::fmt::Debug + Send {
         let _ = peer;
         Backlog::default()
     }
+}
+
+/// Where a transport may put a long payload as it arrives (see [`NetTransport::set_placer`]).
+pub trait Placer: Send + Sync + std::fmt::Debug {
+    /// A message of `len` bytes from `src` begins with `head` (what has arrived of it). When
+    /// its last bytes go to this rank's segment and `head` holds everything before them:
+    /// returns where they go and how many bytes precede them, having checked that range
+    /// (bounds and protection), and writes into `notice` (empty) what to deliver once they
+    /// are in place (nothing if left empty). `None`: deliver the message whole as usual.
+    ///
+    /// A returned pointer is valid for writes of the message's remaining bytes for as long
+    /// as the transport lives.
+    fn place(
+        &self,
+        src: usize,
+        head: &[u8],
+        len: usize,
+        notice: &mut Vec<u8>,
+    ) -> Option<(std::ptr::NonNull<u8>, usize)>;
 }
 
 /// What a transport holds for one peer (see [`NetTransport::backlog`]).

@@ -33,6 +33,8 @@
 //! departure.
 
 mod close;
+#[cfg(test)]
+mod placed_tests;
 pub(crate) mod receive;
 mod send_queue;
 mod setup;
@@ -43,11 +45,12 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::socket::{self as sock, Backlog};
 
-use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
 use send_queue::SendQueue;
@@ -164,6 +167,8 @@ pub struct TcpTransport {
     closed: bool,
     /// Buffers of delivered messages given back by `recycle`, for the next ones.
     pool: BufferPool,
+    /// Where large frames' long payloads go as they arrive, if set.
+    placer: Option<Arc<dyn Placer>>,
 }
 
 impl fmt::Debug for TcpTransport {
@@ -211,6 +216,7 @@ impl TcpTransport {
             stats: NetStats::default(),
             closed: false,
             pool: BufferPool::default(),
+            placer: None,
         })
     }
 
@@ -291,6 +297,7 @@ impl TcpTransport {
                         inbox,
                         &mut self.stats,
                         &mut self.pool,
+                        self.placer.as_deref(),
                     ) {
                         return Err(self.fail(idx, why));
                     }
@@ -371,10 +378,17 @@ impl NetTransport for TcpTransport {
         queued == 0 || queued + PREFIX + len <= self.config.max_queued
     }
 
-    fn send(&mut self, peer: usize, msg: &[u8], _now: u64) -> Result<(), NetError> {
-        if msg.len() > MAX_MESSAGE {
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        _now: u64,
+    ) -> Result<(), NetError> {
+        let len = head.len() + body.len();
+        if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
-                len: msg.len(),
+                len,
                 max: MAX_MESSAGE,
             });
         }
@@ -401,11 +415,14 @@ impl NetTransport for TcpTransport {
             });
         }
         let queued = conn.tx.queued();
-        if queued > 0 && queued + PREFIX + msg.len() > self.config.max_queued {
+        if queued > 0 && queued + PREFIX + len > self.config.max_queued {
             self.stats.would_block += 1;
             return Err(NetError::WouldBlock);
         }
-        if let Err(e) = conn.tx.send_large(&conn.stream, msg, &mut self.stats) {
+        if let Err(e) = conn
+            .tx
+            .send_large(&conn.stream, head, body, &mut self.stats)
+        {
             let why = write_failure(conn.state, &e);
             return Err(self.fail(idx, why));
         }
@@ -418,6 +435,11 @@ impl NetTransport for TcpTransport {
         }
         self.mark_dirty(idx);
         Ok(())
+    }
+
+    /// Large frames (over [`receive::BIG_FRAME`]) are read straight into place.
+    fn set_placer(&mut self, placer: Arc<dyn Placer>) {
+        self.placer = Some(placer);
     }
 
     fn recycle(&mut self, _peer: usize, buf: Vec<u8>) {

@@ -6,7 +6,8 @@ use std::os::fd::AsRawFd;
 
 use super::{State, GOODBYE, PREFIX};
 use crate::reliable::BufferPool;
-use crate::transport::net::{NetStats, MAX_MESSAGE};
+use crate::transport::net::placing::Placing;
+use crate::transport::net::{NetStats, Placer, MAX_MESSAGE};
 
 /// Per-connection receive buffer. One read can take in this much of a burst of small frames.
 pub(super) const RECV_BUF: usize = 128 << 10;
@@ -28,10 +29,12 @@ pub(super) struct Receiver {
     rbuf: Box<[u8]>,
     rstart: usize,
     rend: usize,
-    /// A large frame being received directly: its bytes so far (capacity = its length).
+    /// A large frame being received directly: its bytes so far (capacity at least its length).
     big: Vec<u8>,
     /// That frame's length, 0 when none is in progress (empty frames never take this path).
     big_len: usize,
+    /// A large frame whose payload is being received straight into the segment.
+    direct: Option<Placing>,
 }
 
 impl Receiver {
@@ -42,12 +45,13 @@ impl Receiver {
             rend: 0,
             big: Vec::new(),
             big_len: 0,
+            direct: None,
         }
     }
 
     /// Whether no part of a frame is waiting for the rest of it.
     pub(super) fn is_empty(&self) -> bool {
-        self.rend == self.rstart && self.big_len == 0
+        self.rend == self.rstart && self.big_len == 0 && self.direct.is_none()
     }
 
     /// The whole receive buffer, to read into and throw away (only after [`Receiver::reset`]:
@@ -62,14 +66,20 @@ impl Receiver {
     where
         for<'s> &'s S: Read,
     {
-        if self.big_len > 0 {
+        if self.big_len > 0 || self.direct.is_some() {
             debug_assert!(self.rstart == 0 && self.rend == 0);
-            let want = self.big_len - self.big.len();
-            let spare = self.big.spare_capacity_mut();
-            debug_assert!(spare.len() >= want);
+            let (into, want) = match &mut self.direct {
+                Some(d) => (d.next_ptr(), d.missing()),
+                None => {
+                    let want = self.big_len - self.big.len();
+                    let spare = self.big.spare_capacity_mut();
+                    debug_assert!(spare.len() >= want);
+                    (spare.as_mut_ptr().cast::<u8>(), want)
+                }
+            };
             let iov = [
                 libc::iovec {
-                    iov_base: spare.as_mut_ptr().cast(),
+                    iov_base: into.cast(),
                     iov_len: want,
                 },
                 libc::iovec {
@@ -77,9 +87,10 @@ impl Receiver {
                     iov_len: self.rbuf.len(),
                 },
             ];
-            // SAFETY: both iovecs describe writable memory we own exclusively for the call: the
-            // first `want` bytes of `big`'s spare capacity (capacity was reserved for the whole
-            // frame) and the whole receive buffer, which holds no unparsed bytes now.
+            // SAFETY: both iovecs describe writable memory we may write for the call: the rest
+            // of the placed range the placer lent, or the first `want` bytes of `big`'s spare
+            // capacity (reserved for the whole frame); and the whole receive buffer, which
+            // holds no unparsed bytes now.
             let n = unsafe { libc::readv(stream.as_raw_fd(), iov.as_ptr(), 2) };
             if n < 0 {
                 return Err(io::Error::last_os_error());
@@ -89,9 +100,12 @@ impl Receiver {
                 return Ok(Read1::Eof);
             }
             let into_big = n.min(want);
-            // SAFETY: the kernel initialised the first `into_big` bytes of the spare capacity,
-            // and `big.len() + into_big <= big_len <= capacity`.
-            unsafe { self.big.set_len(self.big.len() + into_big) };
+            match &mut self.direct {
+                Some(d) => d.advance(into_big),
+                // SAFETY: the kernel initialised the first `into_big` bytes of the spare
+                // capacity, and `big.len() + into_big <= big_len <= capacity`.
+                None => unsafe { self.big.set_len(self.big.len() + into_big) },
+            }
             self.rend = n - into_big;
             return Ok(Read1::Data {
                 full: n == want + self.rbuf.len(),
@@ -122,6 +136,7 @@ impl Receiver {
 
     /// Delivers every complete frame received so far. Leaves the receive buffer able to take
     /// the rest of an incomplete small frame, or starts a direct receive for a large one.
+    /// A large frame's payload goes straight to where `placer` says, if it takes it.
     pub(super) fn parse(
         &mut self,
         rank: usize,
@@ -129,7 +144,25 @@ impl Receiver {
         inbox: &mut Vec<(usize, Vec<u8>)>,
         stats: &mut NetStats,
         pool: &mut BufferPool,
+        placer: Option<&dyn Placer>,
     ) -> Result<(), String> {
+        if let Some(d) = &self.direct {
+            if d.missing() > 0 {
+                return Ok(());
+            }
+            let notice = self
+                .direct
+                .take()
+                .map(Placing::into_notice)
+                .unwrap_or_default();
+            if notice.is_empty() {
+                pool.give(notice);
+            } else {
+                inbox.push((rank, notice));
+                stats.messages_received += 1;
+            }
+            stats.packets_received += 1;
+        }
         if self.big_len > 0 {
             if self.big.len() < self.big_len {
                 return Ok(());
@@ -170,8 +203,17 @@ impl Receiver {
                 self.rstart += PREFIX + len;
                 continue;
             }
-            if len > BIG_FRAME {
-                let mut big = Vec::with_capacity(len);
+            let have = &self.rbuf[at + PREFIX..self.rend];
+            if let Some(d) = placer
+                .filter(|_| len > BIG_FRAME)
+                .and_then(|p| Placing::start(p, rank, have, len, pool))
+            {
+                self.direct = Some(d);
+                self.rstart = 0;
+                self.rend = 0;
+            } else if len > BIG_FRAME {
+                // Recycled: a fresh buffer of a megabyte would fault in every page.
+                let mut big = pool.take_for(len);
                 big.extend_from_slice(&self.rbuf[at + PREFIX..self.rend]);
                 self.big = big;
                 self.big_len = len;
@@ -194,6 +236,7 @@ impl Receiver {
 
     /// Forgets any partially received frame (close discards what arrives).
     pub(super) fn reset(&mut self) {
+        self.direct = None;
         self.big = Vec::new();
         self.big_len = 0;
         self.rstart = 0;
@@ -232,7 +275,7 @@ pub(crate) fn fuzz_stream(data: &[u8]) {
                 Err(e) => panic!("reading the pair: {e}"),
             }
             if receiver
-                .parse(0, &mut state, &mut inbox, &mut stats, &mut pool)
+                .parse(0, &mut state, &mut inbox, &mut stats, &mut pool, None)
                 .is_err()
             {
                 return;

@@ -48,57 +48,63 @@ impl SendQueue {
         self.queued
     }
 
-    /// Appends one frame (prefix and body).
-    pub(super) fn enqueue(&mut self, msg: &[u8]) {
-        let prefix = (msg.len() as u32).to_le_bytes();
-        if msg.len() <= SMALL_MESSAGE {
-            self.append_shared(&[&prefix, msg], 1);
+    /// Appends one frame: the prefix and the message `head` followed by `body`.
+    pub(super) fn enqueue(&mut self, head: &[u8], body: &[u8]) {
+        let len = head.len() + body.len();
+        let prefix = (len as u32).to_le_bytes();
+        if len <= SMALL_MESSAGE {
+            self.append_shared(&[&prefix, head, body], 1);
         } else {
-            // The copy that takes ownership is unavoidable (the caller keeps its slice); the
+            // The copy that takes ownership is unavoidable (the caller keeps its slices); the
             // prefix rides along for free and the buffer is written as one iovec.
-            let mut data = Vec::with_capacity(PREFIX + msg.len());
-            data.extend_from_slice(&prefix);
-            data.extend_from_slice(msg);
-            self.queued += data.len();
-            self.out.push_back(OutBuf {
-                data,
-                frames: 1,
-                shared: false,
-            });
+            self.push_own(&[&prefix, head, body]);
         }
     }
 
-    /// Sends one large frame: with nothing queued ahead of it, it is written straight from
-    /// `msg` (prefix and body gathered in one `sendmsg`), and only what the kernel does not
-    /// take is copied into the queue; otherwise it is queued like any other.
+    /// Queues `parts`, joined, as a buffer of their own.
+    fn push_own(&mut self, parts: &[&[u8]]) {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut data = Vec::with_capacity(len);
+        for p in parts {
+            data.extend_from_slice(p);
+        }
+        self.queued += len;
+        self.out.push_back(OutBuf {
+            data,
+            frames: 1,
+            shared: false,
+        });
+    }
+
+    /// Sends one large frame of `head` followed by `body`: with nothing queued ahead of it,
+    /// it is written straight from them (prefix, head and body gathered in one `sendmsg`),
+    /// and only what the kernel does not take is copied into the queue; otherwise it is
+    /// queued like any other.
     pub(super) fn send_large(
         &mut self,
         stream: &TcpStream,
-        msg: &[u8],
+        head: &[u8],
+        body: &[u8],
         stats: &mut NetStats,
     ) -> io::Result<()> {
-        if self.queued > 0 || msg.len() <= SMALL_MESSAGE {
-            self.enqueue(msg);
+        let len = head.len() + body.len();
+        if self.queued > 0 || len <= SMALL_MESSAGE {
+            self.enqueue(head, body);
             return Ok(());
         }
-        let prefix = (msg.len() as u32).to_le_bytes();
-        let iov = [
-            libc::iovec {
-                iov_base: prefix.as_ptr() as *mut libc::c_void,
-                iov_len: PREFIX,
-            },
-            libc::iovec {
-                iov_base: msg.as_ptr() as *mut libc::c_void,
-                iov_len: msg.len(),
-            },
-        ];
+        let prefix = (len as u32).to_le_bytes();
+        let parts: [&[u8]; 3] = [&prefix, head, body];
+        let iov = parts.map(|p| libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        });
         let n = loop {
             // SAFETY: msghdr is plain old data; all zeroes is a valid, empty header.
             let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
             hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
-            hdr.msg_iovlen = 2;
-            // SAFETY: both iovecs point at live byte slices (`prefix`, `msg`) with their exact
-            // lengths, which outlive the call; the kernel only reads them.
+            hdr.msg_iovlen = iov.len() as _;
+            // SAFETY: the iovecs point at live byte slices (`prefix`, `head`, `body`) with
+            // their exact lengths, which outlive the call; the kernel only reads them.
             let n = unsafe {
                 libc::sendmsg(
                     stream.as_raw_fd(),
@@ -118,22 +124,18 @@ impl SendQueue {
             }
         };
         stats.bytes_sent += n as u64;
-        if n == PREFIX + msg.len() {
+        if n == PREFIX + len {
             stats.packets_sent += 1;
             return Ok(());
         }
         // The rest, as the queue's only (own) buffer.
-        let mut data = Vec::with_capacity(PREFIX + msg.len() - n);
-        if n < PREFIX {
-            data.extend_from_slice(&prefix[n..]);
-        }
-        data.extend_from_slice(&msg[n.saturating_sub(PREFIX)..]);
-        self.queued += data.len();
-        self.out.push_back(OutBuf {
-            data,
-            frames: 1,
-            shared: false,
+        let mut skip = n;
+        let rest = parts.map(|p| {
+            let cut = skip.min(p.len());
+            skip -= cut;
+            &p[cut..]
         });
+        self.push_own(&rest);
         Ok(())
     }
 

@@ -29,10 +29,11 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
-use super::{NetError, NetKind, NetStats, NetTransport, MAX_MESSAGE};
+use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State};
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
@@ -155,6 +156,8 @@ pub struct UdpTransport {
     recv: RecvRing,
     /// Counters kept here; [`NetTransport::stats`] adds those of the peers.
     counters: NetStats,
+    /// Where fragmented long payloads go as they arrive (given to every peer), if set.
+    placer: Option<Arc<dyn Placer>>,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -254,6 +257,7 @@ impl UdpTransport {
             send_msgs: MsgVec::new(batch),
             recv: RecvRing::new(batch),
             counters: NetStats::default(),
+            placer: None,
         })
     }
 
@@ -578,6 +582,11 @@ impl NetTransport for UdpTransport {
                 })?;
             self.single = true;
         }
+        if let Some(p) = &self.placer {
+            for link in &mut links {
+                link.peer.set_placer(Some((p.clone(), link.rank)));
+            }
+        }
         self.datagram_size = rc.max_datagram_size;
         self.slots = slots;
         self.links = links;
@@ -634,16 +643,23 @@ impl NetTransport for UdpTransport {
     /// Queues `msg`; when the peer's queue fills a datagram (and the window has room), the
     /// full datagrams are written at once, and sent once a batch of them is ready, so a long
     /// run of sends without progress still leaves in full datagrams.
-    fn send(&mut self, peer: usize, msg: &[u8], now: u64) -> Result<(), NetError> {
+    fn send_gather(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError> {
         let slot = self.slot(peer)?;
-        if msg.len() > MAX_MESSAGE {
+        let len = head.len() + body.len();
+        if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
-                len: msg.len(),
+                len,
                 max: MAX_MESSAGE,
             });
         }
         let link = &mut self.links[slot];
-        match link.peer.send(msg, now) {
+        match link.peer.send_gather(head, body, now) {
             Ok(()) => {}
             Err(SendError::WouldBlock) => {
                 self.counters.would_block += 1;
@@ -680,6 +696,15 @@ impl NetTransport for UdpTransport {
             Some(e) => Err(e),
             None => Ok(n),
         }
+    }
+
+    /// A message larger than a datagram whose long payload the placer takes goes into place
+    /// fragment by fragment, as each is accepted in order.
+    fn set_placer(&mut self, placer: Arc<dyn Placer>) {
+        for link in &mut self.links {
+            link.peer.set_placer(Some((placer.clone(), link.rank)));
+        }
+        self.placer = Some(placer);
     }
 
     fn recycle(&mut self, peer: usize, buf: Vec<u8>) {
@@ -729,6 +754,11 @@ impl NetTransport for UdpTransport {
             .max()
             .unwrap_or(0)
             .clamp(QUIET_MIN, QUIET_MAX);
+        // What arrives from now on is discarded: nothing more goes into the segment.
+        self.placer = None;
+        for link in &mut self.links {
+            link.peer.set_placer(None);
+        }
         let mut discard = Vec::new();
         let mut last_heard = now();
         loop {
