@@ -338,6 +338,7 @@ impl<'rt> Global<'rt> {
         Ok(at.cast())
     }
 
+    #[inline]
     pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.procs {
             return Err(GlobalError::InvalidRank {
@@ -349,6 +350,7 @@ impl<'rt> Global<'rt> {
     }
 
     /// How an operation on `rank`'s memory goes.
+    #[inline]
     pub(crate) fn route(&self, rank: usize) -> Result<Route> {
         self.check_rank(rank)?;
         if self.rt.is_finalized() {

@@ -99,7 +99,7 @@ impl<'rt> Global<'rt> {
     }
 
     /// Sends one get request: `len` bytes at `off` of `seg` into `dst`, completed at `kind`.
-    #[inline]
+    #[inline(always)]
     fn send_get(
         &self,
         seg: SegmentRef,
@@ -222,7 +222,7 @@ impl<'rt> Global<'rt> {
 
     /// Sends one put request: `src` to `off` of `seg`, completed at `kind`; inline in the
     /// arguments when it fits.
-    #[inline]
+    #[inline(always)]
     fn send_put(&self, seg: SegmentRef, off: usize, src: &[u8], kind: u64) -> Result<()> {
         let w = seg.to_words();
         let header = [w[0], w[1], offset_len(off, src.len()), kind];
@@ -388,7 +388,7 @@ impl<'rt> Global<'rt> {
     }
 
     /// Sends one store request: `src` to `off` of `seg`; inline in the arguments when it fits.
-    #[inline]
+    #[inline(always)]
     fn send_store(&self, seg: SegmentRef, off: usize, src: &[u8]) -> Result<()> {
         let w = seg.to_words();
         let header = [w[0], w[1], offset_len(off, src.len())];
