@@ -205,7 +205,7 @@ impl<'rt> Global<'rt> {
                 None
             }
         };
-        self.stored_to.borrow_mut()[rank] += size;
+        self.count_stored_to(rank, size);
         match slot {
             Some(idx) if idx >= cap => Err(GlobalError::BucketOverflow {
                 rank,

@@ -29,6 +29,7 @@ pub(crate) fn refusal_of(w: RefusalWords) -> (usize, Refusal) {
 
 impl Completion {
     /// A completion that waits for `n` replies.
+    #[inline]
     pub(crate) fn expecting(n: u64) -> Self {
         let c = Self::default();
         c.remaining.store(n, Ordering::Relaxed);
@@ -41,8 +42,17 @@ impl Completion {
     }
 
     /// Whether every reply is in.
+    #[inline]
     pub(crate) fn done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
+    }
+
+    /// Records one successful reply that carries no value (called by the reply handler,
+    /// after the data is written).
+    #[inline]
+    pub(crate) fn arrive(&self) {
+        // Release: the waiter that sees zero sees the data.
+        self.remaining.fetch_sub(1, Ordering::Release);
     }
 
     /// Records one reply (called by the reply handler, after the data is written).

@@ -50,7 +50,7 @@ pub struct Global<'rt> {
     /// Word 0 of this segment, on every rank, counts the bytes stored into that rank.
     pub(crate) ctrl: SymmetricSegment,
     /// Bytes this rank has stored into each rank, ever.
-    pub(crate) stored_to: RefCell<Vec<u64>>,
+    pub(crate) stored_to: Box<[Cell<u64>]>,
     /// Bytes of arrived stores that `store_sync` has consumed.
     pub(crate) consumed: Cell<u64>,
     /// Store refusals at each rank already reported by `all_store_sync`.
@@ -142,7 +142,7 @@ impl GlobalSetup {
             me: rt.rank(),
             procs,
             ctrl,
-            stored_to: RefCell::new(vec![0; procs]),
+            stored_to: (0..procs).map(|_| Cell::new(0)).collect(),
             consumed: Cell::new(0),
             refusals_reported: RefCell::new(vec![0; procs]),
             local_refusals_reported: Cell::new(0),
@@ -338,6 +338,7 @@ impl<'rt> Global<'rt> {
         Ok(at.cast())
     }
 
+    #[inline]
     pub(crate) fn check_rank(&self, rank: usize) -> Result<()> {
         if rank >= self.procs {
             return Err(GlobalError::InvalidRank {
@@ -349,6 +350,7 @@ impl<'rt> Global<'rt> {
     }
 
     /// How an operation on `rank`'s memory goes.
+    #[inline]
     pub(crate) fn route(&self, rank: usize) -> Result<Route> {
         self.check_rank(rank)?;
         if self.rt.is_finalized() {
@@ -366,33 +368,51 @@ impl<'rt> Global<'rt> {
     /// Polls until `cond` holds. A wait that lasts longer than `VOLLEY_HANG_WARN_SECS`
     /// (default 10) says on standard error what it waits for (`what`), and again at every
     /// doubling, so that a job that cannot finish is never silent.
+    #[inline]
     pub(crate) fn wait_for(&self, mut cond: impl FnMut() -> bool, what: &dyn Fn() -> String) {
         if cond() {
             return;
         }
-        // The clock is read only once a wait has lasted 1024 polls: a short wait (a round
-        // trip) pays nothing for the diagnostic.
-        let mut start: Option<Instant> = None;
-        let mut next = self.hang_warn;
-        let mut polls = 0u32;
-        self.rt.wait_until(|| {
-            if cond() {
-                return true;
-            }
-            polls = polls.wrapping_add(1);
-            if polls % 1024 == 0 {
-                let t0 = *start.get_or_insert_with(Instant::now);
-                if t0.elapsed() >= next {
-                    eprintln!(
-                        "volley-global: rank {} has waited {:.0} s for {}",
-                        self.me,
-                        t0.elapsed().as_secs_f64(),
-                        what()
-                    );
-                    next *= 2;
-                }
-            }
-            false
-        });
+        let mut watch = HangWatch {
+            polls: 0,
+            start: None,
+            next: self.hang_warn,
+        };
+        self.rt.wait_until(|| cond() || watch.tick(self.me, what));
+    }
+}
+
+/// The clock of a long wait: read only once a wait has lasted 1024 polls, so that a short
+/// wait (a round trip) pays one increment per poll for the diagnostic.
+struct HangWatch {
+    polls: u32,
+    start: Option<Instant>,
+    /// When to speak next.
+    next: Duration,
+}
+
+impl HangWatch {
+    /// Counts a poll; speaks if the wait has grown long. Never ends the wait.
+    #[inline]
+    fn tick(&mut self, me: usize, what: &dyn Fn() -> String) -> bool {
+        self.polls = self.polls.wrapping_add(1);
+        if self.polls % 1024 == 0 {
+            self.check(me, what);
+        }
+        false
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check(&mut self, me: usize, what: &dyn Fn() -> String) {
+        let t0 = *self.start.get_or_insert_with(Instant::now);
+        if t0.elapsed() >= self.next {
+            eprintln!(
+                "volley-global: rank {me} has waited {:.0} s for {}",
+                t0.elapsed().as_secs_f64(),
+                what()
+            );
+            self.next *= 2;
+        }
     }
 }

@@ -175,6 +175,19 @@ impl Shared {
         }
     }
 
+    /// Completes one successful reply that carries no value (a get's data, a put's ack): the
+    /// common case, without the refusal and value bookkeeping of [`Shared::complete`].
+    #[inline]
+    fn arrive(&self, kind: u64) {
+        if kind == 0 {
+            self.counter.complete();
+        } else {
+            // SAFETY: as in `complete`.
+            let c = unsafe { &*(kind as *const Completion) };
+            c.arrive();
+        }
+    }
+
     /// Completes one reply: into a [`Completion`] or the split counter.
     fn complete(&self, kind: u64, status: u64, value: u64, detail: [u64; 4]) {
         if kind == 0 {
@@ -219,16 +232,27 @@ pub(crate) fn seg_of(w0: u64, key: u64) -> SegmentRef {
     SegmentRef::from_words([w0, key, 0])
 }
 
-/// Packs bytes into little-endian words (the last one zero-padded).
+/// Packs bytes into little-endian words (the last one zero-padded); returns how many words
+/// they take. Whole words go as single loads, so a scalar packs in a few instructions.
+#[inline]
 pub(crate) fn to_words(bytes: &[u8], out: &mut [u64]) -> usize {
-    let n = bytes.len().div_ceil(8);
-    for (i, w) in out.iter_mut().take(n).enumerate() {
-        let chunk = &bytes[i * 8..bytes.len().min(i * 8 + 8)];
+    let whole = bytes.chunks_exact(8);
+    let rest = whole.remainder();
+    let mut words = out.iter_mut();
+    // The chunks first: a zip stops on its first iterator without taking from the second.
+    for (c, w) in whole.zip(words.by_ref()) {
         let mut b = [0u8; 8];
-        b[..chunk.len()].copy_from_slice(chunk);
+        b.copy_from_slice(c);
         *w = u64::from_le_bytes(b);
     }
-    n
+    if !rest.is_empty() {
+        if let Some(w) = words.next() {
+            let mut b = [0u8; 8];
+            b[..rest.len()].copy_from_slice(rest);
+            *w = u64::from_le_bytes(b);
+        }
+    }
+    bytes.len().div_ceil(8)
 }
 
 /// Unpacks `dst.len()` bytes from little-endian words.
@@ -236,6 +260,64 @@ pub(crate) fn from_words(words: &[u64], dst: &mut [u8]) {
     for (i, chunk) in dst.chunks_mut(8).enumerate() {
         chunk.copy_from_slice(&words[i].to_le_bytes()[..chunk.len()]);
     }
+}
+
+/// The bytes that [`to_words`] packed into `words`, borrowed where the host is little-endian
+/// (the words' memory is those bytes), else unpacked into `buf`.
+fn packed_bytes<'a>(words: &'a [u64], buf: &'a mut [u64]) -> &'a [u8] {
+    if cfg!(target_endian = "little") {
+        bytemuck::cast_slice(words)
+    } else {
+        let k = words.len().min(buf.len());
+        let buf = &mut buf[..k];
+        for (b, w) in buf.iter_mut().zip(words) {
+            *b = w.to_le();
+        }
+        bytemuck::cast_slice(buf)
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst`: the one-word case (a scalar's read or write) as one
+/// load and store, the rest by `memcpy`.
+///
+/// # Safety
+/// `src` must be valid for reading and `dst` for writing `n` bytes, and they must not overlap.
+#[inline]
+pub(crate) unsafe fn copy_small(src: *const u8, dst: *mut u8, n: usize) {
+    if n == 8 {
+        // SAFETY: 8 valid bytes each (the caller's contract); unaligned accesses.
+        unsafe {
+            dst.cast::<u64>()
+                .write_unaligned(src.cast::<u64>().read_unaligned())
+        };
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
+    }
+}
+
+/// The first `N` arguments of `m`, 0 for those not sent (the seed's unused words), with one
+/// length check in the common case.
+#[inline]
+fn args_of<const N: usize>(m: &Message<'_>) -> [u64; N] {
+    match m.args().first_chunk::<N>() {
+        Some(a) => *a,
+        None => std::array::from_fn(|i| m.arg(i)),
+    }
+}
+
+/// Answers a request that was refused: completion `kind`, the refusal, and what was asked.
+#[cold]
+fn refuse_access(
+    tok: ReplyToken<'_>,
+    refused: ReplyHandler,
+    kind: u64,
+    r: Refusal,
+    off: u64,
+    len: u64,
+) -> Result<(), volley::am::Error> {
+    let (code, seg_len) = refusal_detail(r);
+    tok.reply_short(refused, &[kind, code, off, len, seg_len])
 }
 
 /// The handler ids of the global layer.
@@ -264,23 +346,22 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     let s = shared.clone();
     let data: ReplyHandler = b.reply_handler("volley.global.data", move |m| {
         // args: destination·length, completion, inline words (or the payload).
-        let (dest, len) = split_addr_len(m.arg(0));
-        let kind = m.arg(1);
+        let [dest_len, kind] = args_of(m);
+        let (dest, len) = split_addr_len(dest_len);
         let payload = m.payload();
-        let n = if payload.is_empty() {
-            len as usize
+        let mut buf = [0u64; GET_INLINE_WORDS];
+        let src = if payload.is_empty() {
+            let words = m.args().get(2..).unwrap_or(&[]);
+            let bytes = packed_bytes(words, &mut buf);
+            // A reply that carries fewer bytes than it names writes none.
+            bytes.get(..len as usize).unwrap_or(&[])
         } else {
-            payload.len()
+            payload
         };
-        // SAFETY: `dest` is the address of `n` bytes the initiator (this rank) keeps borrowed
-        // until this reply is recorded (module docs); `n` is what it asked for.
-        let dst = unsafe { std::slice::from_raw_parts_mut(dest as *mut u8, n) };
-        if payload.is_empty() {
-            from_words(&m.args()[2..], dst);
-        } else {
-            dst.copy_from_slice(payload);
-        }
-        s.complete(kind, 0, 0, [0; 4]);
+        // SAFETY: `dest` is the address of the bytes the initiator (this rank) asked for and
+        // keeps borrowed until this reply is recorded (module docs); `src` is what it asked for.
+        unsafe { copy_small(src.as_ptr(), dest as *mut u8, src.len()) };
+        s.arrive(kind);
     });
     let s = shared.clone();
     let data_refused: ReplyHandler = b.reply_handler("volley.global.data_refused", move |m| {
@@ -295,8 +376,10 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     let s = shared.clone();
     let ack: ReplyHandler = b.reply_handler("volley.global.ack", move |m| {
         // args: completion[, value].
-        let value = m.args().get(1).copied().unwrap_or(0);
-        s.complete(m.arg(0), 0, value, [0; 4]);
+        match m.args().get(1) {
+            None => s.arrive(m.arg(0)),
+            Some(&value) => s.complete(m.arg(0), 0, value, [0; 4]),
+        }
     });
     let refused = data_refused;
 
@@ -307,26 +390,22 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     let s = shared.clone();
     let put = b.request_handler("volley.global.put", move |m, tok| {
         // args: segment, key, offset·length, completion, inline words.
-        let seg = seg_of(m.arg(0), m.arg(1));
-        let (off, len) = split_offset_len(m.arg(2));
-        let kind = m.arg(3);
-        let mut inline = [0u8; PUT_INLINE_WORDS * 8];
-        let written = write_carried(&s.own, m, 4, seg, off, len, &mut inline);
+        let [w0, key, off_len, kind] = args_of(m);
+        let (off, len) = split_offset_len(off_len);
+        let mut buf = [0u64; PUT_INLINE_WORDS];
+        let written = write_carried(&s.own, m, 4, seg_of(w0, key), off, len, &mut buf);
         let _ = match written {
             Ok(()) => tok.reply_short(ack, &[kind]),
-            Err(r) => {
-                let (code, seg_len) = refusal_detail(r);
-                tok.reply_short(refused, &[kind, code, off, len, seg_len])
-            }
+            Err(r) => refuse_access(tok, refused, kind, r, off, len),
         };
     });
     let s = shared.clone();
     let store = b.request_handler("volley.global.store", move |m, _| {
         // args: segment, key, offset·length, inline words.
-        let seg = seg_of(m.arg(0), m.arg(1));
-        let (off, len) = split_offset_len(m.arg(2));
-        let mut inline = [0u8; STORE_INLINE_WORDS * 8];
-        if let Err(r) = write_carried(&s.own, m, 3, seg, off, len, &mut inline) {
+        let [w0, key, off_len] = args_of(m);
+        let (off, len) = split_offset_len(off_len);
+        let mut buf = [0u64; STORE_INLINE_WORDS];
+        if let Err(r) = write_carried(&s.own, m, 3, seg_of(w0, key), off, len, &mut buf) {
             s.note_store_refusal(r, off, len);
         }
         // Counted even when refused, so that a receiver waiting for these bytes is told
@@ -340,10 +419,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         let args = m.args().get(5..).unwrap_or(&[]);
         let _ = match run_procedure(&s, seg, off as usize, index, args) {
             Ok(v) => tok.reply_short(ack, &[kind, v]),
-            Err(r) => {
-                let (code, seg_len) = refusal_detail(r);
-                tok.reply_short(refused, &[kind, code, off, 0, seg_len])
-            }
+            Err(r) => refuse_access(tok, refused, kind, r, off, 0),
         };
     });
     let s = shared.clone();
@@ -397,8 +473,9 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
 }
 
 /// Writes the `len` bytes a put or store carries (as its payload, or inline in its arguments
-/// after `header` words, unpacked into `inline`) at `off` of this rank's `seg`. A message whose
-/// length does not match what it carries is refused rather than written.
+/// after `header` words; `buf` has room for the most inline words) at `off` of this rank's
+/// `seg`. A message whose length does not match what it carries is refused rather than
+/// written.
 fn write_carried(
     own: &OwnSegments,
     m: &Message<'_>,
@@ -406,18 +483,25 @@ fn write_carried(
     seg: SegmentRef,
     off: u64,
     len: u64,
-    inline: &mut [u8],
+    buf: &mut [u64],
 ) -> Result<(), Refusal> {
     let n = len as usize;
+    let words = n.div_ceil(8);
     let bytes: &[u8] = if m.payload().len() == n {
         m.payload()
-    } else if n <= inline.len() && m.args().len() >= header + n.div_ceil(8) {
-        from_words(&m.args()[header..], &mut inline[..n]);
-        &inline[..n]
+    } else if words <= buf.len() && m.args().len() >= header + words {
+        &packed_bytes(&m.args()[header..header + words], buf)[..n]
     } else {
         return Err(Refusal::NoSuchSegment);
     };
-    own.write(seg, off as usize, bytes)
+    let dst = own.range(seg, off as usize, n, Perms::WRITE)?;
+    // SAFETY: `dst` is `n` bytes checked to lie in this rank's segment area; `bytes` is the
+    // message's, which cannot overlap it. Concurrent writers of one range race by the
+    // program's choice, as with any remote write.
+    unsafe { copy_small(bytes.as_ptr(), dst.as_ptr(), n) };
+    // Release: the counter or acknowledgement that follows makes the data visible.
+    std::sync::atomic::fence(Ordering::Release);
+    Ok(())
 }
 
 fn serve_get(
@@ -428,22 +512,27 @@ fn serve_get(
     refused: ReplyHandler,
 ) {
     // args: segment, key, offset·length, destination, completion.
-    let seg = seg_of(m.arg(0), m.arg(1));
-    let (off, len) = split_offset_len(m.arg(2));
-    let (dest, kind) = (m.arg(3), m.arg(4));
+    let [w0, key, off_len, dest, kind] = args_of(m);
+    let seg = seg_of(w0, key);
+    let (off, len) = split_offset_len(off_len);
     let n = len as usize;
-    let refuse = |tok: ReplyToken<'_>, r: Refusal| {
-        let (code, seg_len) = refusal_detail(r);
-        tok.reply_short(refused, &[kind, code, off, len, seg_len])
-    };
+    let refuse = |tok: ReplyToken<'_>, r: Refusal| refuse_access(tok, refused, kind, r, off, len);
     if n <= GET_INLINE_WORDS * 8 {
-        let mut bytes = [0u8; GET_INLINE_WORDS * 8];
-        let _ = match s.own.read(seg, off as usize, &mut bytes[..n]) {
-            Ok(()) => {
+        let _ = match s.own.range(seg, off as usize, n, Perms::READ) {
+            Ok(src) => {
+                let words = n.div_ceil(8);
                 let mut args = [0u64; 2 + GET_INLINE_WORDS];
                 args[0] = addr_len(dest, len);
                 args[1] = kind;
-                let words = to_words(&bytes[..n], &mut args[2..]);
+                // Acquire: pairs with the release of whoever wrote the data.
+                std::sync::atomic::fence(Ordering::Acquire);
+                // SAFETY: `src` is `n` bytes checked to lie in this rank's segment area; the
+                // words after the header have room for `n` bytes.
+                unsafe { copy_small(src.as_ptr(), args[2..].as_mut_ptr().cast(), n) };
+                // Packed as `to_words` packs: little-endian, the last word zero-padded.
+                for w in &mut args[2..2 + words] {
+                    *w = u64::from_le(*w);
+                }
                 tok.reply_short(data, &args[..2 + words])
             }
             Err(r) => refuse(tok, r),
@@ -497,4 +586,46 @@ pub(crate) fn push_local(
         own.write(bucket, BUCKET_HEADER + idx as usize * item.len(), item)?;
     }
     Ok(idx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every length up to two words and a bit, at every alignment: packing then unpacking
+    /// gives the bytes back, the padding is zero, and the word count is the rounded-up length.
+    #[test]
+    fn words_pack_and_unpack_every_length_and_alignment() {
+        let source: Vec<u8> = (1..=40).collect();
+        for start in 0..8 {
+            for len in 0..=20 {
+                let bytes = &source[start..start + len];
+                let mut words = [u64::MAX; 4];
+                let n = to_words(bytes, &mut words);
+                assert_eq!(n, len.div_ceil(8), "{len} bytes");
+                let mut back = vec![0u8; len];
+                from_words(&words, &mut back);
+                assert_eq!(back, bytes, "{len} bytes from {start}");
+                let mut buf = [0u64; 4];
+                assert_eq!(&packed_bytes(&words[..n], &mut buf)[..len], bytes);
+                if len % 8 != 0 {
+                    let last = words[n - 1].to_le_bytes();
+                    assert!(last[len % 8..].iter().all(|&b| b == 0), "padding of {len}");
+                }
+                assert!(words[n..].iter().all(|&w| w == u64::MAX), "wrote past {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn small_copies_copy_exactly_the_bytes_asked() {
+        for n in 0..=16 {
+            let src: Vec<u8> = (1..=16).collect();
+            let mut dst = [0u8; 24];
+            // SAFETY: `src` has 16 bytes and `dst` 24, separate buffers.
+            unsafe { copy_small(src.as_ptr(), dst.as_mut_ptr().add(3), n) };
+            assert_eq!(&dst[3..3 + n], &src[..n]);
+            assert!(dst[..3].iter().chain(&dst[3 + n..]).all(|&b| b == 0));
+        }
+    }
 }

@@ -53,11 +53,17 @@ impl<'rt> Global<'rt> {
                 .get(p.segment(), off, bytes)
                 .map_err(GlobalError::from),
             Route::Am => {
-                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                let what = || format!("a read from rank {}", p.rank());
+                if bytes.len() <= self.chunk.get() {
+                    // One message (the scalar case): if it cannot be sent, nothing is out.
+                    let c = Completion::expecting(1);
+                    self.send_get(p.segment(), off, bytes.as_mut_ptr(), bytes.len(), c.word())?;
+                    return self.await_completion(&c, &what).map(|_| ());
+                }
+                let n = self.messages(bytes.len());
                 let c = Completion::expecting(n);
                 let sent = self.send_gets(p.segment(), off, bytes, c.word());
-                self.finish(&c, n, sent, &|| format!("a read from rank {}", p.rank()))
-                    .map(|_| ())
+                self.finish(&c, n, sent, &what).map(|_| ())
             }
         }
     }
@@ -71,23 +77,40 @@ impl<'rt> Global<'rt> {
         dst: &mut [u8],
         kind: u64,
     ) -> std::result::Result<u64, (u64, GlobalError)> {
-        let w = seg.to_words();
-        let base = dst.as_mut_ptr() as u64;
+        let chunk = self.chunk.get();
+        if dst.len() <= chunk {
+            // One message: the scalar case, without the fragmenting loop.
+            return match self.send_get(seg, off, dst.as_mut_ptr(), dst.len(), kind) {
+                Ok(()) => Ok(1),
+                Err(e) => Err((0, e)),
+            };
+        }
+        let base = dst.as_mut_ptr();
         let mut sent = 0;
-        for (start, len) in pieces(dst.len(), self.chunk.get()) {
-            let args = [
-                w[0],
-                w[1],
-                offset_len(off + start, len),
-                base + start as u64,
-                kind,
-            ];
-            if let Err(e) = self.rt.request_short(seg.rank, self.h.get, &args) {
-                return Err((sent, e.into()));
+        for (start, len) in pieces(dst.len(), chunk) {
+            // SAFETY: `start` is within `dst` (the pieces cover it).
+            let at = unsafe { base.add(start) };
+            if let Err(e) = self.send_get(seg, off + start, at, len, kind) {
+                return Err((sent, e));
             }
             sent += 1;
         }
         Ok(sent)
+    }
+
+    /// Sends one get request: `len` bytes at `off` of `seg` into `dst`, completed at `kind`.
+    #[inline(always)]
+    fn send_get(
+        &self,
+        seg: SegmentRef,
+        off: usize,
+        dst: *mut u8,
+        len: usize,
+        kind: u64,
+    ) -> Result<()> {
+        let w = seg.to_words();
+        let args = [w[0], w[1], offset_len(off, len), dst as u64, kind];
+        Ok(self.rt.request_short(seg.rank, self.h.get, &args)?)
     }
 
     /// Waits for a [`Completion`] of `n` replies of which `sent` went out (or an error after
@@ -107,11 +130,31 @@ impl<'rt> Global<'rt> {
             }
         };
         // Even after an error, the replies to what went out land in our memory: wait for them.
-        self.wait_for(|| c.done(), what);
-        if let Some(e) = err {
-            return Err(e);
+        let done = self.await_completion(c, what);
+        match err {
+            Some(e) => Err(e),
+            None => done,
         }
+    }
+
+    /// Waits until every reply of `c` is in: the value, or the first refusal.
+    #[inline]
+    fn await_completion(&self, c: &Completion, what: &dyn Fn() -> String) -> Result<u64> {
+        self.wait_for(|| c.done(), what);
         c.result().map_err(|w| self.refused_err(w))
+    }
+
+    /// Messages a transfer of `len` bytes takes (one for an empty one).
+    #[inline]
+    pub(crate) fn messages(&self, len: usize) -> u64 {
+        let chunk = self.chunk.get();
+        // No division in the common one-message case: it costs more than the rest of a
+        // scalar's issue.
+        if len <= chunk {
+            1
+        } else {
+            len.div_ceil(chunk) as u64
+        }
     }
 
     // ----- writes -----
@@ -137,11 +180,17 @@ impl<'rt> Global<'rt> {
                 .put(p.segment(), off, bytes)
                 .map_err(GlobalError::from),
             Route::Am => {
-                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                let what = || format!("a write to rank {}", p.rank());
+                if bytes.len() <= self.chunk.get() {
+                    // One message (the scalar case): if it cannot be sent, nothing is out.
+                    let c = Completion::expecting(1);
+                    self.send_put(p.segment(), off, bytes, c.word())?;
+                    return self.await_completion(&c, &what).map(|_| ());
+                }
+                let n = self.messages(bytes.len());
                 let c = Completion::expecting(n);
                 let sent = self.send_puts(p.segment(), off, bytes, c.word());
-                self.finish(&c, n, sent, &|| format!("a write to rank {}", p.rank()))
-                    .map(|_| ())
+                self.finish(&c, n, sent, &what).map(|_| ())
             }
         }
     }
@@ -153,26 +202,40 @@ impl<'rt> Global<'rt> {
         src: &[u8],
         kind: u64,
     ) -> std::result::Result<u64, (u64, GlobalError)> {
-        let w = seg.to_words();
-        let mut sent = 0;
-        for (start, len) in pieces(src.len(), self.chunk.get()) {
-            let piece = &src[start..start + len];
-            let header = [w[0], w[1], offset_len(off + start, len), kind];
-            let r = if len <= PUT_INLINE_WORDS * 8 {
-                let mut args = [0u64; 4 + PUT_INLINE_WORDS];
-                args[..4].copy_from_slice(&header);
-                let words = to_words(piece, &mut args[4..]);
-                self.rt
-                    .request_short(seg.rank, self.h.put, &args[..4 + words])
-            } else {
-                self.rt.request_medium(seg.rank, self.h.put, &header, piece)
+        let chunk = self.chunk.get();
+        if src.len() <= chunk {
+            // One message: the scalar case, without the fragmenting loop.
+            return match self.send_put(seg, off, src, kind) {
+                Ok(()) => Ok(1),
+                Err(e) => Err((0, e)),
             };
-            if let Err(e) = r {
-                return Err((sent, e.into()));
+        }
+        let mut sent = 0;
+        for (start, len) in pieces(src.len(), chunk) {
+            if let Err(e) = self.send_put(seg, off + start, &src[start..start + len], kind) {
+                return Err((sent, e));
             }
             sent += 1;
         }
         Ok(sent)
+    }
+
+    /// Sends one put request: `src` to `off` of `seg`, completed at `kind`; inline in the
+    /// arguments when it fits.
+    #[inline(always)]
+    fn send_put(&self, seg: SegmentRef, off: usize, src: &[u8], kind: u64) -> Result<()> {
+        let w = seg.to_words();
+        let header = [w[0], w[1], offset_len(off, src.len()), kind];
+        if src.len() <= PUT_INLINE_WORDS * 8 {
+            let mut args = [0u64; 4 + PUT_INLINE_WORDS];
+            args[..4].copy_from_slice(&header);
+            let words = to_words(src, &mut args[4..]);
+            Ok(self
+                .rt
+                .request_short(seg.rank, self.h.put, &args[..4 + words])?)
+        } else {
+            Ok(self.rt.request_medium(seg.rank, self.h.put, &header, src)?)
+        }
     }
 
     // ----- split phase -----
@@ -215,7 +278,7 @@ impl<'rt> Global<'rt> {
                 rank: p.rank(),
             });
         }
-        let n = std::mem::size_of::<T>().div_ceil(self.chunk.get()).max(1) as u64;
+        let n = self.messages(std::mem::size_of::<T>());
         let completion = Box::new(Completion::expecting(n));
         let bytes: &mut [u8] = bytemuck::bytes_of_mut(&mut *value);
         if let Err((sent, e)) = self.send_gets(p.segment(), p.offset(), bytes, completion.word()) {
@@ -244,7 +307,7 @@ impl<'rt> Global<'rt> {
         match self.route(p.rank())? {
             Route::Local | Route::Direct => self.bulk_write(p, src),
             Route::Am => {
-                let n = bytes.len().div_ceil(self.chunk.get()).max(1) as u64;
+                let n = self.messages(bytes.len());
                 self.shared.counter.issue(n);
                 if let Err((sent, e)) = self.send_puts(p.segment(), off, bytes, 0) {
                     self.shared.counter.unissue(n - sent);
@@ -288,7 +351,6 @@ impl<'rt> Global<'rt> {
         let len = p.check_fits(src.len())?;
         let bytes: &[u8] = bytemuck::cast_slice(src);
         let rank = p.rank();
-        let ctrl = self.ctrl.on(rank);
         match self.route(rank)? {
             Route::Local => {
                 if let Err(r) = self.shared.own.write(p.segment(), off, bytes) {
@@ -304,30 +366,51 @@ impl<'rt> Global<'rt> {
                     .map_err(GlobalError::from)?;
                 // The data is in (the put fenced it) before the counter says so.
                 self.rma
-                    .atomic(ctrl, 0, AtomicOp::FetchAdd, len as u64, 0)
+                    .atomic(self.ctrl.on(rank), 0, AtomicOp::FetchAdd, len as u64, 0)
                     .map_err(GlobalError::from)?;
             }
             Route::Am => {
-                let w = p.segment().to_words();
-                for (start, n) in pieces(bytes.len(), self.chunk.get()) {
-                    let piece = &bytes[start..start + n];
-                    let header = [w[0], w[1], offset_len(off + start, n)];
-                    if n <= STORE_INLINE_WORDS * 8 {
-                        let mut args = [0u64; 3 + STORE_INLINE_WORDS];
-                        args[..3].copy_from_slice(&header);
-                        let words = to_words(piece, &mut args[3..]);
-                        self.rt
-                            .request_short(rank, self.h.store, &args[..3 + words])?;
-                    } else {
-                        self.rt.request_medium(rank, self.h.store, &header, piece)?;
+                let chunk = self.chunk.get();
+                if bytes.len() <= chunk {
+                    // One message: the scalar case, without the fragmenting loop.
+                    self.send_store(p.segment(), off, bytes)?;
+                } else {
+                    for (start, n) in pieces(bytes.len(), chunk) {
+                        self.send_store(p.segment(), off + start, &bytes[start..start + n])?;
+                        self.count_stored_to(rank, n as u64);
                     }
-                    self.stored_to.borrow_mut()[rank] += n as u64;
+                    return Ok(());
                 }
-                return Ok(());
             }
         }
-        self.stored_to.borrow_mut()[rank] += len as u64;
+        self.count_stored_to(rank, len as u64);
         Ok(())
+    }
+
+    /// Sends one store request: `src` to `off` of `seg`; inline in the arguments when it fits.
+    #[inline(always)]
+    fn send_store(&self, seg: SegmentRef, off: usize, src: &[u8]) -> Result<()> {
+        let w = seg.to_words();
+        let header = [w[0], w[1], offset_len(off, src.len())];
+        if src.len() <= STORE_INLINE_WORDS * 8 {
+            let mut args = [0u64; 3 + STORE_INLINE_WORDS];
+            args[..3].copy_from_slice(&header);
+            let words = to_words(src, &mut args[3..]);
+            Ok(self
+                .rt
+                .request_short(seg.rank, self.h.store, &args[..3 + words])?)
+        } else {
+            Ok(self
+                .rt
+                .request_medium(seg.rank, self.h.store, &header, src)?)
+        }
+    }
+
+    /// Counts `n` bytes this rank stored into `rank` (for `all_store_sync`).
+    #[inline]
+    pub(crate) fn count_stored_to(&self, rank: usize, n: u64) {
+        let c = &self.stored_to[rank];
+        c.set(c.get() + n);
     }
 
     /// Bytes stored into this rank so far (by every rank, itself included): those its
@@ -459,7 +542,7 @@ impl<'env, 'rt> Phase<'env, 'rt> {
             Route::Local | Route::Direct => g.bulk_read(dst, p),
             Route::Am => {
                 let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
-                let n = bytes.len().div_ceil(g.chunk.get()).max(1) as u64;
+                let n = g.messages(bytes.len());
                 g.shared.counter.issue(n);
                 if let Err((sent, e)) = g.send_gets(p.segment(), p.offset(), bytes, 0) {
                     g.shared.counter.unissue(n - sent);

@@ -492,7 +492,7 @@ impl Global<'_> {
     /// the call is in its target's memory (Split-C's `all_store_sync`). Refused stores are an
     /// error on every rank, naming a rank that refused them.
     pub fn all_store_sync(&self) -> Result<()> {
-        let sent: Vec<u64> = self.stored_to.borrow().clone();
+        let sent: Vec<u64> = self.stored_to.iter().map(std::cell::Cell::get).collect();
         let mut expected_from = vec![0u64; self.procs];
         self.all_to_all(&sent, &mut expected_from)?;
         let expected: u64 = expected_from.iter().sum();

@@ -373,6 +373,12 @@ impl<'rt> Rma<'rt> {
 
     /// Writes `data` into `target` at `offset`; returns once it is in the target's memory.
     pub fn put(&self, target: SegmentRef, offset: usize, data: &[u8]) -> Result<()> {
+        self.check_rank(target.rank)?;
+        if self.direct(target.rank) {
+            // The direct path completes at once: no event to make and wait for.
+            let _e = self.rt.enter_local();
+            return self.put_direct(target, offset as u64, data);
+        }
         self.put_nb(target, offset, data)?.wait()
     }
 
@@ -426,7 +432,23 @@ impl<'rt> Rma<'rt> {
 
     /// Reads `buf.len()` bytes of `target` at `offset` into `buf`.
     pub fn get(&self, target: SegmentRef, offset: usize, buf: &mut [u8]) -> Result<()> {
+        self.check_rank(target.rank)?;
+        if self.direct(target.rank) {
+            // The direct path completes at once: no event to make and wait for.
+            let _e = self.rt.enter_local();
+            return self.get_direct(target, offset as u64, buf);
+        }
         self.get_nb(target, offset, buf)?.wait()
+    }
+
+    /// The direct path's get: check the target's table, acquire, copy.
+    fn get_direct(&self, target: SegmentRef, off: u64, buf: &mut [u8]) -> Result<()> {
+        let src = self.check_direct(target, off, buf.len() as u64, Perms::READ)?;
+        // Acquire: pairs with the writer's release (fence or flag) before our reads.
+        fence(Ordering::Acquire);
+        // SAFETY: `src..src+len` lies in the target's segment (checked); `buf` is ours.
+        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        Ok(())
     }
 
     /// Starts a get into `buf`, which stays borrowed until the event completes.
@@ -440,11 +462,7 @@ impl<'rt> Rma<'rt> {
         let (_e, direct) = self.enter_for(target.rank);
         let (off, len) = (offset as u64, buf.len() as u64);
         if direct {
-            let src = self.check_direct(target, off, len, Perms::READ)?;
-            // Acquire: pairs with the writer's release (fence or flag) before our reads.
-            fence(Ordering::Acquire);
-            // SAFETY: `src..src+len` lies in the target's segment (checked); `buf` is ours.
-            unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+            self.get_direct(target, off, buf)?;
             return Ok(self.done(None));
         }
         let slot = self.take_slot()?;
