@@ -63,6 +63,8 @@ pub struct Global<'rt> {
     pub(crate) fast_calls: [Cell<u64>; crate::handlers::LANES],
     /// Every rank's fast lanes in mapped memory, where senders write them directly.
     pub(crate) direct_lanes: Option<crate::coll::DirectLanes>,
+    /// Where small collectives meet when every rank shares a core with others.
+    pub(crate) hub: Option<crate::coll::Hub>,
     /// This rank's part of every spread array: (start address, segment).
     arrays: RefCell<Vec<(usize, usize, volley::rma::SegmentRef)>>,
     /// Bytes per message of a bulk transfer.
@@ -130,6 +132,7 @@ impl GlobalSetup {
         }
         let ctrl = zeroed_symmetric(&rma, rt, 64)?;
         let direct_lanes = crate::coll::DirectLanes::new(&rma, rt, self.strategy)?;
+        let hub = crate::coll::Hub::new(&rma, rt, self.strategy)?;
         let procs = rt.size();
         let hang_warn = std::env::var("VOLLEY_HANG_WARN_SECS")
             .ok()
@@ -152,6 +155,7 @@ impl GlobalSetup {
             epoch: Cell::new(0),
             fast_calls: Default::default(),
             direct_lanes,
+            hub,
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             mapped_scratch: RefCell::new(None),

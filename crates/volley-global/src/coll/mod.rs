@@ -18,12 +18,14 @@ use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 
 mod direct;
+mod hub;
 mod mailbox;
 mod mapped;
 mod parcels;
 mod what;
 
 pub(crate) use direct::DirectLanes;
+pub(crate) use hub::Hub;
 pub(crate) use mailbox::Mailbox;
 use parcels::*;
 use what::*;
@@ -34,6 +36,9 @@ impl Global<'_> {
     pub fn barrier(&self) -> Result<()> {
         let epoch = self.next_epoch();
         let what = What::new(Kind::Barrier);
+        if let Some(r) = self.hub_barrier(epoch, what) {
+            return r;
+        }
         let p = self.procs;
         let lane = self.lane(BARRIER_LANE, 0);
         let mut dist = 1;
@@ -99,6 +104,9 @@ impl Global<'_> {
         let what = What::of::<T>(Kind::AllReduce).op(op);
         if self.procs == 1 {
             return Ok(());
+        }
+        if let Some(r) = self.hub_all_reduce(epoch, what, data, &f) {
+            return r;
         }
         if std::mem::size_of_val(data) <= SMALL_REDUCE || data.len() < self.procs {
             self.recursive_doubling(epoch, what, data, &f)
@@ -399,6 +407,9 @@ impl Global<'_> {
         let epoch = self.next_epoch();
         let what = What::of::<T>(Kind::AllToAll);
         let me = self.me;
+        if let Some(r) = self.hub_all_to_all(epoch, what, send, recv) {
+            return r;
+        }
         if self.mapped_all_to_all(send, recv)? {
             return Ok(());
         }

@@ -72,7 +72,6 @@ impl Global<'_> {
         len: Option<usize>,
     ) -> Result<Vec<u8>> {
         let mb = &self.shared.mailbox;
-        let lanes = &self.lanes().0;
         let (mut polls, mut elsewhere) = (0u32, None);
         let cond = || {
             if mb.ready(src, epoch, step) {
@@ -81,7 +80,7 @@ impl Global<'_> {
             polls = polls.wrapping_add(1);
             // Now and then: has the other rank called a fast-lane collective at this epoch?
             if polls % 4096 == 0 {
-                elsewhere = lanes.iter().find_map(|l| l.what_of(epoch));
+                elsewhere = self.lanes_what_of(epoch, None, true);
             }
             elsewhere.is_some()
         };
@@ -165,6 +164,25 @@ impl Global<'_> {
         Ok(())
     }
 
+    /// What collective a fast-lane message of call `epoch` here (lane `except` left out), or
+    /// with `hub` a hub row of that call, belongs to and who sent it, if one is here: for
+    /// mismatch diagnosis.
+    pub(super) fn lanes_what_of(
+        &self,
+        epoch: u64,
+        except: Option<u64>,
+        hub: bool,
+    ) -> Option<(u64, usize)> {
+        let lanes = &self.lanes().0;
+        (0..lanes.len() as u64)
+            .filter(|&l| Some(l) != except)
+            .find_map(|l| lanes[l as usize].what_of(epoch))
+            .or_else(|| {
+                let h = self.hub.as_ref().filter(|_| hub)?;
+                h.what_of(epoch)
+            })
+    }
+
     /// This rank's fast lanes: in mapped memory where senders write them directly, else
     /// those the `coll_fast` handler fills.
     pub(super) fn lanes(&self) -> &crate::handlers::Lanes {
@@ -200,11 +218,9 @@ impl Global<'_> {
                 polls = polls.wrapping_add(1);
                 // Now and then: has another rank called another collective at this epoch?
                 if polls % 4096 == 0 {
-                    elsewhere = mb.what_of(epoch).or_else(|| {
-                        (0..lanes.len() as u64)
-                            .filter(|&l| l != lane)
-                            .find_map(|l| lanes[l as usize].what_of(epoch))
-                    });
+                    elsewhere = mb
+                        .what_of(epoch)
+                        .or_else(|| self.lanes_what_of(epoch, Some(lane), true));
                 }
                 elsewhere.is_some()
             },
