@@ -68,6 +68,26 @@ fn collectives_against_references_on_1_to_8_ranks() {
     }
 }
 
+/// The small collectives' fast paths under every strategy: on 2 ranks with cores of their
+/// own (fast lanes: Active Messages, or mapped memory under `hw`) and on 5 polite ranks (the
+/// hub under `hw`).
+#[test]
+fn small_collectives_take_their_fast_paths() {
+    for (ranks, polite) in [(2, "0"), (5, "1")] {
+        for strategy in ["proc", "np", "hw"] {
+            Job::run(ranks, SUITE, &["paths"])
+                .env("VOLLEY_STRATEGY", strategy)
+                .env("VOLLEY_POLITE", polite)
+                .timeout(DEADLINE)
+                .output()
+                .assert_success()
+                .assert_stdout_has(&[&format!(
+                    "global paths [{strategy}]: ok (300 calls of each small collective on {ranks} ranks"
+                )]);
+        }
+    }
+}
+
 #[test]
 fn more_ranks_than_cores_with_a_progress_thread_each() {
     Job::run(
@@ -138,9 +158,17 @@ fn an_unknown_strategy_is_refused_by_name() {
 
 #[test]
 fn a_barrier_against_an_all_reduce_is_an_error_not_a_silent_hang() {
-    for (ranks, strategy) in [(2, "hw"), (3, "proc"), (4, "np")] {
+    // The last at the hub (every rank polite under hw).
+    let cases = [
+        (2, "hw", "auto"),
+        (3, "proc", "auto"),
+        (4, "np", "auto"),
+        (5, "hw", "1"),
+    ];
+    for (ranks, strategy, polite) in cases {
         let out = Job::run(ranks, SUITE, &["mismatch"])
             .env("VOLLEY_STRATEGY", strategy)
+            .env("VOLLEY_POLITE", polite)
             .timeout(DEADLINE)
             .output();
         out.assert_job_code(3).assert_stderr_has(&[

@@ -59,8 +59,12 @@ pub struct Global<'rt> {
     pub(crate) local_refusals_reported: Cell<u64>,
     /// Collective calls so far (every rank counts the same).
     pub(crate) epoch: Cell<u64>,
-    /// Calls so far on each fast lane (barriers, small all-reduces).
-    pub(crate) fast_calls: [Cell<u64>; 2],
+    /// Calls so far on each fast lane (barriers, small all-reduces, small all-to-alls).
+    pub(crate) fast_calls: [Cell<u64>; crate::handlers::LANES],
+    /// Every rank's fast lanes in mapped memory, where senders write them directly.
+    pub(crate) direct_lanes: Option<crate::coll::DirectLanes>,
+    /// Where small collectives meet when every rank shares a core with others.
+    pub(crate) hub: Option<crate::coll::Hub>,
     /// This rank's part of every spread array: (start address, segment).
     arrays: RefCell<Vec<(usize, usize, volley::rma::SegmentRef)>>,
     /// Bytes per message of a bulk transfer.
@@ -127,6 +131,8 @@ impl GlobalSetup {
             ));
         }
         let ctrl = zeroed_symmetric(&rma, rt, 64)?;
+        let direct_lanes = crate::coll::DirectLanes::new(&rma, rt, self.strategy)?;
+        let hub = crate::coll::Hub::new(&rma, rt, self.strategy)?;
         let procs = rt.size();
         let hang_warn = std::env::var("VOLLEY_HANG_WARN_SECS")
             .ok()
@@ -147,7 +153,9 @@ impl GlobalSetup {
             refusals_reported: RefCell::new(vec![0; procs]),
             local_refusals_reported: Cell::new(0),
             epoch: Cell::new(0),
-            fast_calls: [Cell::new(0), Cell::new(0)],
+            fast_calls: Default::default(),
+            direct_lanes,
+            hub,
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             mapped_scratch: RefCell::new(None),
@@ -157,7 +165,11 @@ impl GlobalSetup {
 }
 
 /// [`Global::alloc_zeroed`], before the `Global` exists.
-fn zeroed_symmetric(rma: &Rma<'_>, rt: &Runtime, bytes: usize) -> Result<SymmetricSegment> {
+pub(crate) fn zeroed_symmetric(
+    rma: &Rma<'_>,
+    rt: &Runtime,
+    bytes: usize,
+) -> Result<SymmetricSegment> {
     let seg = rma.alloc_symmetric(bytes, Perms::ALL)?;
     let mine = rma
         .own_segments()

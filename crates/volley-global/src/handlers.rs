@@ -75,11 +75,12 @@ pub(crate) struct Procedure {
 /// Data words a fast-lane collective message carries (16 arguments less 4 header words).
 pub(crate) const FAST_WORDS: usize = 12;
 /// Steps of a fast lane (a collective of 2^62 ranks would need more).
-const FAST_STEPS: usize = 64;
+pub(crate) const FAST_STEPS: usize = 64;
 
-/// One step's message of a latency-bound collective (barrier, small all-reduce): written by
-/// the handler, then published by its sequence number.
-#[repr(align(64))]
+/// One step's message of a latency-bound collective (barrier, small all-reduce, small
+/// all-to-all): written by the handler, or by the sender straight into the receiver's mapped
+/// memory, then published by its sequence number.
+#[repr(C, align(64))]
 #[derive(Debug, Default)]
 pub(crate) struct FastSlot {
     /// The lane's call number + 1 of the message in the slot (0: none yet).
@@ -92,22 +93,34 @@ pub(crate) struct FastSlot {
     pub(crate) words: [AtomicU64; FAST_WORDS],
 }
 
+impl FastSlot {
+    /// Writes one message: `h` = (call number, epoch, what, length, sender), then `words`;
+    /// the number last, with release, so that a reader that sees it sees the rest.
+    pub(crate) fn fill(&self, h: [u64; 5], words: &[u64]) {
+        let [seq, epoch, what, len, src] = h;
+        for (w, v) in self.words.iter().zip(words) {
+            w.store(*v, Ordering::Relaxed);
+        }
+        self.epoch.store(epoch, Ordering::Relaxed);
+        self.what.store(what, Ordering::Relaxed);
+        self.len.store(len, Ordering::Relaxed);
+        self.src.store(src, Ordering::Relaxed);
+        self.seq.store(seq + 1, Ordering::Release);
+    }
+}
+
 /// The slots of one kind of latency-bound collective: at each step a rank hears from exactly
 /// one rank, and a rank can be at most one call ahead of another there (each such collective
 /// needs every rank to have entered it before any leaves), so two slots per step, by the
-/// parity of the call number, never hold a message not yet read.
+/// parity of the call number, never hold a message not yet read. Atomics only, all zero when
+/// empty: it may live in mapped shared memory.
+#[repr(C)]
 #[derive(Debug)]
 pub(crate) struct FastLane {
-    slots: Box<[FastSlot]>,
+    slots: [FastSlot; 2 * FAST_STEPS],
 }
 
 impl FastLane {
-    fn new() -> Self {
-        Self {
-            slots: (0..2 * FAST_STEPS).map(|_| FastSlot::default()).collect(),
-        }
-    }
-
     /// The slot of call `seq` at `step`.
     pub(crate) fn slot(&self, step: u64, seq: u64) -> &FastSlot {
         &self.slots[(step as usize).min(FAST_STEPS - 1) * 2 + (seq & 1) as usize]
@@ -130,6 +143,22 @@ impl FastLane {
     }
 }
 
+/// Fast lanes: 0 for barriers, 1 for small all-reduces, 2 for small all-to-alls.
+pub(crate) const LANES: usize = 3;
+
+/// A rank's fast lanes (in its heap for Active Messages, or in a mapped segment).
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Lanes(pub(crate) [FastLane; LANES]);
+
+impl Lanes {
+    fn new() -> Box<Self> {
+        Box::new(Self(std::array::from_fn(|_| FastLane {
+            slots: std::array::from_fn(|_| FastSlot::default()),
+        })))
+    }
+}
+
 /// State shared by a rank's [`crate::Global`] and its handlers.
 pub(crate) struct Shared {
     pub(crate) own: OwnSegments,
@@ -145,8 +174,8 @@ pub(crate) struct Shared {
     pub(crate) store_first_refusal: Mutex<Option<RefusalWords>>,
     pub(crate) procs: RwLock<Vec<Procedure>>,
     pub(crate) mailbox: Mailbox,
-    /// Fast lanes: 0 for barriers, 1 for small all-reduces.
-    pub(crate) lanes: [FastLane; 2],
+    /// The fast lanes that Active Messages fill.
+    pub(crate) lanes: Box<Lanes>,
     /// A buffer for copying a get's bytes out of the segment before they are sent.
     scratch: Mutex<Vec<u8>>,
 }
@@ -170,7 +199,7 @@ impl Shared {
             store_first_refusal: Mutex::new(None),
             procs: RwLock::new(Vec::new()),
             mailbox: Mailbox::default(),
-            lanes: [FastLane::new(), FastLane::new()],
+            lanes: Lanes::new(),
             scratch: Mutex::new(Vec::new()),
         }
     }
@@ -446,20 +475,12 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         // args: lane·step·length, call number, epoch, what, data words.
         let h = m.arg(0);
         let (lane, step, len) = (h & 0xff, (h >> 8) & 0xff, h >> 16);
-        let Some(lane) = s.lanes.get(lane as usize) else {
+        let Some(lane) = s.lanes.0.get(lane as usize) else {
             return;
         };
-        let seq = m.arg(1);
-        let slot = lane.slot(step, seq);
-        for (w, v) in slot.words.iter().zip(m.args().get(4..).unwrap_or(&[])) {
-            w.store(*v, Ordering::Relaxed);
-        }
-        slot.epoch.store(m.arg(2), Ordering::Relaxed);
-        slot.what.store(m.arg(3), Ordering::Relaxed);
-        slot.len.store(len, Ordering::Relaxed);
-        slot.src.store(m.src() as u64, Ordering::Relaxed);
-        // Release: the reader that sees the number sees the words.
-        slot.seq.store(seq + 1, Ordering::Release);
+        let h = [m.arg(1), m.arg(2), m.arg(3), len, m.src() as u64];
+        lane.slot(step, m.arg(1))
+            .fill(h, m.args().get(4..).unwrap_or(&[]));
     });
     Handlers {
         get,

@@ -19,8 +19,9 @@ const SECTIONS: [&str; 15] = [
 ];
 /// Sections run only when named: `late` (rank 0 waits in store_sync for bytes that rank 1
 /// stores 1.5 s later, so that the wait's diagnostic shows) and `mismatch` (rank 0 calls a
-/// barrier where the others call an all-reduce, and the job ends with status 3).
-const EXTRA: [&str; 2] = ["late", "mismatch"];
+/// barrier where the others call an all-reduce, and the job ends with status 3), and `paths`
+/// (small collectives send no medium message, and none at all under `hw` on one node).
+const EXTRA: [&str; 3] = ["late", "mismatch", "paths"];
 
 /// A small struct read and written whole.
 #[repr(C)]
@@ -1009,6 +1010,66 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// Barriers, 8-byte all-reduces and all-to-alls of 8 bytes per pair take their fast
+    /// paths: short messages only over Active Messages, and under `hw` on one node no message
+    /// at all (the mapped lanes, or the hub when every rank is polite). Every value checked.
+    fn paths(&self) {
+        let (g, me, p) = (self.g, self.me, self.p);
+        let rt = g.runtime();
+        if p < 2 {
+            return;
+        }
+        const CALLS: usize = 300;
+        ok(self, "barrier", g.barrier());
+        let before = rt.stats().sent[0];
+        for k in 0..CALLS {
+            let mut w = [(me + k) as u64];
+            ok(self, "all_reduce", g.all_reduce(&mut w, Op::Sum));
+            let want = (0..p).map(|r| (r + k) as u64).sum::<u64>();
+            check!(
+                self,
+                w[0] == want,
+                "all_reduce call {k}: {} != {want}",
+                w[0]
+            );
+            let send: Vec<u64> = (0..p).map(|j| (me * 1000 + j + k) as u64).collect();
+            let mut recv = vec![0u64; p];
+            ok(self, "all_to_all", g.all_to_all(&send, &mut recv));
+            for (q, v) in recv.iter().enumerate() {
+                let want = (q * 1000 + me + k) as u64;
+                check!(
+                    self,
+                    *v == want,
+                    "all_to_all call {k} from {q}: {v} != {want}"
+                );
+            }
+            ok(self, "barrier", g.barrier());
+        }
+        let after = rt.stats().sent[0];
+        let [short, medium, long] = [0, 1, 2].map(|c| after[c] - before[c]);
+        check!(
+            self,
+            medium == 0 && long == 0,
+            "small collectives sent {medium} medium and {long} long requests"
+        );
+        let one_node = (0..p).all(|r| rt.is_local(r));
+        if self.name == "hw" && one_node {
+            check!(
+                self,
+                short == 0,
+                "under hw on one node: {short} short requests"
+            );
+        } else {
+            check!(self, short > 0, "no short requests over Active Messages");
+        }
+        self.done(
+            "paths",
+            &format!(
+                "({CALLS} calls of each small collective on {p} ranks, {short} short requests)"
+            ),
+        );
+    }
+
     /// Ends the job: a rank that detects the mismatch exits with status 3 naming it; ranks
     /// that only see silence wait (saying so after VOLLEY_HANG_WARN_SECS) until the launcher
     /// stops the job because of that exit.
@@ -1280,6 +1341,7 @@ fn main() {
             "protect" => s.protect(),
             "late" => s.late(),
             "mismatch" => s.mismatch(),
+            "paths" => s.paths(),
             _ => unreachable!(),
         }
     }

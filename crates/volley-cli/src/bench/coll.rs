@@ -11,7 +11,7 @@ use std::time::Instant;
 use volley::Runtime;
 use volley_global::{Global, Op};
 
-/// Rank counts measured.
+/// Rank counts measured by default.
 pub const RANKS: [usize; 3] = [2, 4, 8];
 
 /// One rank count's figures: volley's, then Open MPI's (absent without Open MPI).
@@ -136,11 +136,11 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     Ok(())
 }
 
-/// Runs the benchmark on every rank count of [`RANKS`], each followed by Open MPI.
-pub fn bench(reps: usize, scale: f64) -> Result<CollReport, String> {
+/// Runs the benchmark on each of `rank_counts` ranks, each followed by Open MPI.
+pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollReport, String> {
     let mut runs = Vec::new();
     let mut mpi_note = None;
-    for ranks in RANKS {
+    for &ranks in rank_counts {
         let mut run: CollRun =
             super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
         match super::mpi_peer::measure(ranks, scale, reps) {

@@ -38,7 +38,7 @@ pub enum BenchCommand {
     /// and polling granularity, per strategy (3 ranks).
     Splitc(SplitcArgs),
     /// The global layer's collectives on 2, 4 and 8 ranks beside Open MPI's (when installed).
-    Coll(BenchArgs),
+    Coll(CollArgs),
     /// Start-up time and short round trip of a job under each launcher that works here:
     /// `volley run`, Open MPI's `mpirun` and Slurm's `srun --mpi=pmix`.
     Launchers(LaunchersArgs),
@@ -120,6 +120,24 @@ pub struct SplitcArgs {
     /// Which strategies to measure, one job each.
     #[arg(long, value_enum, default_value_t = StrategyArg::All)]
     strategy: StrategyArg,
+}
+
+/// Options of `volley bench coll`.
+#[derive(Debug, clap::Args)]
+pub struct CollArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    /// Rank counts to measure, each followed by Open MPI on as many (e.g. `--ranks 4,8`).
+    #[arg(long, value_delimiter = ',', default_values_t = coll::RANKS, value_parser = rank_count)]
+    ranks: Vec<usize>,
+}
+
+/// A rank count of `volley bench coll --ranks`: 1 to 64.
+fn rank_count(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!("{s:?}: expected a rank count from 1 to 64")),
+    }
 }
 
 /// A strategy of the global layer, or all of them.
@@ -304,12 +322,12 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         ),
         BenchCommand::Coll(a) => run_bench(
             "coll",
-            a,
+            a.common,
             Needs {
                 any_transport: false,
                 two_cpus: false,
             },
-            |reps, scale, _| coll::bench(reps, scale),
+            |reps, scale, _| coll::bench(reps, scale, &a.ranks),
             coll::print_table,
             None,
         ),

@@ -17,11 +17,15 @@ use bytemuck::Pod;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 
+mod direct;
+mod hub;
 mod mailbox;
 mod mapped;
 mod parcels;
 mod what;
 
+pub(crate) use direct::DirectLanes;
+pub(crate) use hub::Hub;
 pub(crate) use mailbox::Mailbox;
 use parcels::*;
 use what::*;
@@ -32,6 +36,9 @@ impl Global<'_> {
     pub fn barrier(&self) -> Result<()> {
         let epoch = self.next_epoch();
         let what = What::new(Kind::Barrier);
+        if let Some(r) = self.hub_barrier(epoch, what) {
+            return r;
+        }
         let p = self.procs;
         let lane = self.lane(BARRIER_LANE, 0);
         let mut dist = 1;
@@ -97,6 +104,9 @@ impl Global<'_> {
         let what = What::of::<T>(Kind::AllReduce).op(op);
         if self.procs == 1 {
             return Ok(());
+        }
+        if let Some(r) = self.hub_all_reduce(epoch, what, data, &f) {
+            return r;
         }
         if std::mem::size_of_val(data) <= SMALL_REDUCE || data.len() < self.procs {
             self.recursive_doubling(epoch, what, data, &f)
@@ -397,23 +407,29 @@ impl Global<'_> {
         let epoch = self.next_epoch();
         let what = What::of::<T>(Kind::AllToAll);
         let me = self.me;
+        if let Some(r) = self.hub_all_to_all(epoch, what, send, recv) {
+            return r;
+        }
         if self.mapped_all_to_all(send, recv)? {
             return Ok(());
         }
+        // Step k of a small all-to-all is the message from rank me - k: the fast lane's rule
+        // (one sender per step) holds. Larger blocks go through the mailbox, all at step 0.
+        let block = n * std::mem::size_of::<T>();
+        let lane = self.lane(ALLTOALL_LANE, block);
+        let fast = matches!(lane, Lane::Fast { .. });
         for k in 1..p {
             let j = (me + k) % p;
-            self.send_parcel(
-                j,
-                epoch,
-                0,
-                what,
-                bytemuck::cast_slice(&send[j * n..(j + 1) * n]),
-            )?;
+            let step = if fast { k as u64 } else { 0 };
+            let bytes = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
+            self.send_fast(lane, j, epoch, step, what, bytes)?;
         }
         recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
         for k in 1..p {
             let src = (me + p - k) % p;
-            self.recv_into(src, epoch, 0, what, &mut recv[src * n..(src + 1) * n])?;
+            let step = if fast { k as u64 } else { 0 };
+            let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
+            self.recv_fast(lane, src, epoch, step, what, into)?;
         }
         Ok(())
     }

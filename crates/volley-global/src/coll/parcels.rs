@@ -16,6 +16,8 @@ pub(super) enum Lane {
 pub(super) const BARRIER_LANE: u64 = 0;
 /// The fast lane of small all-reduces.
 pub(super) const REDUCE_LANE: u64 = 1;
+/// The fast lane of small all-to-alls.
+pub(super) const ALLTOALL_LANE: u64 = 2;
 /// The step of recursive doubling's unfold (the last slot of a lane).
 pub(super) const UNFOLD_STEP: u64 = 63;
 
@@ -70,7 +72,6 @@ impl Global<'_> {
         len: Option<usize>,
     ) -> Result<Vec<u8>> {
         let mb = &self.shared.mailbox;
-        let lanes = &self.shared.lanes;
         let (mut polls, mut elsewhere) = (0u32, None);
         let cond = || {
             if mb.ready(src, epoch, step) {
@@ -79,7 +80,7 @@ impl Global<'_> {
             polls = polls.wrapping_add(1);
             // Now and then: has the other rank called a fast-lane collective at this epoch?
             if polls % 4096 == 0 {
-                elsewhere = lanes.iter().find_map(|l| l.what_of(epoch));
+                elsewhere = self.lanes_what_of(epoch, None, true);
             }
             elsewhere.is_some()
         };
@@ -143,15 +144,52 @@ impl Global<'_> {
         let Lane::Fast { lane, seq } = lane else {
             return self.send_parcel(dest, epoch, step, what, bytes);
         };
+        let mut words = [0u64; FAST_WORDS];
+        let n = crate::handlers::to_words(bytes, &mut words);
+        if let Some(direct) = &self.direct_lanes {
+            let h = [seq, epoch, what.code(), bytes.len() as u64, self.me as u64];
+            direct.of(dest).0[lane as usize]
+                .slot(step, seq)
+                .fill(h, &words[..n]);
+            return Ok(());
+        }
         let mut args = [0u64; 4 + FAST_WORDS];
         args[0] = lane | step << 8 | (bytes.len() as u64) << 16;
         args[1] = seq;
         args[2] = epoch;
         args[3] = what.code();
-        let words = crate::handlers::to_words(bytes, &mut args[4..]);
+        args[4..4 + n].copy_from_slice(&words[..n]);
         self.rt
-            .request_short(dest, self.h.coll_fast, &args[..4 + words])?;
+            .request_short(dest, self.h.coll_fast, &args[..4 + n])?;
         Ok(())
+    }
+
+    /// What collective a fast-lane message of call `epoch` here (lane `except` left out), or
+    /// with `hub` a hub row of that call, belongs to and who sent it, if one is here: for
+    /// mismatch diagnosis.
+    pub(super) fn lanes_what_of(
+        &self,
+        epoch: u64,
+        except: Option<u64>,
+        hub: bool,
+    ) -> Option<(u64, usize)> {
+        let lanes = &self.lanes().0;
+        (0..lanes.len() as u64)
+            .filter(|&l| Some(l) != except)
+            .find_map(|l| lanes[l as usize].what_of(epoch))
+            .or_else(|| {
+                let h = self.hub.as_ref().filter(|_| hub)?;
+                h.what_of(epoch)
+            })
+    }
+
+    /// This rank's fast lanes: in mapped memory where senders write them directly, else
+    /// those the `coll_fast` handler fills.
+    pub(super) fn lanes(&self) -> &crate::handlers::Lanes {
+        match &self.direct_lanes {
+            Some(d) => d.of(self.me),
+            None => &self.shared.lanes,
+        }
     }
 
     /// Receives one step's message of a latency-bound collective from `src` into `dst`.
@@ -167,7 +205,8 @@ impl Global<'_> {
         let Lane::Fast { lane, seq } = lane else {
             return self.recv_into(src, epoch, step, what, dst);
         };
-        let slot = self.shared.lanes[lane as usize].slot(step, seq);
+        let lanes = &self.lanes().0;
+        let slot = lanes[lane as usize].slot(step, seq);
         let mut polls = 0u32;
         let mut elsewhere = None;
         let mb = &self.shared.mailbox;
@@ -179,12 +218,9 @@ impl Global<'_> {
                 polls = polls.wrapping_add(1);
                 // Now and then: has another rank called another collective at this epoch?
                 if polls % 4096 == 0 {
-                    let lanes = &self.shared.lanes;
-                    elsewhere = mb.what_of(epoch).or_else(|| {
-                        (0..lanes.len() as u64)
-                            .filter(|&l| l != lane)
-                            .find_map(|l| lanes[l as usize].what_of(epoch))
-                    });
+                    elsewhere = mb
+                        .what_of(epoch)
+                        .or_else(|| self.lanes_what_of(epoch, Some(lane), true));
                 }
                 elsewhere.is_some()
             },
@@ -217,10 +253,10 @@ impl Global<'_> {
                 What::describe(w) + &format!(" ({len} bytes per message)"),
             ));
         }
-        let words: Vec<u64> = slot.words[..len.div_ceil(8)]
-            .iter()
-            .map(|x| x.load(Ordering::Relaxed))
-            .collect();
+        let mut words = [0u64; FAST_WORDS];
+        for (w, x) in words.iter_mut().zip(&slot.words[..len.div_ceil(8)]) {
+            *w = x.load(Ordering::Relaxed);
+        }
         crate::handlers::from_words(&words, dst);
         Ok(())
     }
@@ -228,7 +264,9 @@ impl Global<'_> {
     /// The lane of the next call of a latency-bound collective of `bytes` per message:
     /// `lane`'s fast slots when the data fits one short message, else the mailbox.
     pub(super) fn lane(&self, lane: u64, bytes: usize) -> Lane {
-        if bytes > FAST_WORDS * 8 {
+        // An all-to-all of more ranks than a lane has steps cannot use it either.
+        let steps = crate::handlers::FAST_STEPS;
+        if bytes > FAST_WORDS * 8 || (lane == ALLTOALL_LANE && self.procs > steps) {
             return Lane::Mailbox;
         }
         let counter = &self.fast_calls[lane as usize];
