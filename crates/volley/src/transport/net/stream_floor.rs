@@ -2,8 +2,9 @@
 //! sockets between two ends, with no protocol around them, so that `volley bench am` can put a
 //! stream of long Active Messages beside what the sockets themselves carry.
 //!
-//! - **TCP**: one connection with `TCP_NODELAY`; the sender writes the messages back to back
-//!   and the receiver reads them, then answers one byte, which ends the timing.
+//! - **TCP**: one connection with `TCP_NODELAY` and the socket buffers of volley's TCP
+//!   transport; the sender writes the messages back to back and the receiver reads them, then
+//!   answers one byte, which ends the timing.
 //! - **UDP**: two connected sockets with enlarged buffers; each message leaves as datagrams of
 //!   [`UDP_DATAGRAM`] bytes handed to `sendmmsg` in batches, and since loopback drops what
 //!   overflows the receive buffer, the sender sends a batch only when the receiver has
@@ -64,9 +65,14 @@ pub fn stream_pair(kind: SocketFloor) -> io::Result<(StreamEnd, StreamEnd)> {
             let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
             let a = TcpStream::connect(l.local_addr()?)?;
             let (b, _) = l.accept()?;
+            // The socket buffers volley's TCP transport asks for, so that the floor differs
+            // from volley's stream only by the protocol.
+            let buffer = super::tcp::TcpConfig::default().socket_buffer;
             for s in [&a, &b] {
                 s.set_nodelay(true)?;
                 s.set_nonblocking(true)?;
+                let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::SndBuf, &buffer);
+                let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &buffer);
             }
             Ok((end(None, Some(a), 0), end(None, Some(b), 0)))
         }
