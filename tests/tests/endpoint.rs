@@ -13,15 +13,7 @@ const SUITE: &str = env!("CARGO_BIN_EXE_endpoint_suite");
 const DEADLINE: Duration = Duration::from_secs(240);
 
 fn run(job: Job, sections: &[&str]) {
-    let wanted: Vec<String> = sections
-        .iter()
-        .map(|s| format!("endpoint {s}: ok"))
-        .collect();
-    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-    job.timeout(DEADLINE)
-        .output()
-        .assert_success()
-        .assert_stdout_has(&wanted);
+    common::run_sections(job, "endpoint", sections, DEADLINE);
 }
 
 const ALL: [&str; 4] = ["pingpong", "returned", "errors", "libraries"];

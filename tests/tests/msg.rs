@@ -13,17 +13,8 @@ use std::time::Duration;
 const SUITE: &str = env!("CARGO_BIN_EXE_msg_suite");
 const DEADLINE: Duration = Duration::from_secs(240);
 
-fn lines(sections: &[&str]) -> Vec<String> {
-    sections.iter().map(|s| format!("msg {s}: ok")).collect()
-}
-
 fn run(job: Job, sections: &[&str]) {
-    let wanted = lines(sections);
-    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-    job.timeout(DEADLINE)
-        .output()
-        .assert_success()
-        .assert_stdout_has(&wanted);
+    common::run_sections(job, "msg", sections, DEADLINE);
 }
 
 #[test]

@@ -13,15 +13,7 @@ const WAKE: &str = env!("CARGO_BIN_EXE_prim_wake");
 const DEADLINE: Duration = Duration::from_secs(240);
 
 fn run(job: Job, sections: &[&str]) {
-    let wanted: Vec<String> = sections
-        .iter()
-        .map(|s| format!("prim-comm {s}: ok"))
-        .collect();
-    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
-    job.timeout(DEADLINE)
-        .output()
-        .assert_success()
-        .assert_stdout_has(&wanted);
+    common::run_sections(job, "prim-comm", sections, DEADLINE);
 }
 
 const ALL: [&str; 3] = ["relay", "remote", "sends"];

@@ -325,6 +325,19 @@ pub fn output_of_fresh_executable(cmd: &mut Command) -> std::process::Output {
     }
 }
 
+/// Runs a suite program's job and requires, besides success, a line "`prefix` SECTION: ok" on
+/// its stdout for each of `sections` (a section that did not run fails the test).
+pub fn run_sections(job: Job, prefix: &str, sections: &[&str], deadline: Duration) -> Outcome {
+    let wanted: Vec<String> = sections
+        .iter()
+        .map(|s| format!("{prefix} {s}: ok"))
+        .collect();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let out = job.timeout(deadline).output();
+    out.assert_success().assert_stdout_has(&wanted);
+    out
+}
+
 /// The last `n` lines of `s`.
 pub fn tail(s: &str, n: usize) -> String {
     let lines: Vec<&str> = s.lines().collect();
