@@ -178,6 +178,113 @@ fn a_held_flag_queues_until_the_program_drains_then_cancels_when_full() {
     }
 }
 
+/// Sends `data` to `s` and checks that it was cancelled with `want`, with the structure's
+/// bytes unchanged outside its counters' line.
+fn cancelled(rma: &Rma<'_>, seg: SegmentRef, at: usize, s: SignalRef, want: SignalStatus) {
+    let what = format!("{:?} at {at}", rma.path());
+    let mut before = vec![0u8; s.footprint()];
+    rma.read_local(seg, at, &mut before).unwrap();
+    assert_eq!(rma.signal_to(s, b"late").unwrap(), want, "{what}");
+    let mut after = vec![0u8; s.footprint()];
+    rma.read_local(seg, at, &mut after).unwrap();
+    // Only the counters' line (192..256) may differ.
+    assert_eq!(before[..192], after[..192], "{what}");
+    assert_eq!(before[256..], after[256..], "{what}");
+}
+
+#[test]
+fn a_full_structure_cancels_under_every_condition_and_loses_nothing_stored() {
+    for path in PATHS {
+        let f = fixture(path);
+        let rma = f.setup.attach(&f.rt);
+        let seg = rma.alloc_symmetric(32768, Perms::ALL).unwrap().on(0);
+        // NONBLK conditions, and POLLING under any condition, queue up to the capacity (4), then cancel as Full.
+        let nonblk = [
+            (Invocation::Dsp(f.dsp), Condition::EveryTimeNonblk, 4),
+            (Invocation::Dsp(f.holder), Condition::FirstOnlyNonblk, 1),
+            (Invocation::Polling, Condition::EveryTimeNonblk, 0),
+            (Invocation::Polling, Condition::FirstOnlyBlk, 0),
+        ];
+        for (i, (inv, cond, invoked)) in nonblk.into_iter().enumerate() {
+            let at = i * 4096;
+            let s = rma.signal_create(seg, at, queue(inv, cond)).unwrap();
+            let mut sent = Vec::new();
+            for d in 0..4u8 {
+                let st = rma.signal_to(s, &[d]).unwrap();
+                assert!(
+                    matches!(st, SignalStatus::Invoked | SignalStatus::Stored),
+                    "{path:?} {cond:?}: {st:?}"
+                );
+                sent.push(vec![d]);
+                if inv == Invocation::Dsp(f.holder) && d == 0 {
+                    // The first run takes its entry and keeps the flag.
+                    drain(&f.rt);
+                }
+            }
+            if inv == Invocation::Dsp(f.holder) {
+                rma.signal_to(s, &[4]).unwrap();
+                sent.push(vec![4]);
+            }
+            if cond == Condition::EveryTimeNonblk && inv == Invocation::Dsp(f.dsp) {
+                if path == RmaPath::ActiveMessages {
+                    // The AM path's handler stores and runs the program in one call, which
+                    // takes the entry: its queue never holds more than the running entry.
+                    assert_eq!(rma.signal_to(s, &[4]).unwrap(), SignalStatus::Invoked);
+                    drain(&f.rt);
+                    let got: Vec<_> = take(&f.seen).into_iter().map(|x| x.3).collect();
+                    assert_eq!(got, (0..5u8).map(|d| vec![d]).collect::<Vec<_>>());
+                    continue;
+                }
+            }
+            cancelled(&rma, seg, at, s, SignalStatus::Full);
+            drain(&f.rt);
+            let mut got: Vec<Vec<u8>> = take(&f.seen).into_iter().map(|x| x.3).collect();
+            let mut buf = [0u8; 32];
+            while let Some(t) = rma.signal_next_or_clear(s, &mut buf).unwrap() {
+                got.push(buf[..t.len].to_vec());
+            }
+            assert_eq!(
+                got, sent,
+                "{path:?} {inv:?} {cond:?}: every stored signal once"
+            );
+            let c = rma.signal_counts(s).unwrap();
+            assert_eq!(
+                (c.stored, c.full, c.invoked),
+                (sent.len() as u64, 1, invoked),
+                "{path:?} {inv:?} {cond:?}"
+            );
+        }
+        // BLK conditions never queue behind a running program: the signal that finds the
+        // flag up is cancelled as Busy, so their queue cannot overflow.
+        for (i, cond) in [Condition::EveryTimeBlk, Condition::FirstOnlyBlk]
+            .into_iter()
+            .enumerate()
+        {
+            let at = (4 + i) * 4096;
+            let s = rma
+                .signal_create(seg, at, queue(Invocation::Dsp(f.dsp), cond))
+                .unwrap();
+            assert_eq!(rma.signal_to(s, b"1").unwrap(), SignalStatus::Invoked);
+            if cond == Condition::EveryTimeBlk && path == RmaPath::ActiveMessages {
+                // The program ran and lowered the flag inside the handler's call.
+                drain(&f.rt);
+                assert_eq!(rma.signal_to(s, b"2").unwrap(), SignalStatus::Invoked);
+                drain(&f.rt);
+                let got: Vec<_> = take(&f.seen).into_iter().map(|x| x.3).collect();
+                assert_eq!(got, [b"1".to_vec(), b"2".to_vec()]);
+                continue;
+            }
+            cancelled(&rma, seg, at, s, SignalStatus::Busy);
+            drain(&f.rt);
+            let got: Vec<_> = take(&f.seen).into_iter().map(|x| x.3).collect();
+            assert_eq!(got, [b"1".to_vec()], "{path:?} {cond:?}");
+            let c = rma.signal_counts(s).unwrap();
+            assert_eq!((c.stored, c.busy, c.full), (1, 1, 0), "{path:?} {cond:?}");
+        }
+        assert_eq!(rma.refused(), 0, "{path:?}: cancellations are not refusals");
+    }
+}
+
 #[test]
 fn blocking_conditions_cancel_while_the_flag_is_up() {
     for path in PATHS {
