@@ -243,8 +243,8 @@ fn signal_structures_on_6_ranks() {
 fn cmd_line(ranks: usize, packets: usize) -> String {
     format!(
         "{ranks} ranks: {packets} coloured puts, combined packets and fetch-adds per requester, \
-         each executed once; status options, one-lump refusal, illegal combinations and wake \
-         checked"
+         each executed once; status options, one-lump refusal, illegal combinations, vector \
+         fetch-add, compare-swap at a reference and wake checked"
     )
 }
 

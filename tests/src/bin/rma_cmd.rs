@@ -15,7 +15,12 @@
 //! 3. **One lump.** A packet {put A, get} returns A; a packet {put, put with a wrong key,
 //!    put} runs nothing (memory unchanged, `NotRun` and the refusal reported), and illegal
 //!    combinations (an atomic with a put, two targets) are refused before sending.
-//! 4. **Wake.** Rank 1 sets a flag at rank 0 with `wake`: rank 0, waiting for it, must have
+//! 4. **Vector fetch-add and compare-swap at a reference** (requirement 12). Each requester
+//!    adds [1, rank] to two shared words `packets` times (its old values of the first word
+//!    must increase; rank 0 checks both sums), then swaps at a reference word: refused with a
+//!    wrong compare value, taken with the right one, and refused (memory unchanged) for a
+//!    misaligned reference and an empty vector.
+//! 5. **Wake.** Rank 1 sets a flag at rank 0 with `wake`: rank 0, waiting for it, must have
 //!    handled the command as a message (a direct write would not wake a sleeper).
 //!
 //! Rank 0 checks at the end that its table counted exactly the refusals sent to it.
@@ -33,8 +38,16 @@ const FIFO_AT: usize = 0;
 const SLOTS_AT: usize = 1 << 20;
 const COUNTER_AT: usize = SLOTS_AT - 64;
 
+/// Two words that every requester adds to with vector fetch-adds.
+const VECTOR_AT: usize = COUNTER_AT - 64;
+
 fn slot(rank: usize) -> usize {
     SLOTS_AT + rank * 64
+}
+
+/// A requester's [swapped word, reference word], past the wake-up flag.
+fn swap_at(rank: usize, size: usize) -> usize {
+    SLOTS_AT + 64 * size + 64 + 16 * rank
 }
 
 fn main() {
@@ -289,6 +302,55 @@ fn main() {
             matches!(c.finish(), Err(Error::IllegalCombination { rule: 1, .. })),
             "two targets",
         );
+
+        // 4. Vector fetch-add and compare-swap at a reference.
+        let addends = [1, rank as u64];
+        let mut olds = [0u64; 2];
+        let mut firsts = Vec::with_capacity(packets);
+        for _ in 0..packets {
+            rma.fetch_add_vector(target, VECTOR_AT, &addends, &mut olds)
+                .unwrap_or_else(|e| fail(rank, 1, &format!("fetch_add_vector: {e}")));
+            firsts.push(olds[0]);
+        }
+        check(
+            firsts.windows(2).all(|w| w[0] < w[1]),
+            "a vector fetch-add's old values did not increase",
+        );
+        let (word_at, reference) = (swap_at(rank, size), swap_at(rank, size) + 8);
+        let swap = |compare, new| {
+            rma.compare_swap_at(target, word_at, reference, compare, new)
+                .unwrap_or_else(|e| fail(rank, 1, &format!("compare_swap_at: {e}")))
+        };
+        check(
+            swap(7, 99) == (false, 0),
+            "swapped on a wrong compare value",
+        );
+        check(
+            swap(0, 99) == (true, 0),
+            "not swapped on the reference's value",
+        );
+        check(swap(0, 5) == (true, 99), "second swap");
+        let refused = |r: Result<_, Error>, want: Refusal, what: &str| {
+            check(
+                matches!(r, Err(Error::Refused { reason, .. }) if reason == want),
+                what,
+            );
+        };
+        refused(
+            rma.compare_swap_at(target, word_at, reference + 4, 0, 1)
+                .map(|_| ()),
+            Refusal::Misaligned,
+            "a misaligned reference was not refused",
+        );
+        refused(
+            rma.fetch_add_vector(target, VECTOR_AT, &[], &mut []),
+            Refusal::EntrySize,
+            "an empty vector was not refused",
+        );
+        refusals_sent += 2;
+        let mut w = [0u8; 8];
+        rma.get(target, word_at, &mut w).unwrap();
+        check(u64::from_le_bytes(w) == 5, "a refused swap changed memory");
     }
     gather.send(&rt, 0, &[refusals_sent]);
     let refusals: u64 = if rank == 0 {
@@ -296,7 +358,7 @@ fn main() {
     } else {
         0
     };
-    // 4. Wake: rank 1 sets a flag at rank 0 with `wake`. Medium requests handled are
+    // 5. Wake: rank 1 sets a flag at rank 0 with `wake`. Medium requests handled are
     // counted from before the barrier: the command may arrive while rank 0 is still in it.
     let before = rt.stats().handled[0][1];
     rt.barrier();
@@ -343,6 +405,13 @@ fn main() {
         rma.read_local(target, COUNTER_AT, &mut c).unwrap();
         let want = (size as u64 - 1) * packets as u64;
         check(u64::from_le_bytes(c) == want, "counter");
+        let mut v = [0u8; 16];
+        rma.read_local(target, VECTOR_AT, &mut v).unwrap();
+        let ranks_sum: u64 = (1..size as u64).sum();
+        check(
+            v[..8] == want.to_le_bytes() && v[8..] == (ranks_sum * packets as u64).to_le_bytes(),
+            "vector fetch-add sums",
+        );
         check(
             rma.refused() == refusals,
             &format!("{} refusals counted, {refusals} sent", rma.refused()),
@@ -350,7 +419,7 @@ fn main() {
         println!(
             "path={path}: {size} ranks: {packets} coloured puts, combined packets and fetch-adds \
              per requester, each executed once; status options, one-lump refusal, illegal \
-             combinations and wake checked"
+             combinations, vector fetch-add, compare-swap at a reference and wake checked"
         );
     }
     rt.barrier();

@@ -141,7 +141,7 @@ impl CmdOptions {
 
     /// Whether the requester logs `outcome` (data-returning results always).
     fn reports(self, outcome: &Result<CmdStatus, Refusal>) -> bool {
-        matches!(outcome, Ok(CmdStatus::Value(_) | CmdStatus::Data(_)))
+        outcome.as_ref().is_ok_and(CmdStatus::returns_data)
             || match self.status {
                 StatusReply::None => false,
                 StatusReply::Always => true,
@@ -205,6 +205,36 @@ pub enum Command<'a> {
         /// The entry (exactly its entry size).
         data: &'a [u8],
     },
+    /// FETCH_ADD's vector form: adds `addends[i]` to the `i`-th word from `offset` (the old
+    /// values are reported as [`CmdStatus::Values`]). Each word is added with a CPU atomic, and
+    /// the target's handler runs the whole vector as one step with respect to every other
+    /// command it serves.
+    FetchAddVector {
+        /// The segment.
+        target: SegmentRef,
+        /// The first word (8-byte aligned).
+        offset: usize,
+        /// One addend per word, at least one.
+        addends: &'a [u64],
+    },
+    /// COMP_SWAP with a reference word apart from the swapped one: if the word at
+    /// `reference` equals `compare`, `new` is swapped into the word at `offset` (reported as
+    /// [`CmdStatus::Compared`]: whether it was, and the word's old value). The target's
+    /// handler runs the compare and the swap as one step with respect to every other command
+    /// it serves; a direct-path write to the reference word by a rank of the target's node
+    /// is not ordered with it (see the guide).
+    CompareSwapAt {
+        /// The segment holding both words.
+        target: SegmentRef,
+        /// The swapped word (8-byte aligned).
+        offset: usize,
+        /// The reference word (8-byte aligned).
+        reference: usize,
+        /// The value the reference word must hold.
+        compare: u64,
+        /// The value swapped in.
+        new: u64,
+    },
     /// MBCF_ZBUFFER: see [`Rma::conditional_write`] (reported as [`CmdStatus::Written`]).
     ConditionalWrite {
         /// The segment holding the reference word and the data.
@@ -231,13 +261,27 @@ impl Command<'_> {
             | Command::PutWithFlag { target, .. }
             | Command::Get { target, .. }
             | Command::Atomic { target, .. }
+            | Command::FetchAddVector { target, .. }
+            | Command::CompareSwapAt { target, .. }
             | Command::ConditionalWrite { target, .. } => target,
             Command::Fifo { fifo, .. } => fifo.seg,
         }
     }
 
     fn is_atomic(&self) -> bool {
-        matches!(self, Command::Atomic { .. })
+        matches!(
+            self,
+            Command::Atomic { .. } | Command::FetchAddVector { .. } | Command::CompareSwapAt { .. }
+        )
+    }
+
+    /// Whether a plain call runs this command on the direct path (the others always go to
+    /// the target's handler).
+    fn has_direct_call(&self) -> bool {
+        !matches!(
+            self,
+            Command::FetchAddVector { .. } | Command::CompareSwapAt { .. }
+        )
     }
 
     /// Bytes of this command's entry in the reply.
@@ -245,6 +289,7 @@ impl Command<'_> {
         wire::REPLY_HEADER
             + match self {
                 Command::Get { len, .. } => wire::padded(*len),
+                Command::FetchAddVector { addends, .. } => 8 * addends.len(),
                 _ => 0,
             }
     }
@@ -276,6 +321,24 @@ impl Command<'_> {
             } => (
                 Kind::Atomic,
                 [offset as u64, op as u64, operand, compare],
+                &[][..],
+            ),
+            Command::FetchAddVector {
+                offset, addends, ..
+            } => (
+                Kind::FetchAddVector,
+                [offset as u64, 0, 0, 0],
+                bytemuck::cast_slice(addends),
+            ),
+            Command::CompareSwapAt {
+                offset,
+                reference,
+                compare,
+                new,
+                ..
+            } => (
+                Kind::CompareSwapAt,
+                [offset as u64, reference as u64, new, compare],
                 &[][..],
             ),
             Command::Fifo { fifo, data } => (
@@ -315,6 +378,16 @@ pub enum CmdStatus {
     /// Not run: another command of its packet was refused, so the packet changed nothing
     /// (the seed's "handling violation").
     NotRun,
+    /// A vector fetch-add's old values, one per word.
+    Values(Vec<u64>),
+    /// A compare-and-swap at a reference: whether it swapped, and the swapped word's old
+    /// value.
+    Compared {
+        /// Whether the reference word held the compared value (and the new one went in).
+        swapped: bool,
+        /// The swapped word's value before the command.
+        old: u64,
+    },
 }
 
 impl CmdStatus {
@@ -322,6 +395,18 @@ impl CmdStatus {
     /// entry, a command not run).
     pub fn failed(&self) -> bool {
         matches!(self, CmdStatus::Fifo(FifoStatus::Full) | CmdStatus::NotRun)
+    }
+
+    /// Whether this carries data back (a get's bytes, atomics' old values): the seed's READ
+    /// and SWAP always reply.
+    pub fn returns_data(&self) -> bool {
+        matches!(
+            self,
+            CmdStatus::Value(_)
+                | CmdStatus::Data(_)
+                | CmdStatus::Values(_)
+                | CmdStatus::Compared { .. }
+        )
     }
 }
 
@@ -447,6 +532,7 @@ impl Command<'_> {
             | Command::PutWithFlag { data, .. }
             | Command::Fifo { data, .. }
             | Command::ConditionalWrite { data, .. } => data.len(),
+            Command::FetchAddVector { addends, .. } => 8 * addends.len(),
             _ => 0,
         };
         wire::CMD_HEADER + wire::padded(data)
@@ -579,7 +665,7 @@ impl<'rt> Rma<'rt> {
     pub fn command(&self, c: Command<'_>, opts: CmdOptions) -> Result<u64> {
         opts.check()?;
         self.check_rank(c.rank())?;
-        if opts == CmdOptions::default() && self.direct(c.rank()) {
+        if opts == CmdOptions::default() && c.has_direct_call() && self.direct(c.rank()) {
             return self.command_direct(c, opts);
         }
         let mut p = self.combined(c.rank());
@@ -633,6 +719,9 @@ impl<'rt> Rma<'rt> {
             } => self
                 .conditional_write(target, ref_offset, ref_value, data_offset, data)
                 .map(CmdStatus::Written),
+            Command::FetchAddVector { .. } | Command::CompareSwapAt { .. } => {
+                unreachable!("sent to the target's handler (`has_direct_call`)")
+            }
         };
         let outcome = match outcome {
             Ok(s) => Ok(s),
@@ -779,6 +868,73 @@ impl<'rt> Rma<'rt> {
             },
             opts,
         )
+    }
+
+    /// FETCH_ADD's vector form ([`Command::FetchAddVector`]), waiting for the old values,
+    /// which it writes to `olds` (as long as `addends`). A refusal is returned as
+    /// [`Error::Refused`], with memory unchanged.
+    pub fn fetch_add_vector(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        addends: &[u64],
+        olds: &mut [u64],
+    ) -> Result<()> {
+        if olds.len() != addends.len() {
+            return Err(Error::InvalidConfig {
+                name: "olds",
+                value: olds.len().to_string(),
+                why: "needs one word per addend",
+            });
+        }
+        let c = Command::FetchAddVector {
+            target,
+            offset,
+            addends,
+        };
+        match self.execute_one(c)? {
+            CmdStatus::Values(v) if v.len() == olds.len() => {
+                olds.copy_from_slice(&v);
+                Ok(())
+            }
+            other => unreachable!("a vector fetch-add answered {other:?}"),
+        }
+    }
+
+    /// COMP_SWAP with a reference word ([`Command::CompareSwapAt`]), waiting for the answer:
+    /// whether `new` went into the word at `offset`, and that word's old value.
+    pub fn compare_swap_at(
+        &self,
+        target: SegmentRef,
+        offset: usize,
+        reference: usize,
+        compare: u64,
+        new: u64,
+    ) -> Result<(bool, u64)> {
+        let c = Command::CompareSwapAt {
+            target,
+            offset,
+            reference,
+            compare,
+            new,
+        };
+        match self.execute_one(c)? {
+            CmdStatus::Compared { swapped, old } => Ok((swapped, old)),
+            other => unreachable!("a compare-swap answered {other:?}"),
+        }
+    }
+
+    /// Runs one command at its target's handler and returns its outcome; a refusal as
+    /// [`Error::Refused`].
+    fn execute_one(&self, c: Command<'_>) -> Result<CmdStatus> {
+        let rank = c.rank();
+        let mut p = self.combined(rank);
+        p.push(c);
+        match self.execute(&p.finish()?)?.pop() {
+            Some(Ok(st)) => Ok(st),
+            Some(Err(reason)) => Err(Error::Refused { rank, reason }),
+            None => unreachable!("one command, one outcome"),
+        }
     }
 
     /// [`Command::Fifo`] with options.

@@ -43,7 +43,7 @@ pub(super) fn serve(s: &Shared, reply: ReplyHandler, m: &Message<'_>, tok: Reply
     };
     let returns_data = outcomes
         .iter()
-        .any(|o| matches!(o, Ok(CmdStatus::Value(_) | CmdStatus::Data(_))));
+        .any(|o| o.as_ref().is_ok_and(CmdStatus::returns_data));
     let failed = outcomes
         .iter()
         .any(|o| o.as_ref().map_or(true, |s| s.failed()));
@@ -156,6 +156,20 @@ fn check(s: &Shared, c: &Cmd<'_>) -> Result<Checked, Refused> {
             second: aligned(range(a, 8, Perms::WRITE)?, a)?,
             at: range(c.w[2], len, Perms::WRITE)?,
         },
+        Kind::FetchAddVector => {
+            if len == 0 || len % 8 != 0 {
+                s.count_refusal();
+                return Err((Refusal::EntrySize, a, len));
+            }
+            Checked {
+                at: aligned(range(a, len, Perms::ATOMIC)?, a)?,
+                second: null,
+            }
+        }
+        Kind::CompareSwapAt => Checked {
+            at: aligned(range(a, 8, Perms::ATOMIC)?, a)?,
+            second: aligned(range(b, 8, Perms::READ)?, b)?,
+        },
     })
 }
 
@@ -193,6 +207,37 @@ fn execute(c: &Cmd<'_>, at: Checked) -> Result<CmdStatus, Refused> {
             match unsafe { fifo_enqueue_at(at.at, c.w[1], c.w[2], data) } {
                 Ok(st) => CmdStatus::Fifo(st),
                 Err(r) => return Err((r, c.w[0], data.len() as u64)),
+            }
+        }
+        Kind::FetchAddVector => {
+            let olds = wire::words(data)
+                .into_iter()
+                .enumerate()
+                .map(|(i, addend)| {
+                    // SAFETY: the words at..at+len are 8-aligned inside our segment and
+                    // accessed only atomically (checked).
+                    let w = unsafe { word(at.at.add(8 * i)) };
+                    atomic::apply(w, AtomicOp::FetchAdd, addend, 0)
+                })
+                .collect();
+            CmdStatus::Values(olds)
+        }
+        Kind::CompareSwapAt => {
+            // SAFETY: both words are 8-aligned inside our segment (checked). Handlers run one
+            // at a time, so the compare and the swap are one step with respect to every other
+            // command served here.
+            let (target, reference) = unsafe { (word(at.at), word(at.second)) };
+            let (new, compare) = (c.w[2], c.w[3]);
+            if reference.load(Ordering::Acquire) == compare {
+                CmdStatus::Compared {
+                    swapped: true,
+                    old: atomic::apply(target, AtomicOp::Swap, new, 0),
+                }
+            } else {
+                CmdStatus::Compared {
+                    swapped: false,
+                    old: target.load(Ordering::Acquire),
+                }
             }
         }
         Kind::CondWrite => {

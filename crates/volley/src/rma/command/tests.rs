@@ -106,6 +106,43 @@ fn the_four_rules_are_checked_at_finish() {
         c.finish(),
         Err(Error::IllegalCombination { rule: 4, .. })
     ));
+    // The vector fetch-add and the compare-swap at a reference are atomics too.
+    let addends = [1u64; 4];
+    let vector = Command::FetchAddVector {
+        target: seg(2),
+        offset: 64,
+        addends: &addends,
+    };
+    let at = Command::CompareSwapAt {
+        target: seg(2),
+        offset: 8,
+        reference: 16,
+        compare: 0,
+        new: 1,
+    };
+    for a in [vector, at] {
+        let mut c = combined(2);
+        c.push(a);
+        c.finish().expect("alone is legal");
+        assert!(!a.has_direct_call(), "{a:?} runs at the target's handler");
+        c.push(put(2));
+        assert!(matches!(
+            c.finish(),
+            Err(Error::IllegalCombination { rule: 4, .. })
+        ));
+    }
+    // A vector's old values must fit the reply: 4096 bytes hold fewer than 512 words.
+    let many = [1u64; 512];
+    let mut c = combined(2);
+    c.push(Command::FetchAddVector {
+        target: seg(2),
+        offset: 0,
+        addends: &many,
+    });
+    assert!(matches!(
+        c.finish(),
+        Err(Error::IllegalCombination { rule: 3, .. })
+    ));
     // Rule 3: the reply must fit one packet (two 2 KiB gets do not, one does).
     let get = Command::Get {
         target: seg(2),

@@ -37,6 +37,10 @@ pub(super) enum Kind {
     Fifo = 5,
     /// a = reference offset, b = reference value, c = data offset.
     CondWrite = 6,
+    /// a = offset of the first word; data = the addends (one little-endian word each).
+    FetchAddVector = 7,
+    /// a = target word's offset, b = reference word's offset, c = new value, d = compare.
+    CompareSwapAt = 8,
 }
 
 impl Kind {
@@ -48,6 +52,8 @@ impl Kind {
             4 => Kind::Atomic,
             5 => Kind::Fifo,
             6 => Kind::CondWrite,
+            7 => Kind::FetchAddVector,
+            8 => Kind::CompareSwapAt,
             _ => return None,
         })
     }
@@ -70,6 +76,18 @@ pub(super) fn padded(n: usize) -> usize {
 fn word(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
+
+/// The little-endian words in `b` (its length a multiple of 8).
+pub(super) fn words(b: &[u8]) -> Vec<u64> {
+    b.chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .collect()
+}
+
+// Words such as a vector atomic's addends travel in memory order (`bytemuck`), which is the
+// wire's little-endian order only on little-endian targets.
+#[cfg(not(target_endian = "little"))]
+compile_error!("the command wire format writes words in memory order: little-endian only");
 
 /// Appends one command to `out`.
 pub(super) fn put_cmd(out: &mut Vec<u8>, kind: Kind, id: u16, key: u64, w: [u64; 4], data: &[u8]) {
@@ -124,6 +142,8 @@ pub(super) fn put_outcome(out: &mut Vec<u8>, outcome: &Result<CmdStatus, (Refusa
         Ok(CmdStatus::Written(false)) => (6, 0, 0, 0, &[]),
         Ok(CmdStatus::NotRun) => (7, 0, 0, 0, &[]),
         Err((r, off, len)) => (8, r.code(), *off, *len, &[]),
+        Ok(CmdStatus::Values(v)) => (9, 0, 0, 0, bytemuck::cast_slice(v)),
+        Ok(CmdStatus::Compared { swapped, old }) => (10, *old, u64::from(*swapped), 0, &[]),
     };
     let w0 = tag as u64 | (data.len() as u64) << 32;
     for x in [w0, value, off, len] {
@@ -154,6 +174,11 @@ pub(super) fn decode_outcomes(body: &[u8], count: u64) -> Vec<Result<CmdStatus, 
             5 => Ok(CmdStatus::Written(true)),
             6 => Ok(CmdStatus::Written(false)),
             7 => Ok(CmdStatus::NotRun),
+            9 => Ok(CmdStatus::Values(words(&body[start..end]))),
+            10 => Ok(CmdStatus::Compared {
+                swapped: off != 0,
+                old: value,
+            }),
             _ => Err(Refusal::from_code(value, off, l, 0).unwrap_or(Refusal::NoSuchSegment)),
         });
         at = padded(end).min(body.len());
@@ -198,6 +223,15 @@ mod tests {
             Ok(CmdStatus::Written(false)),
             Ok(CmdStatus::NotRun),
             Err((Refusal::WrongKey, 8, 16)),
+            Ok(CmdStatus::Values(vec![0, 7, u64::MAX])),
+            Ok(CmdStatus::Compared {
+                swapped: true,
+                old: 5,
+            }),
+            Ok(CmdStatus::Compared {
+                swapped: false,
+                old: u64::MAX,
+            }),
         ];
         let mut body = Vec::new();
         for o in &outcomes {

@@ -225,16 +225,17 @@ fn a_full_structure_cancels_under_every_condition_and_loses_nothing_stored() {
                 rma.signal_to(s, &[4]).unwrap();
                 sent.push(vec![4]);
             }
-            if cond == Condition::EveryTimeNonblk && inv == Invocation::Dsp(f.dsp) {
-                if path == RmaPath::ActiveMessages {
-                    // The AM path's handler stores and runs the program in one call, which
-                    // takes the entry: its queue never holds more than the running entry.
-                    assert_eq!(rma.signal_to(s, &[4]).unwrap(), SignalStatus::Invoked);
-                    drain(&f.rt);
-                    let got: Vec<_> = take(&f.seen).into_iter().map(|x| x.3).collect();
-                    assert_eq!(got, (0..5u8).map(|d| vec![d]).collect::<Vec<_>>());
-                    continue;
-                }
+            if cond == Condition::EveryTimeNonblk
+                && inv == Invocation::Dsp(f.dsp)
+                && path == RmaPath::ActiveMessages
+            {
+                // The AM path's handler stores and runs the program in one call, which takes
+                // the entry: its queue never holds more than the running entry.
+                assert_eq!(rma.signal_to(s, &[4]).unwrap(), SignalStatus::Invoked);
+                drain(&f.rt);
+                let got: Vec<_> = take(&f.seen).into_iter().map(|x| x.3).collect();
+                assert_eq!(got, (0..5u8).map(|d| vec![d]).collect::<Vec<_>>());
+                continue;
             }
             cancelled(&rma, seg, at, s, SignalStatus::Full);
             drain(&f.rt);
