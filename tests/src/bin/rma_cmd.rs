@@ -12,7 +12,8 @@
 //!    fetch-add packets, with a colour. Rank 0 then takes every FIFO entry: each requester's
 //!    must be there exactly once, in order, and the counter must be exactly
 //!    (size - 1) x packets, whose old values each requester saw reported, all distinct.
-//! 3. **One lump.** A packet {put A, get} returns A; a packet {put, put with a wrong key,
+//! 3. **One lump.** A packet {put A, get} returns A, and so does the same packet with the
+//!    put's data patched in its body by the program (a user-built packet); a packet {put, put with a wrong key,
 //!    put} runs nothing (memory unchanged, `NotRun` and the refusal reported), and illegal
 //!    combinations (an atomic with a put, two targets) are refused before sending.
 //! 4. **Vector fetch-add and compare-swap at a reference** (requirement 12). Each requester
@@ -241,7 +242,18 @@ fn main() {
             offset: slot(rank) + 32,
             len: 24,
         });
-        let out = rma.execute(&c.finish().unwrap()).unwrap();
+        let put_get = c.finish().unwrap();
+        // The program's own body (requirement 20): the same packet with the put's data,
+        // which follows its 48-byte header, patched in place.
+        let mut body = put_get.body().to_vec();
+        body[48..72].fill(0x5a);
+        let own = rma.packet_from_body(0, 2, body).unwrap();
+        let out = rma.execute(&own).unwrap();
+        check(
+            out == [Ok(CmdStatus::Done), Ok(CmdStatus::Data(vec![0x5a; 24]))],
+            &format!("a user-built packet: {out:?}"),
+        );
+        let out = rma.execute(&put_get).unwrap();
         check(
             out == [Ok(CmdStatus::Done), Ok(CmdStatus::Data(a.to_vec()))],
             &format!("put then get in one packet: {out:?}"),

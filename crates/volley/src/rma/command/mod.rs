@@ -268,13 +268,6 @@ impl Command<'_> {
         }
     }
 
-    fn is_atomic(&self) -> bool {
-        matches!(
-            self,
-            Command::Atomic { .. } | Command::FetchAddVector { .. } | Command::CompareSwapAt { .. }
-        )
-    }
-
     /// Whether a plain call runs this command on the direct path (the others always go to
     /// the target's handler).
     fn has_direct_call(&self) -> bool {
@@ -282,16 +275,6 @@ impl Command<'_> {
             self,
             Command::FetchAddVector { .. } | Command::CompareSwapAt { .. }
         )
-    }
-
-    /// Bytes of this command's entry in the reply.
-    fn reply_len(&self) -> usize {
-        wire::REPLY_HEADER
-            + match self {
-                Command::Get { len, .. } => wire::padded(*len),
-                Command::FetchAddVector { addends, .. } => 8 * addends.len(),
-                _ => 0,
-            }
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -489,53 +472,11 @@ impl<'a> Combined<'a> {
                 ),
             ));
         }
-        if self.cmds.len() > 1 && self.cmds.iter().any(Command::is_atomic) {
-            return Err(illegal(
-                4,
-                "an atomic command cannot be combined with other commands".into(),
-            ));
-        }
-        let reply: usize = self.cmds.iter().map(Command::reply_len).sum();
-        if reply > self.max {
-            return Err(illegal(
-                3,
-                format!(
-                    "the reply would take {reply} bytes, more than one packet's {}",
-                    self.max
-                ),
-            ));
-        }
         let mut body = Vec::new();
         for c in &self.cmds {
             c.encode(&mut body);
-            if body.len() > self.max {
-                break;
-            }
         }
-        if body.len() > self.max {
-            let len = self.cmds.iter().map(|c| c.wire_len()).sum();
-            return Err(Error::PayloadTooLarge { len, max: self.max });
-        }
-        Ok(Packet {
-            rank: self.rank,
-            count: self.cmds.len(),
-            reply,
-            body,
-        })
-    }
-}
-
-impl Command<'_> {
-    fn wire_len(&self) -> usize {
-        let data = match self {
-            Command::Put { data, .. }
-            | Command::PutWithFlag { data, .. }
-            | Command::Fifo { data, .. }
-            | Command::ConditionalWrite { data, .. } => data.len(),
-            Command::FetchAddVector { addends, .. } => 8 * addends.len(),
-            _ => 0,
-        };
-        wire::CMD_HEADER + wire::padded(data)
+        Packet::checked(self.rank, self.cmds.len(), body, self.max)
     }
 }
 
@@ -551,6 +492,51 @@ pub struct Packet {
 }
 
 impl Packet {
+    /// Checks an encoded body of `count` commands against rules 3 and 4 (rule 1 holds by
+    /// construction: the body names no rank) and its size.
+    fn checked(rank: usize, count: usize, body: Vec<u8>, max: usize) -> Result<Packet> {
+        let illegal = |rule, why: String| Error::IllegalCombination { rule, why };
+        let Some(cmds) = wire::decode(&body, count as u64) else {
+            return Err(illegal(
+                0,
+                format!("the body is not {count} well-formed commands"),
+            ));
+        };
+        if cmds.len() > 1 && cmds.iter().any(wire::Cmd::is_atomic) {
+            return Err(illegal(
+                4,
+                "an atomic command cannot be combined with other commands".into(),
+            ));
+        }
+        let reply = cmds
+            .iter()
+            .fold(0usize, |sum, c| sum.saturating_add(c.reply_len()));
+        if reply > max {
+            return Err(illegal(
+                3,
+                format!("the reply would take {reply} bytes, more than one packet's {max}"),
+            ));
+        }
+        if body.len() > max {
+            return Err(Error::PayloadTooLarge {
+                len: body.len(),
+                max,
+            });
+        }
+        Ok(Packet {
+            rank,
+            count,
+            reply,
+            body,
+        })
+    }
+
+    /// The encoded commands: the layout a program may write itself
+    /// ([`Rma::packet_from_body`]).
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
     /// The target rank.
     pub fn rank(&self) -> usize {
         self.rank
@@ -657,6 +643,16 @@ impl<'rt> Rma<'rt> {
             max: self.rt.max_medium().min(PACKET_MAX),
             cmds: Vec::new(),
         }
+    }
+
+    /// Seed 002's user-built packet: `body` holds `count` commands in the wire layout that
+    /// [`Packet::body`] shows (the guide gives it word by word), written by the program, for
+    /// example by patching the data of a packet it keeps. Checked as [`Combined::finish`]
+    /// checks (a malformed body is rule 0); the target checks every command again, as for any
+    /// packet.
+    pub fn packet_from_body(&self, rank: usize, count: usize, body: Vec<u8>) -> Result<Packet> {
+        self.check_rank(rank)?;
+        Packet::checked(rank, count, body, self.rt.max_medium().min(PACKET_MAX))
     }
 
     /// Sends one command with `opts`; returns its packet number (as in its reports). A

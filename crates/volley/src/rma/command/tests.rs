@@ -131,7 +131,7 @@ fn the_four_rules_are_checked_at_finish() {
             Err(Error::IllegalCombination { rule: 4, .. })
         ));
     }
-    // A vector's old values must fit the reply: 4096 bytes hold fewer than 512 words.
+    // A vector's old values must fit one reply.
     let many = [1u64; 512];
     let mut c = combined(2);
     c.push(Command::FetchAddVector {
@@ -180,4 +180,73 @@ fn the_four_rules_are_checked_at_finish() {
     c.push(put(9));
     assert!(matches!(c.finish(), Err(Error::Am(_))));
     let _ = Perms::ALL;
+}
+
+#[test]
+fn user_built_bodies_are_checked_as_combined_ones() {
+    let data = [7u8; 16];
+    let mut c = combined(1);
+    c.push(Command::Put {
+        target: seg(1),
+        offset: 0,
+        data: &data,
+    })
+    .push(Command::Get {
+        target: seg(1),
+        offset: 0,
+        len: 16,
+    });
+    let p = c.finish().unwrap();
+    // The same bytes, given as a body, make the same packet.
+    let again = Packet::checked(1, 2, p.body().to_vec(), 4096).unwrap();
+    assert_eq!(again, p);
+    // A program patching a put's data in place (the first command's data starts after its
+    // 48-byte header) makes another legal packet.
+    let mut patched = p.body().to_vec();
+    patched[wire::CMD_HEADER..wire::CMD_HEADER + 16].fill(9);
+    Packet::checked(1, 2, patched, 4096).expect("patched data");
+    // Malformed: a wrong count, a truncated body, an unknown kind.
+    for (count, body) in [
+        (3, p.body().to_vec()),
+        (2, p.body()[..p.body().len() - 8].to_vec()),
+        (2, {
+            let mut b = p.body().to_vec();
+            b[0] = 99;
+            b
+        }),
+    ] {
+        assert!(matches!(
+            Packet::checked(1, count, body, 4096),
+            Err(Error::IllegalCombination { rule: 0, .. })
+        ));
+    }
+    // Rule 4 and rule 3 on hand-written bodies.
+    let mut two_atomics = Vec::new();
+    for _ in 0..2 {
+        wire::put_cmd(
+            &mut two_atomics,
+            wire::Kind::Atomic,
+            1,
+            7,
+            [8, 4, 1, 0],
+            &[],
+        );
+    }
+    assert!(matches!(
+        Packet::checked(1, 2, two_atomics, 4096),
+        Err(Error::IllegalCombination { rule: 4, .. })
+    ));
+    let mut huge_get = Vec::new();
+    wire::put_cmd(
+        &mut huge_get,
+        wire::Kind::Get,
+        1,
+        7,
+        [0, u64::MAX, 0, 0],
+        &[],
+    );
+    assert!(matches!(
+        Packet::checked(1, 1, huge_get, 4096),
+        Err(Error::IllegalCombination { rule: 3, .. })
+    ));
 }

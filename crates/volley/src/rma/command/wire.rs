@@ -69,6 +69,30 @@ pub(super) struct Cmd<'a> {
     pub(super) data: &'a [u8],
 }
 
+impl Cmd<'_> {
+    /// Whether this is an atomic (alone in its packet, rule 4).
+    pub(super) fn is_atomic(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Atomic | Kind::FetchAddVector | Kind::CompareSwapAt
+        )
+    }
+
+    /// Bytes of this command's entry in the reply.
+    pub(super) fn reply_len(&self) -> usize {
+        let data = match self.kind {
+            // A length no reply could hold saturates (and fails rule 3).
+            Kind::Get => usize::try_from(self.w[1])
+                .ok()
+                .and_then(|n| n.checked_next_multiple_of(8))
+                .unwrap_or(usize::MAX),
+            Kind::FetchAddVector => self.data.len(),
+            _ => 0,
+        };
+        REPLY_HEADER.saturating_add(data)
+    }
+}
+
 pub(super) fn padded(n: usize) -> usize {
     n.div_ceil(8) * 8
 }
