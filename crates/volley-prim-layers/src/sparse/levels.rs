@@ -26,7 +26,7 @@ const TY_BASE: u32 = 0x5e00_0000;
 
 /// Bytes of a round message besides its values: the typed header packet, the chained
 /// payload's and the close's words, and the done word.
-const MESSAGE_OVERHEAD: usize = 64;
+const MESSAGE_OVERHEAD: usize = 48;
 
 /// Counts of one rank's level-scheduled solves.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
