@@ -30,9 +30,7 @@
 //! communication thread slows the computation least (`e8_comm_thread_least_slowdown`).
 //! Their correctness checks (every message and answer as sent) always count.
 
-use super::{
-    rank_job, timing_rows, verdict, write_result, Experiment, Options, Outcome, RankArgs,
-};
+use super::{rank_job, timing_rows, verdict, write_result, Experiment, Options, Outcome, RankArgs};
 use crate::bench::median_present;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
