@@ -174,6 +174,16 @@ fn seed003_bounce_measures_every_variant_and_checks_every_value() {
     }
     assert_eq!(doc["seed"]["typed"], "70us", "{doc}");
     assert!(doc["ordering_holds"].is_boolean(), "{doc}");
+    // The timing harness: a row per progress mode, the loop's time and latencies.
+    let rows = doc["timing"].as_array().expect("timing rows");
+    assert_eq!(rows.len(), 4, "{doc}");
+    for r in rows {
+        positive(r, "last_rank_ns");
+        positive(r, "comm_ns");
+        let (p50, p99) = (positive(r, "latency_p50_ns"), positive(r, "latency_p99_ns"));
+        assert!(p50 <= p99, "{r}");
+        assert_eq!(r["compute_ns"], 0.0, "{r}");
+    }
 }
 
 #[test]

@@ -93,6 +93,27 @@ fn sparse_solves_equal_the_serial_solve_without_overflowing_a_small_buffer() {
 }
 
 #[test]
+fn level_scheduled_typed_solve_equals_the_serial_solve() {
+    for n in [2, 5] {
+        run(Job::run(n, SUITE, &["sparse-levels"]), &["sparse-levels"]);
+    }
+    // One value per round message (512 bytes on 3 ranks), through the other modes.
+    for mode in ["comm-thread", "interrupt", "probe"] {
+        run(
+            Job::run(3, SUITE, &["sparse-levels"])
+                .env("VOLLEY_PRIM_PROGRESS", mode)
+                .env("VOLLEY_PRIM_CAPACITY", "512"),
+            &["sparse-levels"],
+        );
+    }
+    // Too small for a round message from each of 3 others: a clear error.
+    run(
+        Job::run(4, SUITE, &["sparse-levels"]).env("VOLLEY_PRIM_CAPACITY", "256"),
+        &["sparse-levels"],
+    );
+}
+
+#[test]
 fn sparse_bad_inputs_are_clear_errors_and_nothing_hangs() {
     for n in [2, 4] {
         run(Job::run(n, SUITE, &["sparse-errors"]), &["sparse-errors"]);

@@ -1255,6 +1255,13 @@ fn experiment_seed003_trisolve_solves_correctly_and_reports_every_version() {
         }
     }
     assert_eq!(rows[0]["seed_communication"], "\"474us\"", "{doc}");
+    let timing = doc["timing"].as_array().expect("timing rows");
+    assert_eq!(timing.len(), 5, "{doc}");
+    for r in timing {
+        assert_timing_row(r);
+        assert!(r["compute_ns"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+    }
+    assert!(err.contains("last rank"), "{err}");
 }
 
 #[test]
@@ -1306,7 +1313,10 @@ fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
     assert_eq!(code, Some(if pays { 0 } else { 1 }), "{err}");
     for key in [
         "serial_us",
+        "levels_us_per_solve",
         "fetch_us_per_solve",
+        "fetch_interrupt_us_per_solve",
+        "fetch_inline_us_per_solve",
         "executor_us_per_solve",
         "inspector_us",
     ] {
@@ -1318,7 +1328,37 @@ fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
         doc["remote_values_per_solve"].as_u64().unwrap_or(0) > 0,
         "{doc}"
     );
+    assert!(
+        doc["level_rounds_per_solve"].as_u64().unwrap_or(0) > 0,
+        "{doc}"
+    );
     assert!(err.contains("break-even"), "{err}");
+    // The timing harness: a row per variant, each with the five figures.
+    let rows = doc["timing"].as_array().expect("timing rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r["variant"].as_str()).collect();
+    for v in ["(a)", "(b)", "(c)", "(d)"] {
+        assert!(names.iter().any(|n| n.starts_with(v)), "{v} in {names:?}");
+    }
+    for r in rows {
+        assert_timing_row(r);
+        assert!(r["compute_ns"].as_f64().unwrap_or(0.0) > 0.0, "{r}");
+    }
+    assert!(err.contains("last rank"), "{err}");
+}
+
+/// One timing row of the harness: computation and communication that add up to the last
+/// rank's time, and latencies (p50 <= p99) over at least one message.
+fn assert_timing_row(r: &serde_json::Value) {
+    let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+    let (comp, comm, last) = (f("compute_ns"), f("comm_ns"), f("last_rank_ns"));
+    assert!(comp >= 0.0 && comm >= 0.0 && last > 0.0, "{r}");
+    assert!((comp + comm - last).abs() <= 1.0 || comm == 0.0, "{r}");
+    let (p50, p99) = (
+        r["latency_p50_ns"].as_u64().expect("p50"),
+        r["latency_p99_ns"].as_u64().expect("p99"),
+    );
+    assert!(p50 <= p99, "{r}");
+    assert!(r["messages"].as_u64().unwrap_or(0) > 0, "{r}");
 }
 
 #[test]
@@ -1340,4 +1380,14 @@ fn experiment_seed003_sparse_corrupt_fails_its_check() {
     assert_eq!(doc["correct"], false, "{doc}");
     assert_eq!(doc["verified"], false, "{doc}");
     assert_eq!(code, Some(1));
+    // Every variant's solution is checked: each one's damage is reported.
+    let failures = doc["failures"].to_string();
+    for v in [
+        "(a) typed, level-scheduled",
+        "(b) executor",
+        "fetch (comm-thread)",
+        "fetch (interrupt)",
+    ] {
+        assert!(failures.contains(v), "{v} in {failures}");
+    }
 }

@@ -11,9 +11,13 @@
 //!   served by a procedure packet's handler), for experiment E2 (`seed003-trisolve`).
 //! - [`sparse`]: the sparse triangular solve with a run-time pattern (§5): conditional
 //!   (deferred) remote fetch (item 21) and inspector/executor schedules with flow-control
-//!   credits (item 23), for experiment E9 (`seed003-sparse`).
+//!   credits (item 23), and a level-scheduled solve with typed messages, for experiment E9
+//!   (`seed003-sparse`).
+//! - [`timing`]: the experiments' timing harness (item 25): computation and communication
+//!   apart, the last rank to complete, per-message latencies (median, p99).
 
 pub mod sparse;
+pub mod timing;
 pub mod trisolve;
 mod typed;
 

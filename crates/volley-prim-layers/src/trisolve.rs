@@ -17,10 +17,12 @@
 //! thread goes on computing: seed 003's asynchronous Active Message). [`Version::Local`] is the computation alone, on the values the
 //! solve would receive: the floor that splits a run into computation and communication.
 
+use crate::timing::Latencies;
 use crate::typed::{Typed, TypedError};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::Instant;
 use volley_prim::{Dest, Info, Prim, PrimConfig, PrimError, Progress, Recv, Source};
 
 /// The handler id of a fetch request (register it with [`with_handlers`]).
@@ -154,6 +156,34 @@ pub fn solve(
     v: Version,
     incoming: &[f64],
 ) -> Result<Column, TypedError> {
+    solve_timed(prim, typed, n, v, incoming, None)
+}
+
+/// Runs `f`, recording its time in `lat` if there is one.
+#[inline(always)]
+fn timed<T>(lat: Option<&mut Latencies>, f: impl FnOnce() -> T) -> T {
+    match lat {
+        Some(l) => {
+            let start = Instant::now();
+            let r = f();
+            l.record_since(start);
+            r
+        }
+        None => f(),
+    }
+}
+
+/// [`solve`], recording in `lat` (if given) each incoming value's latency: the receive's
+/// wait for it, or for the fetch versions the request's round trip. The clock reads cost
+/// tens of ns per message, so timed runs pass `None`.
+pub fn solve_timed(
+    prim: &Prim,
+    typed: &Typed,
+    n: usize,
+    v: Version,
+    incoming: &[f64],
+    mut lat: Option<&mut Latencies>,
+) -> Result<Column, TypedError> {
     let (c, p) = (prim.rank(), prim.size());
     let (rhs, a1, an): (Vec<f64>, Vec<f64>, Vec<f64>) = (0..n)
         .map(|r| coefficients(r * p + c, p))
@@ -184,7 +214,7 @@ pub fn solve(
             let mut b = [0u8; 8];
             for r in 0..n {
                 let inc = if left {
-                    typed.recv_into(TY, &mut b)?;
+                    timed(lat.as_deref_mut(), || typed.recv_into(TY, &mut b))?;
                     f64::from_le_bytes(b)
                 } else {
                     0.0
@@ -201,7 +231,9 @@ pub fn solve(
             let mut b = [0u8; 8];
             for r in 0..n {
                 let inc = if left {
-                    prim.receive(Source::Network, Recv::Data(&mut b))?;
+                    timed(lat.as_deref_mut(), || {
+                        prim.receive(Source::Network, Recv::Data(&mut b))
+                    })?;
                     f64::from_le_bytes(b)
                 } else {
                     0.0
@@ -222,7 +254,11 @@ pub fn solve(
                 None
             };
             for r in 0..n {
-                let inc = if left { prim.pipe_get_f64()? } else { 0.0 };
+                let inc = if left {
+                    timed(lat.as_deref_mut(), || prim.pipe_get_f64())?
+                } else {
+                    0.0
+                };
                 let yi = rhs[r] - inc - prev * prev_an;
                 if let Some(pp) = pipe.as_mut() {
                     pp.put_f64(yi * a1[r]);
@@ -245,13 +281,15 @@ pub fn solve(
             let mut b = [0u8; 8];
             for r in 0..n {
                 let inc = if left {
-                    prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_ID), true)?;
-                    prim.send(
-                        Dest::PreviousChain,
-                        Info::Data(&(r as u64).to_le_bytes()),
-                        false,
-                    )?;
-                    prim.receive(Source::Network, Recv::Data(&mut b))?;
+                    timed(lat.as_deref_mut(), || {
+                        prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_ID), true)?;
+                        prim.send(
+                            Dest::PreviousChain,
+                            Info::Data(&(r as u64).to_le_bytes()),
+                            false,
+                        )?;
+                        prim.receive(Source::Network, Recv::Data(&mut b))
+                    })?;
                     f64::from_le_bytes(b)
                 } else {
                     0.0
@@ -285,9 +323,11 @@ pub fn solve(
                     let mut args = [0u8; 16];
                     args[..8].copy_from_slice(&epoch.to_le_bytes());
                     args[8..].copy_from_slice(&(r as u64).to_le_bytes());
-                    prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_COMM_ID), true)?;
-                    prim.send(Dest::PreviousChain, Info::Data(&args), false)?;
-                    prim.receive(Source::Network, Recv::Data(&mut b))?;
+                    timed(lat.as_deref_mut(), || {
+                        prim.send(Dest::Rank(c - 1), Info::Procedure(FETCH_COMM_ID), true)?;
+                        prim.send(Dest::PreviousChain, Info::Data(&args), false)?;
+                        prim.receive(Source::Network, Recv::Data(&mut b))
+                    })?;
                     f64::from_le_bytes(b)
                 } else {
                     0.0

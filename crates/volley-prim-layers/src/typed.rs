@@ -87,6 +87,11 @@ impl<'p, 'rt> Typed<'p, 'rt> {
         }
     }
 
+    /// The primitives the layer runs on.
+    pub fn prim(&self) -> &'p Prim<'rt> {
+        self.prim
+    }
+
     /// Bytes of unexpected messages held now.
     pub fn unexpected_bytes(&self) -> usize {
         self.held.get()

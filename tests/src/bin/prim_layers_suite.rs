@@ -26,8 +26,10 @@ use std::process::exit;
 use volley::Runtime;
 use volley_prim::{Prim, PrimConfig};
 use volley_prim_layers::sparse::{
-    self, Executor, Fetcher, InspectOptions, Layout, Pattern, SparseError, SparseSetup, Step,
+    self, Executor, Fetcher, InspectOptions, Layout, LevelStats, Pattern, SparseError, SparseSetup,
+    Step,
 };
+use volley_prim_layers::timing::Latencies;
 use volley_prim_layers::trisolve::{self, Version};
 use volley_prim_layers::{Typed, TypedError};
 
@@ -485,6 +487,58 @@ fn sparse_solve(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     }
 }
 
+/// The level-scheduled typed solve (E9's variant (a)): two solves in a row equal the serial
+/// solve, one level message received per other rank and round; a buffer too small for a
+/// round message from every rank is a clear error before anything is sent.
+fn sparse_levels(p: &Prim, rt: &Runtime) {
+    let (me, size) = (p.rank(), p.size());
+    let t = Typed::new(p);
+    let pat = pattern(size);
+    let layout = Layout { n: pat.n, size };
+    let want = pat.serial();
+    let rows = pat.local_rows(layout, me);
+    let mut waits = Latencies::new();
+    let mut st = LevelStats::default();
+    let limit = sparse::round_limit(p.capacity(), size);
+    if limit == 0 {
+        match sparse::solve_levels(&t, layout, &rows, &mut waits, &mut st) {
+            Err(SparseError::Config(_)) if st.messages == 0 => {}
+            other => fail(format!("levels on a too small buffer: {other:?}")),
+        }
+    } else {
+        for rep in 0..2 {
+            let y = sparse::solve_levels(&t, layout, &rows, &mut waits, &mut st)
+                .unwrap_or_else(|e| fail(format!("levels solve {rep}: {e}")));
+            for (k, v) in y.iter().enumerate() {
+                let i = rows[k].index;
+                if *v != want[i] {
+                    fail(format!(
+                        "levels: unknown {i} on rank {me}: {v} != {}",
+                        want[i]
+                    ));
+                }
+            }
+        }
+        if waits.count() != st.messages || st.rounds == 0 {
+            fail(format!(
+                "rank {me}: {} level messages waited for, {} sent, {} rounds",
+                waits.count(),
+                st.messages,
+                st.rounds
+            ));
+        }
+    }
+    rt.barrier();
+    if me == 0 {
+        println!(
+            "layers sparse-levels: ok ({} unknowns on {size} ranks, {}-byte buffers, {limit} values per round message: {} rounds in 2 solves equal the serial solve)",
+            pat.n,
+            p.capacity(),
+            st.rounds
+        );
+    }
+}
+
 fn sparse_errors(p: &Prim, rt: &Runtime, s: &SparseSetup) {
     let (me, size) = (p.rank(), p.size());
     if size < 2 {
@@ -591,6 +645,7 @@ fn main() {
             "schedule" => schedule_section(&p, &rt),
             "sparse-solve" => sparse_solve(&p, &rt, &sparse_setup),
             "sparse-errors" => sparse_errors(&p, &rt, &sparse_setup),
+            "sparse-levels" => sparse_levels(&p, &rt),
             other => fail(format!("unknown section {other}")),
         }
     }

@@ -20,6 +20,7 @@ mod seed003_sparse;
 mod seed003_trisolve;
 mod send_breakdown;
 mod signal;
+mod timing_rows;
 mod xfer;
 
 use crate::bench::{emit_report, JsonTarget};

@@ -17,6 +17,11 @@
 //! the `--quick` sizes the ordering is reported, not required). Probe is reported beside it: here a probe is a
 //! function call, not the seed's interrupt plus probe, and it is not required to be slower.
 //!
+//! The timing harness (`volley_prim_layers::timing`, the `timing` rows): per progress mode,
+//! the primitives' bounce with no computation (`compute_ns` 0), the loop's time of the rank
+//! that completed last, and the one-way latencies (half of each round trip, median and p99)
+//! of one more bounce with a clock read per round trip.
+//!
 //! Two more parts (see `seed003_overlap`), in the same JSON under new keys: E7 (`e7`: direct
 //! send against a send handed to the communication thread, per size, with the crossover) and
 //! E8 (`e8`: a computing rank's slowdown while it serves requests, per progress mode). Their
@@ -25,13 +30,14 @@
 //! communication thread slows the computation least (`e8_comm_thread_least_slowdown`).
 //! Their correctness checks (every message and answer as sent) always count.
 
-use super::{rank_job, verdict, write_result, Experiment, Options, Outcome, RankArgs};
+use super::{rank_job, timing_rows, verdict, write_result, Experiment, Options, Outcome, RankArgs};
 use crate::bench::median_present;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 use volley_prim::{Dest, Info, Prim, PrimConfig, Progress, Recv, Source};
+use volley_prim_layers::timing::{Latencies, RankTiming};
 
 /// The experiment.
 pub const EXPERIMENT: Experiment = Experiment {
@@ -49,6 +55,13 @@ struct Rep {
     typed_ns: Option<f64>,
     floor_ns: Option<f64>,
     failures: Vec<String>,
+}
+
+/// One job's result: its repetitions and each rank's timing of the primitives' bounce.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct JobOut {
+    reps: Vec<Rep>,
+    timing: Vec<RankTiming>,
 }
 
 #[derive(Debug, Serialize)]
@@ -73,6 +86,8 @@ struct Report {
     e7_direct_wins_small: bool,
     e8: Vec<super::seed003_overlap::E8Row>,
     e8_comm_thread_least_slowdown: bool,
+    /// The timing harness: the primitives' bounce per progress mode.
+    timing: Vec<timing_rows::TimingRow>,
 }
 
 #[derive(Debug, Serialize)]
@@ -85,18 +100,28 @@ struct SeedFigures {
 }
 
 /// A bounce through the primitives: `iters` round trips of a 16-byte data packet; one-way ns.
-fn prim_bounce(p: &Prim, iters: u64, failures: &mut Vec<String>) -> Result<f64, String> {
+/// With `lat`, rank 0 records each round trip's half (a clock read per round trip).
+fn prim_bounce(
+    p: &Prim,
+    iters: u64,
+    failures: &mut Vec<String>,
+    mut lat: Option<&mut Latencies>,
+) -> Result<f64, String> {
     let me = p.rank();
     let other = 1 - me;
     let mut buf = [0u8; 16];
     let start = Instant::now();
     for i in 0..iters {
         if me == 0 {
+            let sent = lat.is_some().then(Instant::now);
             let out = [i.to_le_bytes(), (!i).to_le_bytes()].concat();
             p.send(Dest::Rank(other), Info::Data(&out), false)
                 .map_err(|e| e.to_string())?;
             p.receive(Source::Network, Recv::Data(&mut buf))
                 .map_err(|e| e.to_string())?;
+            if let (Some(l), Some(t)) = (lat.as_deref_mut(), sent) {
+                l.record(t.elapsed().as_nanos() as u64 / 2);
+            }
         } else {
             p.receive(Source::Network, Recv::Data(&mut buf))
                 .map_err(|e| e.to_string())?;
@@ -224,11 +249,11 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     let mut reps_out = Vec::new();
     // Warm up the path once.
     let mut scratch = Vec::new();
-    prim_bounce(&p, iters / 10 + 1, &mut scratch)?;
+    prim_bounce(&p, iters / 10 + 1, &mut scratch, None)?;
     for rep in 0..reps {
         rt.barrier();
         let mut r = Rep::default();
-        r.prim_ns = prim_bounce(&p, iters, &mut r.failures)?;
+        r.prim_ns = prim_bounce(&p, iters, &mut r.failures, None)?;
         if inline {
             rt.barrier();
             r.channel_ns = Some(channel_bounce(&p, iters, &mut r.failures)?);
@@ -243,11 +268,37 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         let _ = rep;
         reps_out.push(r);
     }
+    // The timing harness: each rank's loop (median), one more bounce with each round trip
+    // timed for the latencies; rank 1's figures go to rank 0 as a tagged message.
+    rt.barrier();
+    let mut lat = Latencies::new();
+    prim_bounce(&p, iters, &mut scratch, Some(&mut lat))?;
+    let mine = RankTiming {
+        run_ns: median_present(reps_out.iter().map(|r| r.prim_ns)) * 2.0 * iters as f64,
+        compute_ns: 0.0,
+        latency: lat.to_pairs(),
+    };
+    if me == 1 {
+        let text = serde_json::to_vec(&mine).map_err(|e| e.to_string())?;
+        msg.send(0, 9, &text).map_err(|e| e.to_string())?;
+    }
+    let mut timing = vec![mine];
+    if me == 0 {
+        let got = msg.recv(1usize, 9u64).map_err(|e| e.to_string())?;
+        timing.push(serde_json::from_slice(&got.data).map_err(|e| e.to_string())?);
+        if let Some(r) = reps_out.last_mut() {
+            r.failures.append(&mut scratch);
+        }
+    }
     rt.barrier();
     drop(msg);
     drop(p);
     if me == 0 {
-        write_result(&a.out, &reps_out)?;
+        let out = JobOut {
+            reps: reps_out,
+            timing,
+        };
+        write_result(&a.out, &out)?;
     }
     rt.finalize();
     Ok(())
@@ -261,6 +312,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let mut typed = Vec::new();
     let mut floor = Vec::new();
     let mut channel = Vec::new();
+    let mut timing = Vec::new();
     for mode in Progress::ALL {
         // The kernel wake-up path is slow: fewer round trips keep its run short.
         let n = if mode == Progress::Interrupt || mode == Progress::CommThread {
@@ -269,13 +321,20 @@ fn run(o: &Options) -> Result<Outcome, String> {
             iters
         };
         let args = [n.to_string(), args[1].clone()];
-        let reps: Vec<Rep> = rank_job(
+        let job: JobOut = rank_job(
             EXPERIMENT.name,
             2,
             2,
             &[("VOLLEY_PRIM_PROGRESS", mode.name())],
             &args,
         )?;
+        timing.extend(timing_rows::row(
+            &format!("raw, a packet each, {}", mode.name()),
+            "half of each round trip (rank 0's clock)",
+            &job.timing,
+            &mut failures,
+        ));
+        let reps = job.reps;
         let mut m = median_present(reps.iter().map(|r| r.prim_ns));
         if o.corrupt && mode == Progress::InlinePoll {
             m = f64::NAN;
@@ -379,6 +438,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
         e7_direct_wins_small: e7_small,
         e8,
         e8_comm_thread_least_slowdown: e8_least,
+        timing,
     };
     Ok(Outcome {
         table: table(&report),
@@ -441,6 +501,7 @@ fn table(r: &Report) -> String {
         "  E8: the comm thread slows the loop least: {}",
         r.e8_comm_thread_least_slowdown
     );
+    timing_rows::table(&mut t, &r.timing);
     t.push_str(&verdict(
         r.verified,
         "values intact, every figure measured (full size: orderings, E7 direct wins small, E8 comm thread least slowdown)",

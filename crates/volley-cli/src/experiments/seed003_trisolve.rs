@@ -12,19 +12,23 @@
 //!
 //! As the seed, the figures are the last rank's: its computation time is the same loop on
 //! the values it would receive (no communication, measured in the same job), and its
-//! communication time is its solve's time minus that.
+//! communication time is its solve's time minus that. The timing harness
+//! (`volley_prim_layers::timing`, the `timing` rows) adds per version the rank that
+//! completed last and the per-message latencies (median, p99) of one more solve with a
+//! clock read around each receive (or fetch round trip).
 //!
 //! Verified: every version's solution equals the serial solve on both ranks (`correct`) AND
 //! the seed's ordering of communication times B2 < B1 < B3 < B0 holds (`ordering_holds`);
 //! both are in the JSON. B3' is reported beside them (`b3p_over_b3`, `b3p_over_b0`, and
 //! whether B3' < B3, the seed's claim, as `b3p_below_b3`) but not part of `verified`.
 
-use super::{rank_job, verdict, write_result, Experiment, Options, Outcome, RankArgs};
+use super::{rank_job, timing_rows, verdict, write_result, Experiment, Options, Outcome, RankArgs};
 use crate::bench::median_present;
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
 use std::time::Instant;
 use volley_prim::{Prim, PrimConfig, Progress};
+use volley_prim_layers::timing::{Latencies, RankTiming};
 use volley_prim_layers::trisolve::{self, Version};
 use volley_prim_layers::Typed;
 
@@ -44,6 +48,15 @@ struct JobOut {
     /// The computation alone, per repetition.
     local_ns: Vec<f64>,
     failures: Vec<String>,
+    /// Per version, every rank's timing (the harness).
+    timing: Vec<(String, Vec<RankTiming>)>,
+}
+
+/// What a rank other than the last sends the last one.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Others {
+    failures: Vec<String>,
+    timing: Vec<(String, RankTiming)>,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,6 +83,7 @@ struct Report {
     n: usize,
     ranks: usize,
     rows: Vec<Row>,
+    timing: Vec<timing_rows::TimingRow>,
     seed_unit_note: &'static str,
 }
 
@@ -110,6 +124,8 @@ fn rank(a: &RankArgs) -> Result<(), String> {
     let want = trisolve::serial(n, size);
     let incoming = trisolve::incoming(&want, n, size, me);
     let mut out = JobOut::default();
+    // Per version: this rank's solve times and one instrumented solve's latencies.
+    let mut mine: Vec<(String, Vec<f64>, Latencies)> = Vec::new();
     let check = |name: &str, y: &[f64], failures: &mut Vec<String>| {
         for (r, v) in y.iter().enumerate() {
             let mut w = want[r * size + me];
@@ -135,6 +151,14 @@ fn rank(a: &RankArgs) -> Result<(), String> {
                 times.push(ns);
             }
         }
+        // One more solve with each incoming value's latency recorded (clock reads per
+        // message: not among the timed ones).
+        rt.barrier();
+        let mut lat = Latencies::new();
+        let y = trisolve::solve_timed(&p, &t, n, v, &[], Some(&mut lat))
+            .map_err(|e| format!("{name}: {e}"))?;
+        check(name, &y.y, &mut out.failures);
+        mine.push((name.clone(), times.clone(), lat));
         out.solve_ns.push((name.clone(), times));
     }
     for rep in 0..=reps {
@@ -147,19 +171,38 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             out.local_ns.push(ns);
         }
     }
-    // The other ranks' failures go to the last rank, which writes the result.
+    let compute_ns = median_present(out.local_ns.iter().copied());
+    let timing: Vec<(String, RankTiming)> = mine
+        .into_iter()
+        .map(|(name, times, lat)| {
+            let rt = RankTiming {
+                run_ns: median_present(times.iter().copied()),
+                compute_ns,
+                latency: lat.to_pairs(),
+            };
+            (name, rt)
+        })
+        .collect();
+    // The other ranks' failures and timing go to the last rank, which writes the result.
     rt.barrier();
     let last = size - 1;
     if me != last {
-        let text = out.failures.join("\n");
-        t.send(last, 1, text.as_bytes())
-            .map_err(|e| e.to_string())?;
+        let o = Others {
+            failures: out.failures,
+            timing,
+        };
+        let text = serde_json::to_vec(&o).map_err(|e| e.to_string())?;
+        t.send(last, 1, &text).map_err(|e| e.to_string())?;
     } else {
+        out.timing = timing.into_iter().map(|(n, t)| (n, vec![t])).collect();
         for _ in 0..last {
             let text = t.recv(1).map_err(|e| e.to_string())?;
-            if !text.is_empty() {
-                out.failures
-                    .extend(String::from_utf8_lossy(&text).lines().map(String::from));
+            let o: Others = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+            out.failures.extend(o.failures);
+            for ((name, all), (theirs_name, theirs)) in out.timing.iter_mut().zip(o.timing) {
+                if *name == theirs_name {
+                    all.push(theirs);
+                }
             }
         }
         write_result(&a.out, &out)?;
@@ -255,6 +298,29 @@ fn run(o: &Options) -> Result<Outcome, String> {
             },
         })
         .collect();
+    let find = |j: &JobOut, name: &str| -> Vec<RankTiming> {
+        j.timing
+            .iter()
+            .find(|(v, _)| v == name)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
+    const WAIT: &str = "the receive's wait for each incoming value";
+    const TRIP: &str = "each fetch request's round trip";
+    let timing: Vec<timing_rows::TimingRow> = [
+        ("B0 typed", find(&inline, "typed"), WAIT),
+        ("B1 raw", find(&inline, "raw"), WAIT),
+        ("B2 pipe", find(&inline, "pipe"), WAIT),
+        ("B3 fetch, interrupt", find(&interrupt, "fetch"), TRIP),
+        (
+            "B3' fetch, comm thread",
+            find(&comm_thread, "fetch-comm"),
+            TRIP,
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(name, ranks, what)| timing_rows::row(name, what, &ranks, &mut failures))
+    .collect();
     let c = |i: usize| rows[i].communication_us;
     for r in &rows {
         if !r.communication_us.is_finite() {
@@ -286,6 +352,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
         n,
         ranks,
         rows,
+        timing,
         seed_unit_note: "the seed prints \"us\"; for 2048 dependent messages the figures are only plausible as ms (notes §1.7): compare ratios and ordering",
     };
     Ok(Outcome {
@@ -334,6 +401,7 @@ fn table(r: &Report) -> String {
         "  correct: {}; ordering B2 < B1 < B3 < B0: {}; B2 comm <= comp: {}",
         r.correct, r.ordering_holds, r.b2_communication_at_or_below_computation
     );
+    timing_rows::table(&mut t, &r.timing);
     t.push_str(&verdict(
         r.verified,
         "solutions equal the serial solve; B2 < B1 < B3 < B0",

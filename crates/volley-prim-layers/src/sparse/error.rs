@@ -8,6 +8,9 @@ pub enum SparseError {
     /// A primitive failed (bad rank, finalized layer, full own buffer, ...).
     #[error(transparent)]
     Prim(#[from] PrimError),
+    /// The typed layer failed (level-scheduled solve).
+    #[error(transparent)]
+    Typed(#[from] crate::typed::TypedError),
     /// An unknown outside the system.
     #[error("unknown {index} is outside the system of {n} unknowns")]
     UnknownIndex {

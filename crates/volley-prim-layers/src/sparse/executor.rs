@@ -12,6 +12,8 @@ use super::error::{Result, SparseError};
 use super::mailbox::{Incoming, SparseSetup, CREDIT_ID};
 use super::matrix::{eval, Row};
 use super::schedule::{Operand, Schedule, Step};
+use crate::timing::Latencies;
+use std::time::Instant;
 use volley_prim::{Dest, Info, Prim};
 
 /// The credit argument's "final for this solve" bit.
@@ -53,6 +55,7 @@ pub struct Executor<'p, 'rt> {
     solves: u64,
     buf: Vec<u8>,
     stats: ExecStats,
+    waits: Latencies,
 }
 
 impl std::fmt::Debug for Executor<'_, '_> {
@@ -93,6 +96,7 @@ impl<'p, 'rt> Executor<'p, 'rt> {
             solves: 0,
             buf: Vec::new(),
             stats: ExecStats::default(),
+            waits: Latencies::new(),
         })
     }
 
@@ -104,6 +108,12 @@ impl<'p, 'rt> Executor<'p, 'rt> {
     /// This rank's counts so far.
     pub fn stats(&self) -> ExecStats {
         self.stats
+    }
+
+    /// How long a row waited for each remote operand (0 when its batch was already here),
+    /// since the last call.
+    pub fn take_waits(&mut self) -> Latencies {
+        std::mem::take(&mut self.waits)
     }
 
     /// One solve (collective: every rank runs its executor): computes this rank's `rows`
@@ -165,9 +175,15 @@ impl<'p, 'rt> Executor<'p, 'rt> {
         // Wait for the remote operands first (each arrives in its source's order).
         for i in 0..self.sched.operands[k].len() {
             if let Operand::Remote { from, pos } = self.sched.operands[k][i] {
+                if self.arrived[from] > base[from] + pos as u64 {
+                    self.waits.record(0);
+                    continue;
+                }
+                let start = Instant::now();
                 while self.arrived[from] <= base[from] + pos as u64 {
                     self.step()?;
                 }
+                self.waits.record_since(start);
             }
         }
         let ops = &self.sched.operands[k];

@@ -19,7 +19,9 @@
 use super::error::{Result, SparseError};
 use super::mailbox::{Incoming, SparseSetup, DONE_ID, FETCH_ID};
 use super::matrix::{eval, Layout, Row};
+use crate::timing::Latencies;
 use std::collections::{HashMap, HashSet};
+use std::time::Instant;
 use volley_prim::{Dest, Info, Prim};
 
 /// The request argument's epoch-parity bit (a request for the next solve may reach an owner
@@ -59,7 +61,8 @@ pub struct Fetcher<'p, 'rt> {
     early: Vec<(usize, usize)>,
     got: HashMap<usize, f64>,
     never: HashSet<usize>,
-    asked: HashSet<usize>,
+    /// Requests outstanding, with when they were sent.
+    asked: HashMap<usize, Instant>,
     window: usize,
     epoch: u64,
     dones: [usize; 2],
@@ -67,6 +70,7 @@ pub struct Fetcher<'p, 'rt> {
     unserved: Vec<(usize, usize)>,
     buf: Vec<u8>,
     stats: FetchStats,
+    waits: Latencies,
 }
 
 impl std::fmt::Debug for Fetcher<'_, '_> {
@@ -114,7 +118,7 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
             early: Vec::new(),
             got: HashMap::new(),
             never: HashSet::new(),
-            asked: HashSet::new(),
+            asked: HashMap::new(),
             window,
             epoch: 0,
             dones: [0; 2],
@@ -122,6 +126,7 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
             unserved: Vec::new(),
             buf: Vec::new(),
             stats: FetchStats::default(),
+            waits: Latencies::new(),
         })
     }
 
@@ -133,6 +138,12 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
     /// This rank's counts so far.
     pub fn stats(&self) -> FetchStats {
         self.stats
+    }
+
+    /// Each request's latency, from its send to its answer's arrival (parked time included),
+    /// since the last call.
+    pub fn take_latencies(&mut self) -> Latencies {
+        std::mem::take(&mut self.waits)
     }
 
     /// Requests parked here now (waiting for values not produced yet).
@@ -179,7 +190,7 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
     pub fn request(&mut self, i: usize) -> Result<()> {
         self.check(i)?;
         let owner = self.layout.owner(i);
-        if owner == self.me || self.got.contains_key(&i) || self.asked.contains(&i) {
+        if owner == self.me || self.got.contains_key(&i) || self.asked.contains_key(&i) {
             return Ok(());
         }
         while self.asked.len() >= self.window {
@@ -188,7 +199,7 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
         let parity = if self.epoch % 2 == 1 { EPOCH_BIT } else { 0 };
         self.setup
             .send_note(self.prim, owner, FETCH_ID, i as u64 | parity)?;
-        self.asked.insert(i);
+        self.asked.insert(i, Instant::now());
         self.stats.requests += 1;
         Ok(())
     }
@@ -337,11 +348,15 @@ impl<'p, 'rt> Fetcher<'p, 'rt> {
                 let word = u64::from_le_bytes(buf[..8].try_into().expect("8 bytes"));
                 let v = f64::from_le_bytes(buf[8..16].try_into().expect("8 bytes"));
                 let i = (word & !NEVER_BIT) as usize;
-                if !self.asked.remove(&i) || self.layout.owner(i) != from {
-                    return Err(SparseError::Protocol(format!(
-                        "rank {from} answered unknown {i}, which this rank did not ask it for"
-                    )));
-                }
+                let sent = match self.asked.remove(&i) {
+                    Some(t) if self.layout.owner(i) == from => t,
+                    _ => {
+                        return Err(SparseError::Protocol(format!(
+                            "rank {from} answered unknown {i}, which this rank did not ask it for"
+                        )))
+                    }
+                };
+                self.waits.record_since(sent);
                 if word & NEVER_BIT != 0 {
                     self.never.insert(i);
                 } else {
