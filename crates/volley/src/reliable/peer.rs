@@ -51,10 +51,14 @@ impl Body {
         }
     }
 
-    /// Writes the whole datagram with `header` into `buf`.
-    fn encode(&self, buf: &mut Vec<u8>, header: &Header) {
+    /// Writes the datagram with `header` into `buf`, except a fragment's bytes: those are
+    /// returned as the datagram's [`Tail`], to be gathered from the retained message.
+    fn encode(&self, buf: &mut Vec<u8>, header: &Header) -> Option<Tail> {
         match self {
-            Body::Packed(b) => wire::encode(buf, header, b),
+            Body::Packed(b) => {
+                wire::encode(buf, header, b);
+                None
+            }
             Body::Fragment { msg, start, end } => {
                 let which = if *start == 0 {
                     // The peer limits messages to u32::MAX bytes.
@@ -64,9 +68,31 @@ impl Body {
                 } else {
                     Fragment::Middle
                 };
-                wire::encode_fragment(buf, header, which, &msg[*start..*end]);
+                wire::encode_fragment_head(buf, header, which, &msg[*start..*end]);
+                Some(Tail {
+                    msg: Arc::clone(msg),
+                    start: *start,
+                    end: *end,
+                })
             }
         }
+    }
+}
+
+/// The last bytes of a datagram written by [`Peer::poll_transmit_gather`]: a range of a
+/// retained message, sent after the datagram's head with gather I/O instead of being copied
+/// into it. Cheap to clone (the message is shared).
+#[derive(Debug, Clone)]
+pub struct Tail {
+    msg: Arc<Vec<u8>>,
+    start: usize,
+    end: usize,
+}
+
+impl Tail {
+    /// The bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.msg[self.start..self.end]
     }
 }
 
@@ -659,6 +685,16 @@ impl Peer {
     /// Order: retransmissions that are due, then new data while the window has room, then an
     /// ack if one is due. Every datagram carries the current ack.
     pub fn poll_transmit(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<usize> {
+        if let Some(tail) = self.poll_transmit_gather(now, buf)? {
+            buf.extend_from_slice(tail.bytes());
+        }
+        Some(buf.len())
+    }
+
+    /// [`poll_transmit`](Self::poll_transmit) without copying a fragment's bytes: `None`
+    /// when nothing is due, else the datagram is `buf` followed by the returned tail's bytes
+    /// (if any), to be sent with gather I/O. Holding the tail keeps the message alive.
+    pub fn poll_transmit_gather(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<Option<Tail>> {
         self.check_peer_timeout(now);
         if self.state != State::Active {
             return None;
@@ -667,22 +703,23 @@ impl Peer {
             .inflight
             .iter()
             .position(|s| !s.sacked && s.sent_at.saturating_add(s.rto) <= now);
-        if let Some(i) = due {
+        let tail = if let Some(i) = due {
             let h = self.header(Kind::Data, self.inflight[i].seq);
             let max_rto = self.config.max_rto;
             let s = &mut self.inflight[i];
             s.sent_at = now;
             s.rto = s.rto.saturating_mul(2).min(max_rto);
             s.retransmits += 1;
-            s.body.encode(buf, &h);
+            let tail = s.body.encode(buf, &h);
             self.stats.retransmissions += 1;
             self.defer_tail_timers(i, now);
+            tail
         } else if self.inflight.len() < self.config.window && !self.pending.is_empty() {
             let body = self.pack();
             let seq = self.next_seq;
             self.next_seq += 1;
             let h = self.header(Kind::Data, seq);
-            body.encode(buf, &h);
+            let tail = body.encode(buf, &h);
             if self.inflight.is_empty() {
                 self.last_progress = now;
             }
@@ -696,18 +733,21 @@ impl Peer {
                 deferred: false,
                 sacked: false,
             });
+            tail
         } else if self.ack_deadline.is_some_and(|t| t <= now) {
             let h = self.header(Kind::Ack, 0);
             wire::encode(buf, &h, &[]);
             self.stats.acks_sent += 1;
+            None
         } else {
             return None;
-        }
+        };
         self.ack_deadline = None;
         self.unacked_received = 0;
         self.stats.datagrams_sent += 1;
-        self.stats.bytes_sent += buf.len() as u64;
-        Some(buf.len())
+        let tail_len = tail.as_ref().map_or(0, |t| t.end - t.start);
+        self.stats.bytes_sent += (buf.len() + tail_len) as u64;
+        Some(tail)
     }
 
     /// Panics if the internal bookkeeping is inconsistent; for tests.

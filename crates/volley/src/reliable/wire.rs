@@ -272,17 +272,32 @@ pub(crate) enum Fragment {
 }
 
 /// Clears `buf` and writes a complete data datagram whose body is one fragment record of
-/// `data`, copied straight from the message: a long message's datagrams are not first
-/// assembled into a body of their own.
+/// `data`.
+#[cfg(test)]
 pub(crate) fn encode_fragment(buf: &mut Vec<u8>, header: &Header, fragment: Fragment, data: &[u8]) {
-    put_header(buf, header, FIRST_OVERHEAD + data.len());
+    encode_fragment_head(buf, header, fragment, data);
+    buf.extend_from_slice(data);
+}
+
+/// Clears `buf` and writes the head of a data datagram whose body is one fragment record of
+/// `data`: the header and the record's own words, sealed with the checksum of the whole
+/// datagram. On the wire `data` follows the head, gathered straight from the message, so a
+/// long message's bytes are never copied into a datagram.
+pub(crate) fn encode_fragment_head(
+    buf: &mut Vec<u8>,
+    header: &Header,
+    fragment: Fragment,
+    data: &[u8],
+) {
+    put_header(buf, header, FIRST_OVERHEAD);
     let (tag, total) = match fragment {
         Fragment::First(total) => (TAG_FIRST, Some(total)),
         Fragment::Middle => (TAG_MIDDLE, None),
         Fragment::Last => (TAG_LAST, None),
     };
-    put_record(buf, tag, total, data);
-    seal(buf);
+    put_record_head(buf, tag, total, data.len());
+    let c = checksum_parts(buf, data);
+    buf[4..8].copy_from_slice(&c.to_le_bytes());
 }
 
 /// Writes the checksum of a datagram whose header is otherwise complete.
@@ -304,23 +319,34 @@ pub(crate) fn put_first(body: &mut Vec<u8>, total: u32, data: &[u8]) {
 }
 
 fn put_record(body: &mut Vec<u8>, tag: u8, total: Option<u32>, data: &[u8]) {
+    put_record_head(body, tag, total, data.len());
+    body.extend_from_slice(data);
+}
+
+/// Appends a record's tag and lengths, the words before its `len` bytes of data.
+fn put_record_head(body: &mut Vec<u8>, tag: u8, total: Option<u32>, len: usize) {
     body.push(tag);
     // Lengths fit: the peer limits messages to u32::MAX bytes and datagrams to 65507.
-    body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    body.extend_from_slice(&(len as u32).to_le_bytes());
     if let Some(t) = total {
         body.extend_from_slice(&t.to_le_bytes());
     }
-    body.extend_from_slice(data);
 }
 
 /// CRC-32 (IEEE, reflected 0xEDB88320) of a datagram with its checksum field read as zero.
 /// `crc32fast` folds with carry-less multiplication where the CPU has it: a table-driven
 /// byte loop cost ~60 µs per 64 KiB datagram, more than the system calls.
 fn checksum(datagram: &[u8]) -> u32 {
+    checksum_parts(datagram, &[])
+}
+
+/// [`checksum`] of the datagram `head` followed by `tail`, without joining them.
+fn checksum_parts(head: &[u8], tail: &[u8]) -> u32 {
     let mut h = crc32fast::Hasher::new();
-    h.update(&datagram[..4]);
+    h.update(&head[..4]);
     h.update(&[0; 4]);
-    h.update(&datagram[8..]);
+    h.update(&head[8..]);
+    h.update(tail);
     h.finalize()
 }
 
@@ -391,6 +417,54 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// A fragment's head seals the checksum of head and data together: the two sent one
+    /// after the other decode, and a datagram with any byte of the data changed is refused.
+    #[test]
+    fn a_gathered_fragment_is_checked_over_its_data_too() {
+        let h = Header {
+            kind: Kind::Data,
+            job_key: 7,
+            src_incarnation: 8,
+            dst_incarnation: 9,
+            seq: 10,
+            ack: 11,
+            sack: 12,
+        };
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let mut head = Vec::new();
+        encode_fragment_head(&mut head, &h, Fragment::First(5000), &data);
+        assert_eq!(head.len(), HEADER_LEN + FIRST_OVERHEAD);
+        let mut datagram = head.clone();
+        datagram.extend_from_slice(&data);
+        let (d, b) = decode(&datagram).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(
+            Records::new(b).map(|r| r.unwrap()).collect::<Vec<_>>(),
+            [Record::First {
+                total: 5000,
+                data: &data
+            }]
+        );
+        for at in [
+            HEADER_LEN + FIRST_OVERHEAD,
+            HEADER_LEN + 1000,
+            datagram.len() - 1,
+        ] {
+            let mut bad = datagram.clone();
+            bad[at] ^= 0x10;
+            assert_eq!(decode(&bad), Err(DecodeError::BadChecksum), "byte {at}");
+        }
+        // The data without its head, or a head sealed over other data, is refused too.
+        assert_eq!(
+            decode(&datagram[..datagram.len() - 1]),
+            Err(DecodeError::BadChecksum)
+        );
+        let mut other = Vec::new();
+        encode_fragment_head(&mut other, &h, Fragment::First(5000), &data[1..]);
+        other.extend_from_slice(&data[..data.len() - 1]);
+        assert_eq!(decode(&other), Err(DecodeError::BadChecksum));
     }
 
     #[test]

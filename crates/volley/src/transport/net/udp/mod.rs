@@ -34,7 +34,9 @@ use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
-use crate::reliable::{self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State};
+use crate::reliable::{
+    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State, Tail,
+};
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
 
@@ -104,11 +106,24 @@ impl UdpConfig {
     }
 }
 
-/// A datagram ready to leave: the peer slot it goes to and its bytes.
+/// A datagram ready to leave: the peer slot it goes to and its bytes, `buf` followed by the
+/// tail's (a fragment's bytes, gathered from the retained message when sent). The fault
+/// injector holds and duplicates it as it is: a duplicate shares the message.
 #[derive(Debug, Clone)]
 struct Outgoing {
     slot: usize,
     buf: Vec<u8>,
+    tail: Option<Tail>,
+}
+
+impl Outgoing {
+    fn tail(&self) -> &[u8] {
+        self.tail.as_ref().map_or(&[], Tail::bytes)
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() + self.tail().len()
+    }
 }
 
 /// One network peer.
@@ -302,13 +317,14 @@ impl UdpTransport {
             due.retain(|&slot| {
                 let link = &mut self.links[slot];
                 let mut buf = self.pool.pop().unwrap_or_default();
-                if link.peer.poll_transmit(now, &mut buf).is_none() {
+                let Some(tail) = link.peer.poll_transmit_gather(now, &mut buf) else {
                     self.pool.push(buf);
                     link.dirty = false;
                     link.wake = link.peer.poll_timeout().unwrap_or(u64::MAX);
                     return false;
-                }
-                enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+                };
+                let d = Outgoing { slot, buf, tail };
+                enqueue(&mut self.faults, &mut self.out, d, now);
                 true
             });
         }
@@ -323,11 +339,12 @@ impl UdpTransport {
         let window = link.peer.config().window;
         while link.peer.queued_bytes() >= payload && link.peer.in_flight() < window {
             let mut buf = self.pool.pop().unwrap_or_default();
-            if link.peer.poll_transmit(now, &mut buf).is_none() {
+            let Some(tail) = link.peer.poll_transmit_gather(now, &mut buf) else {
                 self.pool.push(buf);
                 break;
-            }
-            enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+            };
+            let d = Outgoing { slot, buf, tail };
+            enqueue(&mut self.faults, &mut self.out, d, now);
         }
     }
 
@@ -340,7 +357,7 @@ impl UdpTransport {
             let n = self.out.len().min(self.batch);
             let links = &self.links;
             let single = self.single;
-            let r = if single && n == 1 {
+            let r = if single && n == 1 && self.out[0].tail.is_none() {
                 // One datagram on a connected socket: `send` copies no message header.
                 let d = &self.out[0].buf;
                 // SAFETY: `d` is a live byte slice for the duration of the call.
@@ -358,7 +375,7 @@ impl UdpTransport {
                     self.out
                         .iter()
                         .take(n)
-                        .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
+                        .map(|d| (&links[d.slot].raw, d.buf.as_slice(), d.tail())),
                 )
             };
             self.counters.send_calls += 1;
@@ -366,7 +383,7 @@ impl UdpTransport {
                 Ok(sent) => {
                     for d in self.out.drain(..sent) {
                         self.counters.packets_sent += 1;
-                        self.counters.bytes_sent += d.buf.len() as u64;
+                        self.counters.bytes_sent += d.len() as u64;
                         self.pool.push(d.buf);
                     }
                 }
@@ -621,7 +638,12 @@ impl NetTransport for UdpTransport {
             });
         }
         self.counters.messages_sent += 1;
-        enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+        let d = Outgoing {
+            slot,
+            buf,
+            tail: None,
+        };
+        enqueue(&mut self.faults, &mut self.out, d, now);
         if self.out.len() >= self.batch {
             let _ = UdpTransport::flush(self);
         }
