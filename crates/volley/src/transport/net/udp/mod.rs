@@ -76,6 +76,12 @@ pub struct UdpConfig {
     /// `None` keeps `reliable.max_datagram_size`. Ranks need not agree: every rank reads
     /// datagrams of any size.
     pub loopback_datagram_size: Option<usize>,
+    /// When every peer is on a loopback address, the checksum of a datagram carrying a
+    /// fragment of a long message covers its head only
+    /// ([`Peer::checksum_payloads`](reliable::Peer::checksum_payloads)): loopback datagrams
+    /// never leave this host's memory, and the check was a pass over every bulk byte on
+    /// both sides. Peers on other hosts always get the full checksum.
+    pub loopback_head_checksums: bool,
 }
 
 impl Default for UdpConfig {
@@ -92,6 +98,7 @@ impl Default for UdpConfig {
             faults: None,
             batch: 32,
             loopback_datagram_size: Some(LOOPBACK_DATAGRAM),
+            loopback_head_checksums: true,
         }
     }
 }
@@ -563,11 +570,11 @@ impl NetTransport for UdpTransport {
             .filter_map(|(r, a)| a.map(|a| (r, canonical(a))))
             .collect();
         let mut rc = self.config.reliable.clone();
-        if let Some(wanted) = self.config.loopback_datagram_size {
-            if !net.is_empty() && net.iter().all(|(_, a)| a.ip().is_loopback()) {
-                rc.max_datagram_size = self.loopback_size(rc.max_datagram_size, wanted, rc.window);
-            }
+        let loopback = !net.is_empty() && net.iter().all(|(_, a)| a.ip().is_loopback());
+        if let Some(wanted) = self.config.loopback_datagram_size.filter(|_| loopback) {
+            rc.max_datagram_size = self.loopback_size(rc.max_datagram_size, wanted, rc.window);
         }
+        let checksum_payloads = !(loopback && self.config.loopback_head_checksums);
         let mut slots = vec![None; peers.len()];
         let mut links = Vec::with_capacity(net.len());
         let mut by_addr = HashMap::with_capacity(net.len());
@@ -580,8 +587,12 @@ impl NetTransport for UdpTransport {
                 rank,
                 addr,
                 raw: to_raw(addr, self.local),
-                peer: Peer::new(rc.clone(), self.job_key, self.incarnation)
-                    .map_err(|e| invalid("UDP config", e))?,
+                peer: {
+                    let mut p = Peer::new(rc.clone(), self.job_key, self.incarnation)
+                        .map_err(|e| invalid("UDP config", e))?;
+                    p.checksum_payloads(checksum_payloads);
+                    p
+                },
                 dirty: false,
                 wake: u64::MAX,
             });
