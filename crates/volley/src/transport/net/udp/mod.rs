@@ -493,12 +493,22 @@ impl UdpTransport {
         // Sending first puts new data on the wire before the (usually empty) receive.
         self.transmit(now);
         self.flush()?;
-        if self.receive(now)? {
+        let received = self.receive(now)?;
+        let n = self.deliver(inbox);
+        if received && n == 0 {
             // Acks that came due, or window space that acks opened, need not wait for the
-            // next call; peers with nothing to send cost no system call here.
+            // next call; peers with nothing to send cost no system call here. When messages
+            // arrived they go to their handlers first: window space opened by acks can
+            // mean a window of bulk datagrams to send, which a short answer from another
+            // peer should not wait behind; the caller's next progress sends them.
             self.transmit(now);
             self.flush()?;
         }
+        Ok(n)
+    }
+
+    /// Moves every message the peers have delivered to `inbox`; returns how many.
+    fn deliver(&mut self, inbox: &mut Vec<(usize, Vec<u8>)>) -> usize {
         let mut n = 0;
         for link in &mut self.links {
             while let Some(m) = link.peer.poll_deliver() {
@@ -507,7 +517,7 @@ impl UdpTransport {
             }
         }
         self.counters.messages_received += n as u64;
-        Ok(n)
+        n
     }
 
     fn first_failure(&self) -> Option<NetError> {
