@@ -410,15 +410,7 @@ mod tests {
 
     #[test]
     fn roundtrip() {
-        let h = Header {
-            kind: Kind::Data,
-            job_key: 7,
-            src_incarnation: 8,
-            dst_incarnation: 9,
-            seq: 10,
-            ack: 11,
-            sack: 12,
-        };
+        let h = data_header();
         let mut body = Vec::new();
         put_complete(&mut body, b"abc");
         put_first(&mut body, 10, b"defg");
@@ -459,11 +451,9 @@ mod tests {
         );
     }
 
-    /// A fragment's head seals the checksum of head and data together: the two sent one
-    /// after the other decode, and a datagram with any byte of the data changed is refused.
-    #[test]
-    fn a_gathered_fragment_is_checked_over_its_data_too() {
-        let h = Header {
+    /// A data datagram's header with every field distinct.
+    fn data_header() -> Header {
+        Header {
             kind: Kind::Data,
             job_key: 7,
             src_incarnation: 8,
@@ -471,7 +461,14 @@ mod tests {
             seq: 10,
             ack: 11,
             sack: 12,
-        };
+        }
+    }
+
+    /// A fragment's head seals the checksum of head and data together: the two sent one
+    /// after the other decode, and a datagram with any byte of the data changed is refused.
+    #[test]
+    fn a_gathered_fragment_is_checked_over_its_data_too() {
+        let h = data_header();
         let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
         let mut head = Vec::new();
         encode_fragment_head(&mut head, &h, Fragment::First(5000), &data, true);
@@ -512,15 +509,7 @@ mod tests {
     /// transit; it does not look at the data.
     #[test]
     fn a_head_only_checksum_checks_the_head_and_the_length() {
-        let h = Header {
-            kind: Kind::Data,
-            job_key: 7,
-            src_incarnation: 8,
-            dst_incarnation: 9,
-            seq: 10,
-            ack: 11,
-            sack: 12,
-        };
+        let h = data_header();
         let data = vec![3u8; 2000];
         for fragment in [Fragment::First(5000), Fragment::Middle, Fragment::Last] {
             let mut d = Vec::new();
