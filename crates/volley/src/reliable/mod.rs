@@ -55,7 +55,7 @@ mod tests;
 mod unsequenced_tests;
 pub mod wire;
 
-pub use peer::Peer;
+pub use peer::{Peer, Tail};
 pub use pool::BufferPool;
 
 /// Tuning of a [`Peer`]. Times are in nanoseconds of the caller's clock.

@@ -739,3 +739,47 @@ fn a_timeout_resends_the_oldest_datagram_not_the_whole_flight() {
     assert_eq!(a.stats().retransmissions, 3);
     assert!(t > 0);
 }
+
+/// Beyond a megabyte queued and not yet in datagrams, a further message waits for the queue
+/// to drain (a message is always taken when nothing waits), and the send buffer still bounds
+/// queued plus unacknowledged bytes.
+#[test]
+fn a_long_message_waits_while_a_megabyte_is_queued_ahead() {
+    let config = Config {
+        max_message_size: 4 << 20,
+        send_buffer: 16 << 20,
+        ..Config::default()
+    };
+    let mut a = Peer::new(config.clone(), 1, 1).unwrap();
+    let mut b = Peer::new(config, 1, 2).unwrap();
+    let mib = vec![7u8; 1 << 20];
+    a.send(&mib, 0).unwrap();
+    assert!(!a.would_accept(1 << 20));
+    assert_eq!(a.send(&mib, 0), Err(SendError::WouldBlock));
+    // A message larger than the bound is taken alone.
+    let mut c = Peer::new(a.config().clone(), 1, 3).unwrap();
+    c.send(&vec![1u8; 3 << 20], 0).unwrap();
+    assert_eq!(c.send(&[1], 0), Err(SendError::WouldBlock));
+    assert!(!c.would_accept(1000));
+    // Small messages queue up to the bound.
+    let mut small = 0;
+    let mut d = Peer::new(a.config().clone(), 1, 4).unwrap();
+    while d.send(&[3u8; 1000], 0).is_ok() {
+        small += 1;
+    }
+    assert_eq!(small, (1 << 20) / 1005);
+    // Once the message is in datagrams the next one is taken.
+    let mut buf = Vec::new();
+    let mut now = 0;
+    while a.queued() > 0 {
+        while let Some(n) = a.poll_transmit(now, &mut buf) {
+            b.handle_datagram(&buf[..n], now).unwrap();
+        }
+        now += 1_000_000;
+        while let Some(n) = b.poll_transmit(now, &mut buf) {
+            a.handle_datagram(&buf[..n], now).unwrap();
+        }
+    }
+    a.send(&mib, now).unwrap();
+    a.check_invariants();
+}

@@ -6,7 +6,8 @@
 //! offset size  field
 //!  0     2     magic 0x6c76 ("vl")
 //!  2     1     version, 1
-//!  3     1     kind: 1 = data, 2 = ack, 3 = unsequenced
+//!  3     1     kind: 1 = data, 2 = ack, 3 = unsequenced; bit 0x80 set on a data
+//!              datagram = the checksum covers only its head (see below)
 //!  4     4     CRC-32 (IEEE) of the whole datagram with these four bytes zeroed
 //!  8     8     job key
 //! 16     8     sender's incarnation
@@ -29,6 +30,12 @@
 //! 4 = the last fragment. Fragments of one message travel in consecutive datagrams, so the
 //! in-order receiver reassembles them with a single buffer.
 //!
+//! A head-only checksum (kind bit 0x80, data datagrams only) is the CRC-32 of the first
+//! `HEADER_LEN + 9` bytes (fewer if the datagram is shorter), checksum field zeroed, followed
+//! by the datagram's length as a `u32`: the header, the first record's words and truncation
+//! are checked, the bytes after them are not. Senders use it only for a fragment's bytes
+//! between peers on loopback (see [`Peer::checksum_payloads`](super::Peer::checksum_payloads)).
+//!
 //! [`decode`] is strict and total: it checks the length, magic, version, kind and checksum,
 //! and walks every record of the body, so any byte string either decodes or is refused with a
 //! [`DecodeError`]; it never panics. The checksum catches truncation and every error of up to
@@ -45,6 +52,10 @@ pub(crate) const FIRST_OVERHEAD: usize = 9;
 
 const MAGIC: u16 = 0x6c76;
 const VERSION: u8 = 1;
+/// Kind bit: the checksum covers the head only.
+const HEAD_ONLY: u8 = 0x80;
+/// Bytes a head-only checksum covers at most.
+const HEAD_ONLY_SPAN: usize = HEADER_LEN + FIRST_OVERHEAD;
 
 const TAG_COMPLETE: u8 = 1;
 const TAG_FIRST: u8 = 2;
@@ -171,14 +182,20 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
     if bytes[2] != VERSION {
         return Err(DecodeError::BadVersion);
     }
-    let kind = match bytes[3] {
-        1 => Kind::Data,
-        2 => Kind::Ack,
-        3 => Kind::Unsequenced,
+    let (kind, head_only) = match bytes[3] {
+        1 => (Kind::Data, false),
+        0x81 => (Kind::Data, true),
+        2 => (Kind::Ack, false),
+        3 => (Kind::Unsequenced, false),
         _ => return Err(DecodeError::BadKind),
     };
     let stored = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-    if checksum(bytes) != stored {
+    let sum = if head_only {
+        head_checksum(bytes, &[])
+    } else {
+        checksum(bytes)
+    };
+    if sum != stored {
         return Err(DecodeError::BadChecksum);
     }
     let header = Header {
@@ -272,17 +289,39 @@ pub(crate) enum Fragment {
 }
 
 /// Clears `buf` and writes a complete data datagram whose body is one fragment record of
-/// `data`, copied straight from the message: a long message's datagrams are not first
-/// assembled into a body of their own.
+/// `data`.
+#[cfg(test)]
 pub(crate) fn encode_fragment(buf: &mut Vec<u8>, header: &Header, fragment: Fragment, data: &[u8]) {
-    put_header(buf, header, FIRST_OVERHEAD + data.len());
+    encode_fragment_head(buf, header, fragment, data, true);
+    buf.extend_from_slice(data);
+}
+
+/// Clears `buf` and writes the head of a data datagram whose body is one fragment record of
+/// `data`: the header and the record's own words, sealed with the checksum of the whole
+/// datagram, or of the head only when `whole` is false. On the wire `data` follows the head,
+/// gathered straight from the message, so a long message's bytes are never copied into a
+/// datagram.
+pub(crate) fn encode_fragment_head(
+    buf: &mut Vec<u8>,
+    header: &Header,
+    fragment: Fragment,
+    data: &[u8],
+    whole: bool,
+) {
+    put_header(buf, header, FIRST_OVERHEAD);
     let (tag, total) = match fragment {
         Fragment::First(total) => (TAG_FIRST, Some(total)),
         Fragment::Middle => (TAG_MIDDLE, None),
         Fragment::Last => (TAG_LAST, None),
     };
-    put_record(buf, tag, total, data);
-    seal(buf);
+    put_record_head(buf, tag, total, data.len());
+    let c = if whole {
+        checksum_parts(buf, data)
+    } else {
+        buf[3] |= HEAD_ONLY;
+        head_checksum(buf, data)
+    };
+    buf[4..8].copy_from_slice(&c.to_le_bytes());
 }
 
 /// Writes the checksum of a datagram whose header is otherwise complete.
@@ -304,23 +343,50 @@ pub(crate) fn put_first(body: &mut Vec<u8>, total: u32, data: &[u8]) {
 }
 
 fn put_record(body: &mut Vec<u8>, tag: u8, total: Option<u32>, data: &[u8]) {
+    put_record_head(body, tag, total, data.len());
+    body.extend_from_slice(data);
+}
+
+/// Appends a record's tag and lengths, the words before its `len` bytes of data.
+fn put_record_head(body: &mut Vec<u8>, tag: u8, total: Option<u32>, len: usize) {
     body.push(tag);
     // Lengths fit: the peer limits messages to u32::MAX bytes and datagrams to 65507.
-    body.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    body.extend_from_slice(&(len as u32).to_le_bytes());
     if let Some(t) = total {
         body.extend_from_slice(&t.to_le_bytes());
     }
-    body.extend_from_slice(data);
 }
 
 /// CRC-32 (IEEE, reflected 0xEDB88320) of a datagram with its checksum field read as zero.
 /// `crc32fast` folds with carry-less multiplication where the CPU has it: a table-driven
 /// byte loop cost ~60 µs per 64 KiB datagram, more than the system calls.
 fn checksum(datagram: &[u8]) -> u32 {
+    checksum_parts(datagram, &[])
+}
+
+/// The head-only checksum of the datagram `head` followed by `tail`: its first
+/// [`HEAD_ONLY_SPAN`] bytes (`head` is at least [`HEADER_LEN`] long), then its length.
+fn head_checksum(head: &[u8], tail: &[u8]) -> u32 {
+    let len = head.len() + tail.len();
+    let first = &head[..head.len().min(HEAD_ONLY_SPAN)];
+    let rest = &tail[..tail.len().min(HEAD_ONLY_SPAN - first.len())];
     let mut h = crc32fast::Hasher::new();
-    h.update(&datagram[..4]);
+    h.update(&first[..4]);
     h.update(&[0; 4]);
-    h.update(&datagram[8..]);
+    h.update(&first[8..]);
+    h.update(rest);
+    // Datagrams are at most 65507 bytes.
+    h.update(&(len as u32).to_le_bytes());
+    h.finalize()
+}
+
+/// [`checksum`] of the datagram `head` followed by `tail`, without joining them.
+fn checksum_parts(head: &[u8], tail: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&head[..4]);
+    h.update(&[0; 4]);
+    h.update(&head[8..]);
+    h.update(tail);
     h.finalize()
 }
 
@@ -344,15 +410,7 @@ mod tests {
 
     #[test]
     fn roundtrip() {
-        let h = Header {
-            kind: Kind::Data,
-            job_key: 7,
-            src_incarnation: 8,
-            dst_incarnation: 9,
-            seq: 10,
-            ack: 11,
-            sack: 12,
-        };
+        let h = data_header();
         let mut body = Vec::new();
         put_complete(&mut body, b"abc");
         put_first(&mut body, 10, b"defg");
@@ -391,6 +449,109 @@ mod tests {
                 }
             ]
         );
+    }
+
+    /// A data datagram's header with every field distinct.
+    fn data_header() -> Header {
+        Header {
+            kind: Kind::Data,
+            job_key: 7,
+            src_incarnation: 8,
+            dst_incarnation: 9,
+            seq: 10,
+            ack: 11,
+            sack: 12,
+        }
+    }
+
+    /// A fragment's head seals the checksum of head and data together: the two sent one
+    /// after the other decode, and a datagram with any byte of the data changed is refused.
+    #[test]
+    fn a_gathered_fragment_is_checked_over_its_data_too() {
+        let h = data_header();
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let mut head = Vec::new();
+        encode_fragment_head(&mut head, &h, Fragment::First(5000), &data, true);
+        assert_eq!(head.len(), HEADER_LEN + FIRST_OVERHEAD);
+        let mut datagram = head.clone();
+        datagram.extend_from_slice(&data);
+        let (d, b) = decode(&datagram).unwrap();
+        assert_eq!(d, h);
+        assert_eq!(
+            Records::new(b).map(|r| r.unwrap()).collect::<Vec<_>>(),
+            [Record::First {
+                total: 5000,
+                data: &data
+            }]
+        );
+        for at in [
+            HEADER_LEN + FIRST_OVERHEAD,
+            HEADER_LEN + 1000,
+            datagram.len() - 1,
+        ] {
+            let mut bad = datagram.clone();
+            bad[at] ^= 0x10;
+            assert_eq!(decode(&bad), Err(DecodeError::BadChecksum), "byte {at}");
+        }
+        // The data without its head, or a head sealed over other data, is refused too.
+        assert_eq!(
+            decode(&datagram[..datagram.len() - 1]),
+            Err(DecodeError::BadChecksum)
+        );
+        let mut other = Vec::new();
+        encode_fragment_head(&mut other, &h, Fragment::First(5000), &data[1..], true);
+        other.extend_from_slice(&data[..data.len() - 1]);
+        assert_eq!(decode(&other), Err(DecodeError::BadChecksum));
+    }
+
+    /// A head-only checksum (loopback fragments) still refuses a changed header, record
+    /// word or length, a head-only flag on another kind, and a flag set or cleared in
+    /// transit; it does not look at the data.
+    #[test]
+    fn a_head_only_checksum_checks_the_head_and_the_length() {
+        let h = data_header();
+        let data = vec![3u8; 2000];
+        for fragment in [Fragment::First(5000), Fragment::Middle, Fragment::Last] {
+            let mut d = Vec::new();
+            encode_fragment_head(&mut d, &h, fragment, &data, false);
+            assert_eq!(d[3], 0x81);
+            d.extend_from_slice(&data);
+            assert_eq!(decode(&d).map(|(h, _)| h), Ok(h), "{fragment:?}");
+            // The data is not covered.
+            let mut changed = d.clone();
+            let last = changed.len() - 1;
+            changed[last] ^= 1;
+            assert!(decode(&changed).is_ok());
+            // Any byte of the head, the length, or the flag is.
+            for at in (0..HEADER_LEN + 5).filter(|&at| !(4..8).contains(&at)) {
+                let mut bad = d.clone();
+                bad[at] ^= 0x04;
+                assert!(decode(&bad).is_err(), "{fragment:?} byte {at}");
+            }
+            assert_eq!(decode(&d[..d.len() - 1]), Err(DecodeError::BadChecksum));
+            let mut cleared = d.clone();
+            cleared[3] = 1;
+            assert_eq!(decode(&cleared), Err(DecodeError::BadChecksum));
+            let mut whole = Vec::new();
+            encode_fragment_head(&mut whole, &h, fragment, &data, true);
+            whole.extend_from_slice(&data);
+            whole[3] = 0x81;
+            assert_eq!(decode(&whole), Err(DecodeError::BadChecksum));
+        }
+        for kind in [0x82, 0x83, 0x80] {
+            let mut d = Vec::new();
+            encode(
+                &mut d,
+                &Header {
+                    kind: Kind::Ack,
+                    seq: 0,
+                    ..h
+                },
+                &[],
+            );
+            d[3] = kind;
+            assert_eq!(decode(&d), Err(DecodeError::BadKind));
+        }
     }
 
     #[test]

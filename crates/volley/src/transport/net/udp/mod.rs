@@ -34,7 +34,9 @@ use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
-use crate::reliable::{self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State};
+use crate::reliable::{
+    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State, Tail,
+};
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
 
@@ -74,6 +76,12 @@ pub struct UdpConfig {
     /// `None` keeps `reliable.max_datagram_size`. Ranks need not agree: every rank reads
     /// datagrams of any size.
     pub loopback_datagram_size: Option<usize>,
+    /// When every peer is on a loopback address, the checksum of a datagram carrying a
+    /// fragment of a long message covers its head only
+    /// ([`Peer::checksum_payloads`](reliable::Peer::checksum_payloads)): loopback datagrams
+    /// never leave this host's memory, and the check was a pass over every bulk byte on
+    /// both sides. Peers on other hosts always get the full checksum.
+    pub loopback_head_checksums: bool,
 }
 
 impl Default for UdpConfig {
@@ -90,6 +98,7 @@ impl Default for UdpConfig {
             faults: None,
             batch: 32,
             loopback_datagram_size: Some(LOOPBACK_DATAGRAM),
+            loopback_head_checksums: true,
         }
     }
 }
@@ -104,11 +113,24 @@ impl UdpConfig {
     }
 }
 
-/// A datagram ready to leave: the peer slot it goes to and its bytes.
+/// A datagram ready to leave: the peer slot it goes to and its bytes, `buf` followed by the
+/// tail's (a fragment's bytes, gathered from the retained message when sent). The fault
+/// injector holds and duplicates it as it is: a duplicate shares the message.
 #[derive(Debug, Clone)]
 struct Outgoing {
     slot: usize,
     buf: Vec<u8>,
+    tail: Option<Tail>,
+}
+
+impl Outgoing {
+    fn tail(&self) -> &[u8] {
+        self.tail.as_ref().map_or(&[], Tail::bytes)
+    }
+
+    fn len(&self) -> usize {
+        self.buf.len() + self.tail().len()
+    }
 }
 
 /// One network peer.
@@ -302,13 +324,14 @@ impl UdpTransport {
             due.retain(|&slot| {
                 let link = &mut self.links[slot];
                 let mut buf = self.pool.pop().unwrap_or_default();
-                if link.peer.poll_transmit(now, &mut buf).is_none() {
+                let Some(tail) = link.peer.poll_transmit_gather(now, &mut buf) else {
                     self.pool.push(buf);
                     link.dirty = false;
                     link.wake = link.peer.poll_timeout().unwrap_or(u64::MAX);
                     return false;
-                }
-                enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+                };
+                let d = Outgoing { slot, buf, tail };
+                enqueue(&mut self.faults, &mut self.out, d, now);
                 true
             });
         }
@@ -323,11 +346,12 @@ impl UdpTransport {
         let window = link.peer.config().window;
         while link.peer.queued_bytes() >= payload && link.peer.in_flight() < window {
             let mut buf = self.pool.pop().unwrap_or_default();
-            if link.peer.poll_transmit(now, &mut buf).is_none() {
+            let Some(tail) = link.peer.poll_transmit_gather(now, &mut buf) else {
                 self.pool.push(buf);
                 break;
-            }
-            enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+            };
+            let d = Outgoing { slot, buf, tail };
+            enqueue(&mut self.faults, &mut self.out, d, now);
         }
     }
 
@@ -340,7 +364,7 @@ impl UdpTransport {
             let n = self.out.len().min(self.batch);
             let links = &self.links;
             let single = self.single;
-            let r = if single && n == 1 {
+            let r = if single && n == 1 && self.out[0].tail.is_none() {
                 // One datagram on a connected socket: `send` copies no message header.
                 let d = &self.out[0].buf;
                 // SAFETY: `d` is a live byte slice for the duration of the call.
@@ -358,7 +382,7 @@ impl UdpTransport {
                     self.out
                         .iter()
                         .take(n)
-                        .map(|d| (&links[d.slot].raw, d.buf.as_slice())),
+                        .map(|d| (&links[d.slot].raw, d.buf.as_slice(), d.tail())),
                 )
             };
             self.counters.send_calls += 1;
@@ -366,7 +390,7 @@ impl UdpTransport {
                 Ok(sent) => {
                     for d in self.out.drain(..sent) {
                         self.counters.packets_sent += 1;
-                        self.counters.bytes_sent += d.buf.len() as u64;
+                        self.counters.bytes_sent += d.len() as u64;
                         self.pool.push(d.buf);
                     }
                 }
@@ -469,12 +493,22 @@ impl UdpTransport {
         // Sending first puts new data on the wire before the (usually empty) receive.
         self.transmit(now);
         self.flush()?;
-        if self.receive(now)? {
+        let received = self.receive(now)?;
+        let n = self.deliver(inbox);
+        if received && n == 0 {
             // Acks that came due, or window space that acks opened, need not wait for the
-            // next call; peers with nothing to send cost no system call here.
+            // next call; peers with nothing to send cost no system call here. When messages
+            // arrived they go to their handlers first: window space opened by acks can
+            // mean a window of bulk datagrams to send, which a short answer from another
+            // peer should not wait behind; the caller's next progress sends them.
             self.transmit(now);
             self.flush()?;
         }
+        Ok(n)
+    }
+
+    /// Moves every message the peers have delivered to `inbox`; returns how many.
+    fn deliver(&mut self, inbox: &mut Vec<(usize, Vec<u8>)>) -> usize {
         let mut n = 0;
         for link in &mut self.links {
             while let Some(m) = link.peer.poll_deliver() {
@@ -483,7 +517,7 @@ impl UdpTransport {
             }
         }
         self.counters.messages_received += n as u64;
-        Ok(n)
+        n
     }
 
     fn first_failure(&self) -> Option<NetError> {
@@ -546,11 +580,11 @@ impl NetTransport for UdpTransport {
             .filter_map(|(r, a)| a.map(|a| (r, canonical(a))))
             .collect();
         let mut rc = self.config.reliable.clone();
-        if let Some(wanted) = self.config.loopback_datagram_size {
-            if !net.is_empty() && net.iter().all(|(_, a)| a.ip().is_loopback()) {
-                rc.max_datagram_size = self.loopback_size(rc.max_datagram_size, wanted, rc.window);
-            }
+        let loopback = !net.is_empty() && net.iter().all(|(_, a)| a.ip().is_loopback());
+        if let Some(wanted) = self.config.loopback_datagram_size.filter(|_| loopback) {
+            rc.max_datagram_size = self.loopback_size(rc.max_datagram_size, wanted, rc.window);
         }
+        let checksum_payloads = !(loopback && self.config.loopback_head_checksums);
         let mut slots = vec![None; peers.len()];
         let mut links = Vec::with_capacity(net.len());
         let mut by_addr = HashMap::with_capacity(net.len());
@@ -563,8 +597,12 @@ impl NetTransport for UdpTransport {
                 rank,
                 addr,
                 raw: to_raw(addr, self.local),
-                peer: Peer::new(rc.clone(), self.job_key, self.incarnation)
-                    .map_err(|e| invalid("UDP config", e))?,
+                peer: {
+                    let mut p = Peer::new(rc.clone(), self.job_key, self.incarnation)
+                        .map_err(|e| invalid("UDP config", e))?;
+                    p.checksum_payloads(checksum_payloads);
+                    p
+                },
                 dirty: false,
                 wake: u64::MAX,
             });
@@ -621,7 +659,12 @@ impl NetTransport for UdpTransport {
             });
         }
         self.counters.messages_sent += 1;
-        enqueue(&mut self.faults, &mut self.out, Outgoing { slot, buf }, now);
+        let d = Outgoing {
+            slot,
+            buf,
+            tail: None,
+        };
+        enqueue(&mut self.faults, &mut self.out, d, now);
         if self.out.len() >= self.batch {
             let _ = UdpTransport::flush(self);
         }

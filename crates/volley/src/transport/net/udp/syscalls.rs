@@ -33,9 +33,10 @@ impl MsgVec {
         // SAFETY: mmsghdr and iovec are plain C structs of integers and raw pointers, for
         // which all-zero bytes are a valid value (null pointers, zero lengths).
         let (h, v) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+        // Two iovecs per message: a datagram's head and the tail gathered from its message.
         Self {
             hdrs: vec![h; n],
-            iovs: vec![v; n],
+            iovs: vec![v; 2 * n],
         }
     }
 }
@@ -144,21 +145,28 @@ impl RecvRing {
     }
 }
 
-/// One non-blocking `sendmmsg` of the given (destination, bytes) pairs, at most as many as
-/// `msgs` has room for (without addresses when the socket is connected: `single`); returns how
-/// many were sent.
+/// One non-blocking `sendmmsg` of the given (destination, head, tail) datagrams, each sent as
+/// its head followed by its tail (gathered, not joined), at most as many as `msgs` has room for
+/// (without addresses when the socket is connected: `single`); returns how many were sent.
 pub(super) fn send_batch<'a>(
     single: bool,
     msgs: &mut MsgVec,
     fd: RawFd,
-    datagrams: impl Iterator<Item = (&'a RawAddr, &'a [u8])>,
+    datagrams: impl Iterator<Item = (&'a RawAddr, &'a [u8], &'a [u8])>,
 ) -> io::Result<usize> {
     let iovs = msgs.iovs.as_mut_ptr();
     let mut n = 0;
-    for ((h, v), (addr, bytes)) in msgs.hdrs.iter_mut().zip(&mut msgs.iovs).zip(datagrams) {
+    for ((h, v), (addr, head, tail)) in msgs
+        .hdrs
+        .iter_mut()
+        .zip(msgs.iovs.chunks_exact_mut(2))
+        .zip(datagrams)
+    {
         // The kernel only reads through these pointers when sending.
-        v.iov_base = bytes.as_ptr().cast_mut().cast();
-        v.iov_len = bytes.len();
+        v[0].iov_base = head.as_ptr().cast_mut().cast();
+        v[0].iov_len = head.len();
+        v[1].iov_base = tail.as_ptr().cast_mut().cast();
+        v[1].iov_len = tail.len();
         h.msg_hdr.msg_name = (&addr.storage as *const libc::sockaddr_storage)
             .cast_mut()
             .cast();
@@ -167,16 +175,16 @@ pub(super) fn send_batch<'a>(
             h.msg_hdr.msg_name = std::ptr::null_mut();
             h.msg_hdr.msg_namelen = 0;
         }
-        h.msg_hdr.msg_iov = iovs.wrapping_add(n);
-        h.msg_hdr.msg_iovlen = 1;
+        h.msg_hdr.msg_iov = iovs.wrapping_add(2 * n);
+        h.msg_hdr.msg_iovlen = if tail.is_empty() { 1 } else { 2 };
         h.msg_hdr.msg_control = std::ptr::null_mut();
         h.msg_hdr.msg_controllen = 0;
         h.msg_hdr.msg_flags = 0;
         h.msg_len = 0;
         n += 1;
     }
-    // SAFETY: the first `n` headers were just set to point at `n` iovecs, each describing a
-    // live byte slice borrowed for `'a`, and at live socket addresses with their true lengths;
+    // SAFETY: the first `n` headers were just set to point at pairs of iovecs, each
+    // describing a live byte slice borrowed for `'a`, and at live socket addresses with their true lengths;
     // `sendmmsg` only reads those, and the borrows last until this function returns.
     let r = unsafe {
         libc::sendmmsg(
