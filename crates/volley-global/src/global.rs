@@ -72,6 +72,9 @@ pub struct Global<'rt> {
     /// The symmetric scratch of large all-reduces and all-to-alls on mapped memory (`hw`,
     /// one node).
     pub(crate) mapped_scratch: RefCell<Option<SymmetricSegment>>,
+    /// The peers' processes for single-copy large collectives, once the first such call has
+    /// decided (inner `None`: the kernel or `VOLLEY_COLL_CMA` said no).
+    pub(crate) cma: std::cell::OnceCell<Option<crate::coll::CmaPeers>>,
     hang_warn: Duration,
 }
 
@@ -159,6 +162,7 @@ impl GlobalSetup {
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             mapped_scratch: RefCell::new(None),
+            cma: std::cell::OnceCell::new(),
             hang_warn,
         })
     }

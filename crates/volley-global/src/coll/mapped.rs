@@ -5,7 +5,7 @@
 //! block from every rank's scratch. One copy in and one read per byte, with no message per
 //! byte: the medium messages of the AM path cost a copy into a mailbox and one out.
 
-use super::reduce_chunk;
+use super::{combine_in_order, reduce_chunk};
 use crate::error::Result;
 use crate::global::Global;
 use crate::strategy::Strategy;
@@ -45,13 +45,7 @@ impl Global<'_> {
                 self.rma.get(scratch.on(src), at, into)?;
                 &theirs
             };
-            if src == 0 {
-                acc.copy_from_slice(part);
-            } else {
-                for (a, b) in acc.iter_mut().zip(part) {
-                    *a = f(*a, *b);
-                }
-            }
+            combine_in_order(src, &mut acc, part, f);
         }
         // Only this rank reads its own chunk of its scratch: the result may go there now.
         self.rma.put(
@@ -96,11 +90,17 @@ impl Global<'_> {
         Ok(true)
     }
 
+    /// Whether a large collective of `bytes` may move its data on this node by itself
+    /// (`hw`, every rank on this node, at least two ranks): the same answer on every rank.
+    pub(super) fn mapped_applies(&self, bytes: usize) -> bool {
+        let local = (0..self.procs).all(|r| self.rt.is_local(r));
+        self.strategy == Strategy::Hw && bytes >= MAPPED_BYTES && local && self.procs > 1
+    }
+
     /// The scratch for a collective of `bytes`, allocated (collectively) or grown on first
     /// need; `None` where the mapped path does not apply.
     fn mapped_scratch(&self, bytes: usize) -> Result<Option<SymmetricSegment>> {
-        let local = (0..self.procs).all(|r| self.rt.is_local(r));
-        if self.strategy != Strategy::Hw || bytes < MAPPED_BYTES || !local {
+        if !self.mapped_applies(bytes) {
             return Ok(None);
         }
         let held = *self.mapped_scratch.borrow();
