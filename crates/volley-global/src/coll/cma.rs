@@ -215,18 +215,20 @@ impl Global<'_> {
             let end = (start + piece).min(mine.end);
             let (acc, theirs) = (&mut acc[..end - start], &mut theirs[..end - start]);
             let at = (start * size) as u64;
-            for src in 0..p {
-                let part: &[T] = if src == me {
-                    &data[start..end]
+            for (src, h) in heard.iter().enumerate() {
+                if src == me {
+                    combine_in_order(src, acc, &data[start..end], f);
+                } else if src == 0 {
+                    // Rank 0's part starts the accumulation: read it in place.
+                    peers.read(src, h[0] + at, bytemuck::cast_slice_mut(acc))?;
                 } else {
-                    peers.read(src, heard[src][0] + at, bytemuck::cast_slice_mut(theirs))?;
-                    theirs
-                };
-                combine_in_order(src, acc, part, f);
+                    peers.read(src, h[0] + at, bytemuck::cast_slice_mut(theirs))?;
+                    combine_in_order(src, acc, theirs, f);
+                }
             }
             data[start..end].copy_from_slice(acc);
-            for dst in (0..p).filter(|&d| d != me) {
-                peers.write(dst, heard[dst][0] + at, bytemuck::cast_slice(acc))?;
+            for (dst, h) in heard.iter().enumerate().filter(|&(d, _)| d != me) {
+                peers.write(dst, h[0] + at, bytemuck::cast_slice(acc))?;
             }
             start = end;
         }
