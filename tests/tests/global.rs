@@ -88,6 +88,32 @@ fn small_collectives_take_their_fast_paths() {
     }
 }
 
+/// Large all-reduces and all-to-alls around 16 KiB and at 1 MiB on 1-8 ranks: copied
+/// straight between processes under `hw` on one node, through the mapped scratch with
+/// `VOLLEY_COLL_CMA=off`, on Active Messages under `proc`.
+#[test]
+fn large_collectives_single_copy_and_mapped() {
+    let one_node = std::env::var_os("VOLLEY_TEST_NET").is_none();
+    for ranks in 1..=8 {
+        for (strategy, cma) in [("hw", "auto"), ("hw", "off"), ("proc", "auto")] {
+            if cma == "off" && ranks % 3 != 2 || strategy == "proc" && ranks != 3 {
+                continue;
+            }
+            let single = strategy == "hw" && cma == "auto" && ranks > 1 && one_node;
+            let how = if single { "on" } else { "off" };
+            Job::run(ranks, SUITE, &["big"])
+                .env("VOLLEY_STRATEGY", strategy)
+                .env("VOLLEY_COLL_CMA", cma)
+                .timeout(DEADLINE)
+                .output()
+                .assert_success()
+                .assert_stdout_has(&[&format!(
+                    "global big [{strategy}]: ok (single copy {how}, {ranks} ranks)"
+                )]);
+        }
+    }
+}
+
 #[test]
 fn more_ranks_than_cores_with_a_progress_thread_each() {
     Job::run(

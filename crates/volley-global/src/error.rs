@@ -112,6 +112,15 @@ pub enum GlobalError {
         /// How many are registered.
         registered: usize,
     },
+    /// A single-copy transfer of a large collective to or from another process of this node
+    /// failed after the kernel had allowed it at setup.
+    #[error("copying to or from rank {rank}'s memory failed: {source}")]
+    CrossMemory {
+        /// The other rank.
+        rank: usize,
+        /// What the kernel said.
+        source: std::io::Error,
+    },
 }
 
 /// Results of the global layer.

@@ -72,6 +72,11 @@ pub struct Global<'rt> {
     /// The symmetric scratch of large all-reduces and all-to-alls on mapped memory (`hw`,
     /// one node).
     pub(crate) mapped_scratch: RefCell<Option<SymmetricSegment>>,
+    /// All-to-alls through the mapped scratch so far: alternate calls use alternate halves.
+    pub(crate) mapped_all_to_alls: Cell<u64>,
+    /// The peers' processes for single-copy large collectives, once the first such call has
+    /// decided (inner `None`: the kernel or `VOLLEY_COLL_CMA` said no).
+    pub(crate) cma: std::cell::OnceCell<Option<crate::coll::CmaPeers>>,
     hang_warn: Duration,
 }
 
@@ -159,6 +164,8 @@ impl GlobalSetup {
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             mapped_scratch: RefCell::new(None),
+            mapped_all_to_alls: Cell::new(0),
+            cma: std::cell::OnceCell::new(),
             hang_warn,
         })
     }

@@ -19,4 +19,11 @@ pub const SETTINGS: &[Setting] = &[
         scope: Scope::Always,
         check: |v| v.parse::<f64>().is_ok_and(|s| s.is_finite() && s > 0.0),
     },
+    Setting {
+        name: "VOLLEY_COLL_CMA",
+        accepts: "auto or off",
+        purpose: "whether large collectives on one node copy between processes directly (process_vm_readv/writev) or through mapped scratch",
+        scope: Scope::Always,
+        check: |v| matches!(v, "auto" | "off"),
+    },
 ];

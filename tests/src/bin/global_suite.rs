@@ -20,8 +20,9 @@ const SECTIONS: [&str; 15] = [
 /// Sections run only when named: `late` (rank 0 waits in store_sync for bytes that rank 1
 /// stores 1.5 s later, so that the wait's diagnostic shows) and `mismatch` (rank 0 calls a
 /// barrier where the others call an all-reduce, and the job ends with status 3), and `paths`
-/// (small collectives send no medium message, and none at all under `hw` on one node).
-const EXTRA: [&str; 3] = ["late", "mismatch", "paths"];
+/// (small collectives send no medium message, and none at all under `hw` on one node), and
+/// `big` (large all-reduces and all-to-alls around the size where they leave the small paths).
+const EXTRA: [&str; 4] = ["late", "mismatch", "paths", "big"];
 
 /// A small struct read and written whole.
 #[repr(C)]
@@ -1070,6 +1071,117 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// Large all-reduces and all-to-alls at lengths around 16 KiB (where they leave the small
+    /// paths), unaligned, and at 1 MiB, against sequential references; the f64 sums must have
+    /// the bits of a rank-order sum. Says whether they copied straight between processes
+    /// (never where they cannot: another strategy, another node, `VOLLEY_COLL_CMA=off`).
+    fn big(&self) {
+        let (g, me, p) = (self.g, self.me, self.p);
+        let single = ok(self, "single_copy", g.single_copy_collectives());
+        let one_node = (0..p).all(|r| g.runtime().is_local(r));
+        let off = std::env::var("VOLLEY_COLL_CMA").is_ok_and(|v| v == "off");
+        check!(
+            self,
+            !single || (self.name == "hw" && one_node && !off && p > 1),
+            "single copy where it cannot apply"
+        );
+        let val = |r: usize, i: usize, salt: u64| mix(salt ^ (r as u64) << 32 ^ i as u64);
+        const K: usize = 16 << 10;
+        for (round, bytes) in [K - 1, K, K + 1, K + 8, K + 13, 100_003, 1 << 20]
+            .into_iter()
+            .enumerate()
+        {
+            let salt = round as u64 * 0x1_0000;
+            // Bytes, summed with a user operator.
+            let mut b: Vec<u8> = (0..bytes).map(|i| val(me, i, salt) as u8).collect();
+            ok(
+                self,
+                "all_reduce_with u8",
+                g.all_reduce_with(&mut b, u8::wrapping_add),
+            );
+            check!(
+                self,
+                b.iter()
+                    .enumerate()
+                    .all(|(i, v)| *v
+                        == (0..p).fold(0u8, |a, r| a.wrapping_add(val(r, i, salt) as u8))),
+                "u8 sum of {bytes} bytes"
+            );
+            // f64 sums: rank order above 16 KiB (a tree below it, within rounding).
+            let n = bytes / 8;
+            let x = |r: usize, i: usize| (val(r, i, salt) % 100_000) as f64 / 7.0;
+            let mut f: Vec<f64> = (0..n).map(|i| x(me, i)).collect();
+            ok(self, "all_reduce f64", g.all_reduce(&mut f, Op::Sum));
+            for (i, v) in f.iter().enumerate() {
+                let want = (1..p).fold(x(0, i), |a, r| a + x(r, i));
+                let exact = n * 8 > K;
+                check!(
+                    self,
+                    v.to_bits() == want.to_bits()
+                        || (!exact && (v - want).abs() <= 1e-9 * want.abs().max(1.0)),
+                    "f64 sum of {n} elements, element {i}: {v} != {want}"
+                );
+            }
+            // u32 min, an element count that does not divide among the ranks.
+            let n = bytes / 4 + 1;
+            let mut m: Vec<u32> = (0..n).map(|i| val(me, i, salt) as u32).collect();
+            ok(self, "all_reduce u32", g.all_reduce(&mut m, Op::Min));
+            check!(
+                self,
+                m.iter()
+                    .enumerate()
+                    .all(|(i, v)| *v == (0..p).map(|r| val(r, i, salt) as u32).min().unwrap()),
+                "u32 min of {n} elements"
+            );
+            // All-to-all: `bytes` in all, rounded to PROCS blocks; and blocks of `bytes / 8`
+            // u64s each.
+            let n = (bytes / p).max(1);
+            let send: Vec<u8> = (0..n * p).map(|i| val(me, i, salt) as u8).collect();
+            let mut recv = vec![0u8; n * p];
+            ok(self, "all_to_all u8", g.all_to_all(&send, &mut recv));
+            check!(
+                self,
+                (0..p).all(|q| (0..n).all(|i| recv[q * n + i] == val(q, me * n + i, salt) as u8)),
+                "all_to_all of {n}-byte blocks"
+            );
+            let n = bytes / 8;
+            let send: Vec<u64> = (0..n * p).map(|i| val(me, i, salt)).collect();
+            let mut recv = vec![0u64; n * p];
+            ok(self, "all_to_all u64", g.all_to_all(&send, &mut recv));
+            check!(
+                self,
+                (0..p).all(|q| (0..n).all(|i| recv[q * n + i] == val(q, me * n + i, salt))),
+                "all_to_all of {n}-word blocks"
+            );
+        }
+        // On the single-copy path, mismatched lengths are refused on every rank, and the
+        // next collectives work.
+        if single {
+            let n = if me == 0 { 8192 } else { 4096 };
+            let send = vec![1u64; n * p];
+            let mut recv = vec![0u64; n * p];
+            match g.all_to_all(&send, &mut recv) {
+                Err(GlobalError::CollectiveMismatch { .. }) => {}
+                other => check!(self, false, "mismatched large all_to_all: {other:?}"),
+            }
+            let mut d = vec![1u64; if me == 0 { 20_000 } else { 20_001 }];
+            match g.all_reduce(&mut d, Op::Sum) {
+                Err(GlobalError::CollectiveMismatch { .. }) => {}
+                other => check!(self, false, "mismatched large all_reduce: {other:?}"),
+            }
+            let mut d = vec![me as u64; 20_000];
+            ok(self, "all_reduce", g.all_reduce(&mut d, Op::Sum));
+            let want = (p * (p - 1) / 2) as u64;
+            check!(
+                self,
+                d.iter().all(|v| *v == want),
+                "all_reduce after a mismatch"
+            );
+        }
+        let how = if single { "on" } else { "off" };
+        self.done("big", &format!("(single copy {how}, {p} ranks)"));
+    }
+
     /// Ends the job: a rank that detects the mismatch exits with status 3 naming it; ranks
     /// that only see silence wait (saying so after VOLLEY_HANG_WARN_SECS) until the launcher
     /// stops the job because of that exit.
@@ -1342,6 +1454,7 @@ fn main() {
             "late" => s.late(),
             "mismatch" => s.mismatch(),
             "paths" => s.paths(),
+            "big" => s.big(),
             _ => unreachable!(),
         }
     }

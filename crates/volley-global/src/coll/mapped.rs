@@ -1,11 +1,12 @@
-//! Large all-reduces and all-to-alls on mapped memory: under `hw` with every rank on this
-//! node, each rank puts its data in a symmetric scratch segment and the others read what they
-//! need straight from it. An all-reduce reduces each rank's chunk reading every rank's
-//! scratch, leaves the result there, and reads the other chunks back; an all-to-all reads its
-//! block from every rank's scratch. One copy in and one read per byte, with no message per
-//! byte: the medium messages of the AM path cost a copy into a mailbox and one out.
+//! Large all-reduces and all-to-alls on mapped memory, where the single copy between
+//! processes (`cma.rs`) is refused: under `hw` with every rank on this node, each rank has a
+//! symmetric scratch segment. An all-reduce puts its data in its scratch, reduces its chunk
+//! reading every rank's scratch, leaves the result there, and reads the other chunks back;
+//! an all-to-all writes each block straight into its receiver's scratch and reads what
+//! arrived in its own. No message per byte: the medium messages of the AM path cost a copy
+//! into a mailbox and one out.
 
-use super::reduce_chunk;
+use super::{combine_in_order, reduce_chunk};
 use crate::error::Result;
 use crate::global::Global;
 use crate::strategy::Strategy;
@@ -25,7 +26,8 @@ impl Global<'_> {
         data: &mut [T],
         f: &impl Fn(T, T) -> T,
     ) -> Result<bool> {
-        let Some(scratch) = self.mapped_scratch(std::mem::size_of_val(data))? else {
+        let bytes = std::mem::size_of_val(data);
+        let Some(scratch) = self.mapped_scratch(bytes, bytes)? else {
             return Ok(false);
         };
         let (me, p, len, size) = (self.me, self.procs, data.len(), std::mem::size_of::<T>());
@@ -45,13 +47,7 @@ impl Global<'_> {
                 self.rma.get(scratch.on(src), at, into)?;
                 &theirs
             };
-            if src == 0 {
-                acc.copy_from_slice(part);
-            } else {
-                for (a, b) in acc.iter_mut().zip(part) {
-                    *a = f(*a, *b);
-                }
-            }
+            combine_in_order(src, &mut acc, part, f);
         }
         // Only this rank reads its own chunk of its scratch: the result may go there now.
         self.rma.put(
@@ -74,38 +70,56 @@ impl Global<'_> {
     }
 
     /// The all-to-all of `send` into `recv` (checked by the caller: `PROCS` blocks each)
-    /// through mapped memory; `Ok(false)`, having done nothing, where it does not apply.
+    /// through mapped memory; `Ok(false)`, having done nothing, where it does not apply. Each
+    /// rank writes its block for rank j straight into j's scratch, in the half of this call's
+    /// parity, and after one barrier reads what arrived in its own.
     pub(super) fn mapped_all_to_all<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<bool> {
-        let Some(scratch) = self.mapped_scratch(std::mem::size_of_val(send))? else {
+        let bytes = std::mem::size_of_val(send);
+        let Some(scratch) = self.mapped_scratch(bytes, 2 * bytes)? else {
             return Ok(false);
         };
-        let (me, p, size) = (self.me, self.procs, std::mem::size_of::<T>());
+        let (me, p) = (self.me, self.procs);
         let n = send.len() / p;
-        self.rma
-            .put(scratch.on(me), 0, bytemuck::cast_slice(send))?;
-        // Every rank's blocks are in its scratch.
-        self.barrier()?;
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        let block = n * std::mem::size_of::<T>();
+        let call = self.mapped_all_to_alls.get();
+        self.mapped_all_to_alls.set(call + 1);
+        // Halves of a fixed place (the scratch's), whatever this call's size: a rank writes
+        // this half again two calls on, after the barrier of the next call, which every rank
+        // enters only once it has read this call's blocks. A grown scratch is a new segment,
+        // allocated when every rank has reached the call.
+        let half = (call % 2) as usize * (scratch.len() / 2);
         for k in 1..p {
-            let src = (me + k) % p;
-            let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
-            self.rma.get(scratch.on(src), me * n * size, into)?;
+            let j = (me + k) % p;
+            let from = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
+            self.rma.put(scratch.on(j), half + me * block, from)?;
         }
-        // No rank writes its scratch again before every rank has read its block.
+        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        // Every rank's blocks are in their receivers' scratch.
         self.barrier()?;
+        for k in 1..p {
+            let src = (me + p - k) % p;
+            let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
+            self.rma.get(scratch.on(me), half + src * block, into)?;
+        }
         Ok(true)
     }
 
-    /// The scratch for a collective of `bytes`, allocated (collectively) or grown on first
-    /// need; `None` where the mapped path does not apply.
-    fn mapped_scratch(&self, bytes: usize) -> Result<Option<SymmetricSegment>> {
+    /// Whether a large collective of `bytes` may move its data on this node by itself
+    /// (`hw`, every rank on this node, at least two ranks): the same answer on every rank.
+    pub(super) fn mapped_applies(&self, bytes: usize) -> bool {
         let local = (0..self.procs).all(|r| self.rt.is_local(r));
-        if self.strategy != Strategy::Hw || bytes < MAPPED_BYTES || !local {
+        self.strategy == Strategy::Hw && bytes >= MAPPED_BYTES && local && self.procs > 1
+    }
+
+    /// The scratch (of at least `room` bytes) for a collective of `bytes`, allocated
+    /// (collectively) or grown on first need; `None` where the mapped path does not apply.
+    fn mapped_scratch(&self, bytes: usize, room: usize) -> Result<Option<SymmetricSegment>> {
+        if !self.mapped_applies(bytes) {
             return Ok(None);
         }
         let held = *self.mapped_scratch.borrow();
         if let Some(seg) = held {
-            if seg.len() >= bytes {
+            if seg.len() >= room {
                 return Ok(Some(seg));
             }
             *self.mapped_scratch.borrow_mut() = None;
@@ -114,7 +128,7 @@ impl Global<'_> {
         // Every rank asks for the same length and learns the same outcome.
         match self
             .rma
-            .alloc_symmetric(bytes.next_power_of_two(), Perms::READ | Perms::WRITE)
+            .alloc_symmetric(room.next_power_of_two(), Perms::READ | Perms::WRITE)
         {
             Ok(seg) => {
                 *self.mapped_scratch.borrow_mut() = Some(seg);

@@ -17,6 +17,7 @@ use bytemuck::Pod;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
 
+mod cma;
 mod direct;
 mod hub;
 mod mailbox;
@@ -24,6 +25,7 @@ mod mapped;
 mod parcels;
 mod what;
 
+pub(crate) use cma::CmaPeers;
 pub(crate) use direct::DirectLanes;
 pub(crate) use hub::Hub;
 pub(crate) use mailbox::Mailbox;
@@ -110,7 +112,7 @@ impl Global<'_> {
         }
         if std::mem::size_of_val(data) <= SMALL_REDUCE || data.len() < self.procs {
             self.recursive_doubling(epoch, what, data, &f)
-        } else if self.mapped_all_reduce(data, &f)? {
+        } else if self.cma_all_reduce(epoch, what, data, &f)? || self.mapped_all_reduce(data, &f)? {
             Ok(())
         } else {
             self.reduce_scatter_gather(epoch, what, data, &f)
@@ -410,7 +412,7 @@ impl Global<'_> {
         if let Some(r) = self.hub_all_to_all(epoch, what, send, recv) {
             return r;
         }
-        if self.mapped_all_to_all(send, recv)? {
+        if self.cma_all_to_all(epoch, what, send, recv)? || self.mapped_all_to_all(send, recv)? {
             return Ok(());
         }
         // Step k of a small all-to-all is the message from rank me - k: the fast lane's rule
@@ -565,4 +567,16 @@ fn reduce_chunk(len: usize, p: usize, j: usize) -> std::ops::Range<usize> {
     let (base, extra) = (len / p, len % p);
     let start = j * base + j.min(extra);
     start..start + base + usize::from(j < extra)
+}
+
+/// Folds rank `src`'s `part` into `acc`, ranks taken in order from 0 (rank 0's part starts
+/// the accumulation), so every path combines the same operands in the same order.
+fn combine_in_order<T: Pod>(src: usize, acc: &mut [T], part: &[T], f: &impl Fn(T, T) -> T) {
+    if src == 0 {
+        acc.copy_from_slice(part);
+    } else {
+        for (a, b) in acc.iter_mut().zip(part) {
+            *a = f(*a, *b);
+        }
+    }
 }
