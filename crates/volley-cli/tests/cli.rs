@@ -37,6 +37,35 @@ fn run(args: &[&str], limit: Duration) -> (Option<i32>, String, String) {
     )
 }
 
+/// Runs `volley experiments NAME --quick --reps 1 EXTRA --json -` and returns its exit code,
+/// its JSON (the test fails, showing both streams, when stdout holds none) and its stderr.
+fn experiment(
+    name: &str,
+    extra: &[&str],
+    limit: Duration,
+) -> (Option<i32>, serde_json::Value, String) {
+    let mut args = vec!["experiments", name, "--quick", "--reps", "1"];
+    args.extend_from_slice(extra);
+    args.extend(["--json", "-"]);
+    let (code, out, err) = run(&args, limit);
+    let doc = serde_json::from_str(&out)
+        .unwrap_or_else(|e| panic!("{e}: stdout:\n{out}\nstderr:\n{err}"));
+    (code, doc, err)
+}
+
+/// Runs `name` with one datum damaged (`--corrupt`), which must exit 1 with `"verified":
+/// false`; returns its stderr.
+fn corrupted_experiment(name: &str, limit: Duration) -> String {
+    let (code, doc, err) = experiment(name, &["--corrupt"], limit);
+    assert_eq!(
+        code,
+        Some(1),
+        "a corrupted run of {name}: {doc}\nstderr:\n{err}"
+    );
+    assert_eq!(doc["verified"], false, "{doc}");
+    err
+}
+
 #[test]
 fn info_reports_limits_and_footprint() {
     let (code, out, _) = run(&["info"], Duration::from_secs(10));
@@ -767,20 +796,8 @@ fn experiment_seed000_xfer_verifies_and_reports_every_figure() {
     let (code, list, _) = run(&["experiments", "--list"], Duration::from_secs(10));
     assert_eq!(code, Some(0));
     assert!(list.contains("seed000-xfer"), "{list}");
-    let (code, out, err) = run(
-        &[
-            "experiments",
-            "seed000-xfer",
-            "--quick",
-            "--reps",
-            "1",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed000-xfer", &[], Duration::from_secs(240));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     assert_eq!(doc["experiment"], "seed000-xfer");
     for key in [
@@ -839,20 +856,8 @@ fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
 
 #[test]
 fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
-    let (code, out, err) = run(
-        &[
-            "experiments",
-            "seed000-am-vs-sendrecv",
-            "--quick",
-            "--reps",
-            "1",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed000-am-vs-sendrecv", &[], Duration::from_secs(240));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     for key in ["overhead", "rtt", "signal"] {
         let x = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
@@ -863,18 +868,8 @@ fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
 
 #[test]
 fn experiment_seed002_agents_measures_beside_its_floors_and_fails_when_corrupted() {
-    let args = [
-        "experiments",
-        "seed002-agents",
-        "--quick",
-        "--reps",
-        "1",
-        "--json",
-        "-",
-    ];
-    let (code, out, err) = run(&args, Duration::from_secs(240));
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed002-agents", &[], Duration::from_secs(240));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     for place in ["shm-direct", "udp"] {
         for fig in [
@@ -888,29 +883,14 @@ fn experiment_seed002_agents_measures_beside_its_floors_and_fails_when_corrupted
             assert!(v.is_finite() && v > 0.0, "{place} {fig}: {v}");
         }
     }
-    let mut corrupt = args.to_vec();
-    corrupt.push("--corrupt");
-    let (code, out, err) = run(&corrupt, Duration::from_secs(240));
-    assert_ne!(code, Some(0), "a corrupted run verified:\n{out}\n{err}");
+    let err = corrupted_experiment("seed002-agents", Duration::from_secs(240));
     assert!(err.contains("NOT VERIFIED"), "{err}");
 }
 
 #[test]
 fn experiment_seed002_signal_measures_every_mode_and_verifies_them() {
-    let (code, out, err) = run(
-        &[
-            "experiments",
-            "seed002-signal",
-            "--quick",
-            "--reps",
-            "1",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(300),
-    );
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed002-signal", &[], Duration::from_secs(300));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     assert_eq!(doc["experiment"], "seed002-signal", "{doc}");
     for transport in ["shm", "udp"] {
@@ -1142,18 +1122,8 @@ fn the_report_renders_in_a_headless_browser() {
 
 #[test]
 fn experiment_seed002_combined_measures_both_modes_and_its_check_can_fail() {
-    let args = [
-        "experiments",
-        "seed002-combined",
-        "--quick",
-        "--reps",
-        "1",
-        "--json",
-        "-",
-    ];
-    let (code, out, err) = run(&args, Duration::from_secs(300));
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed002-combined", &[], Duration::from_secs(300));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     assert_eq!(doc["experiment"], "seed002-combined", "{doc}");
     for transport in ["shm", "udp"] {
@@ -1170,28 +1140,13 @@ fn experiment_seed002_combined_measures_both_modes_and_its_check_can_fail() {
         }
     }
     // A damaged datum must be caught (and the job must still end).
-    let mut corrupt = args.to_vec();
-    corrupt.push("--corrupt");
-    let (code, out, err) = run(&corrupt, Duration::from_secs(300));
-    assert_eq!(code, Some(1), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
-    assert_eq!(doc["verified"], false, "{doc}");
+    corrupted_experiment("seed002-combined", Duration::from_secs(300));
 }
 
 #[test]
 fn experiment_seed002_multicast_counts_one_ack_per_update_and_fails_when_corrupted() {
-    let args = [
-        "experiments",
-        "seed002-multicast",
-        "--quick",
-        "--reps",
-        "1",
-        "--json",
-        "-",
-    ];
-    let (code, out, err) = run(&args, Duration::from_secs(300));
-    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, err) = experiment("seed002-multicast", &[], Duration::from_secs(300));
+    assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
     assert_eq!(doc["experiment"], "seed002-multicast", "{doc}");
     let job = &doc["jobs"]["shm"];
@@ -1209,30 +1164,12 @@ fn experiment_seed002_multicast_counts_one_ack_per_update_and_fails_when_corrupt
     assert_eq!(modes, ["normal", "retry", "plain"], "{job}");
     assert!(err.contains("one ack per update"), "{err}");
     // The check can fail: one ack too many must not verify.
-    let mut corrupt = args.to_vec();
-    corrupt.push("--corrupt");
-    let (code, out, _) = run(&corrupt, Duration::from_secs(300));
-    assert_eq!(code, Some(1), "{out}");
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
-    assert_eq!(doc["verified"], false, "{doc}");
+    corrupted_experiment("seed002-multicast", Duration::from_secs(300));
 }
 
 #[test]
 fn experiment_seed003_trisolve_solves_correctly_and_reports_every_version() {
-    let (code, out, err) = run(
-        &[
-            "experiments",
-            "seed003-trisolve",
-            "--quick",
-            "--reps",
-            "1",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    let doc: serde_json::Value = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("{e}: stdout:\n{out}\nstderr:\n{err}"));
+    let (code, doc, err) = experiment("seed003-trisolve", &[], Duration::from_secs(240));
     assert_eq!(doc["experiment"], "seed003-trisolve", "{doc}");
     // Correctness is required; the seed's ordering is reported (B3's kernel wake-ups put it
     // behind B0 on this machine), and `verified` follows both.
@@ -1266,20 +1203,7 @@ fn experiment_seed003_trisolve_solves_correctly_and_reports_every_version() {
 
 #[test]
 fn experiment_seed003_trisolve_corrupt_fails_its_check() {
-    let (code, out, _) = run(
-        &[
-            "experiments",
-            "seed003-trisolve",
-            "--quick",
-            "--reps",
-            "1",
-            "--corrupt",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, _) = experiment("seed003-trisolve", &["--corrupt"], Duration::from_secs(240));
     assert_eq!(doc["correct"], false, "{doc}");
     assert_eq!(doc["verified"], false, "{doc}");
     assert_eq!(code, Some(1));
@@ -1287,20 +1211,7 @@ fn experiment_seed003_trisolve_corrupt_fails_its_check() {
 
 #[test]
 fn experiment_seed003_sparse_solves_correctly_and_reports_the_break_even() {
-    let (code, out, err) = run(
-        &[
-            "experiments",
-            "seed003-sparse",
-            "--quick",
-            "--reps",
-            "1",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    let doc: serde_json::Value = serde_json::from_str(&out)
-        .unwrap_or_else(|e| panic!("{e}: stdout:\n{out}\nstderr:\n{err}"));
+    let (code, doc, err) = experiment("seed003-sparse", &[], Duration::from_secs(240));
     assert_eq!(doc["experiment"], "seed003-sparse", "{doc}");
     // Correctness and the flow control are required; the speed shape is reported and
     // `verified` follows all three.
@@ -1363,20 +1274,7 @@ fn assert_timing_row(r: &serde_json::Value) {
 
 #[test]
 fn experiment_seed003_sparse_corrupt_fails_its_check() {
-    let (code, out, _) = run(
-        &[
-            "experiments",
-            "seed003-sparse",
-            "--quick",
-            "--reps",
-            "1",
-            "--corrupt",
-            "--json",
-            "-",
-        ],
-        Duration::from_secs(240),
-    );
-    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let (code, doc, _) = experiment("seed003-sparse", &["--corrupt"], Duration::from_secs(240));
     assert_eq!(doc["correct"], false, "{doc}");
     assert_eq!(doc["verified"], false, "{doc}");
     assert_eq!(code, Some(1));
