@@ -120,3 +120,38 @@ impl Backoff {
         self.empty = 0;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_awaited_rank_off_its_cpu_gets_the_core_at_once() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        b.snooze_awaiting(false, false, &me);
+        assert_eq!(
+            b.yields, 1,
+            "no yield for an awaited rank that is not running"
+        );
+    }
+
+    #[test]
+    fn a_running_awaited_rank_is_spun_for_then_the_spin_ends() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        for _ in 0..AWAITED_SPIN_POLLS {
+            b.snooze_awaiting(false, true, &me);
+        }
+        assert_eq!(b.yields, 0, "yielded while the awaited rank runs");
+        b.snooze_awaiting(false, true, &me);
+        assert_eq!(
+            b.yields, 1,
+            "never yielded to a rank that looks running for long"
+        );
+        // After the yield, a new spin.
+        b.snooze_awaiting(false, true, &me);
+        assert_eq!(b.yields, 1);
+        assert!(me.running());
+    }
+}

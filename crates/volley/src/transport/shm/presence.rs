@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The presence line; lives in shared memory, zero-initialized (zero: running).
 #[repr(C, align(64))]
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct Presence {
     /// Threads of the rank that are giving up their core right now (a rank with a progress
     /// thread has two).
@@ -41,9 +41,7 @@ mod tests {
 
     #[test]
     fn away_only_while_giving_up_the_core() {
-        let p = Presence {
-            away: AtomicU32::new(0),
-        };
+        let p = Presence::default();
         assert!(p.running());
         let inside = p.away_during(|| p.away_during(|| p.running()));
         assert!(!inside);
