@@ -18,7 +18,7 @@ const SPIN_POLLS: u32 = 1 << 14;
 const POLITE_SPIN_POLLS: u32 = 8;
 /// Empty polls a polite rank spins in a row while the ranks it awaits are on a CPU (bounded: a
 /// rank preempted without yielding still looks running).
-const AWAITED_SPIN_POLLS: u32 = 256;
+const AWAITED_SPIN_POLLS: u32 = 64;
 /// Yields between two checks of the job's health (peers that exited without finalizing).
 const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 
