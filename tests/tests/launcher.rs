@@ -444,6 +444,15 @@ fn politeness_follows_ranks_per_cpu_of_the_job_not_a_pinned_mask() {
     }
 }
 
+#[test]
+fn a_rank_in_a_polite_wait_is_seen_away_by_its_peers() {
+    const PRESENCE: &str = env!("CARGO_BIN_EXE_presence");
+    Job::raw(["run", "-n", "2", PRESENCE])
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["presence: rank 1 seen away"]);
+}
+
 /// A bare `volley run` with `TMPDIR` set to `tmp` (none of the suite's checks: this test makes
 /// its own), output thrown away.
 fn launcher_in(tmp: &std::path::Path, args: &[&str]) -> std::process::Command {

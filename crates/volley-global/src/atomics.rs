@@ -144,7 +144,9 @@ impl<'rt> Global<'rt> {
                 Some(e)
             }
         };
-        self.wait_for(|| c.done(), &|| format!("an atomic at rank {}", p.rank()));
+        self.wait_on(p.rank(), || c.done(), &|| {
+            format!("an atomic at rank {}", p.rank())
+        });
         if let Some(e) = r {
             return Err(e);
         }

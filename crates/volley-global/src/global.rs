@@ -388,7 +388,40 @@ impl<'rt> Global<'rt> {
     /// (default 10) says on standard error what it waits for (`what`), and again at every
     /// doubling, so that a job that cannot finish is never silent.
     #[inline]
-    pub(crate) fn wait_for(&self, mut cond: impl FnMut() -> bool, what: &dyn Fn() -> String) {
+    pub(crate) fn wait_for(&self, cond: impl FnMut() -> bool, what: &dyn Fn() -> String) {
+        self.wait_with(cond, None::<fn() -> bool>, what);
+    }
+
+    /// [`Global::wait_for`] in a wait for `rank`'s answer (see `Runtime::wait_on`).
+    #[inline]
+    pub(crate) fn wait_on(
+        &self,
+        rank: usize,
+        cond: impl FnMut() -> bool,
+        what: &dyn Fn() -> String,
+    ) {
+        self.wait_with(cond, Some(|| self.rt.is_running(rank)), what);
+    }
+
+    /// [`Global::wait_for`] in a wait for several ranks: `running()` says whether every rank
+    /// still awaited is on a CPU (see `Runtime::wait_until_awaiting`).
+    #[inline]
+    pub(crate) fn wait_awaiting(
+        &self,
+        cond: impl FnMut() -> bool,
+        running: impl FnMut() -> bool,
+        what: &dyn Fn() -> String,
+    ) {
+        self.wait_with(cond, Some(running), what);
+    }
+
+    #[inline]
+    fn wait_with(
+        &self,
+        mut cond: impl FnMut() -> bool,
+        running: Option<impl FnMut() -> bool>,
+        what: &dyn Fn() -> String,
+    ) {
         if cond() {
             return;
         }
@@ -397,7 +430,11 @@ impl<'rt> Global<'rt> {
             start: None,
             next: self.hang_warn,
         };
-        self.rt.wait_until(|| cond() || watch.tick(self.me, what));
+        let cond = || cond() || watch.tick(self.me, what);
+        match running {
+            Some(running) => self.rt.wait_until_awaiting(cond, running),
+            None => self.rt.wait_until(cond),
+        }
     }
 }
 

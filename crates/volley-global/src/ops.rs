@@ -58,12 +58,12 @@ impl<'rt> Global<'rt> {
                     // One message (the scalar case): if it cannot be sent, nothing is out.
                     let c = Completion::expecting(1);
                     self.send_get(p.segment(), off, bytes.as_mut_ptr(), bytes.len(), c.word())?;
-                    return self.await_completion(&c, &what).map(|_| ());
+                    return self.await_completion(&c, p.rank(), &what).map(|_| ());
                 }
                 let n = self.messages(bytes.len());
                 let c = Completion::expecting(n);
                 let sent = self.send_gets(p.segment(), off, bytes, c.word());
-                self.finish(&c, n, sent, &what).map(|_| ())
+                self.finish(&c, p.rank(), n, sent, &what).map(|_| ())
             }
         }
     }
@@ -113,11 +113,12 @@ impl<'rt> Global<'rt> {
         Ok(self.rt.request_short(seg.rank, self.h.get, &args)?)
     }
 
-    /// Waits for a [`Completion`] of `n` replies of which `sent` went out (or an error after
-    /// some): the value, or the first error.
+    /// Waits for a [`Completion`] of `n` replies from `rank` of which `sent` went out (or an
+    /// error after some): the value, or the first error.
     fn finish(
         &self,
         c: &Completion,
+        rank: usize,
         n: u64,
         sent: std::result::Result<u64, (u64, GlobalError)>,
         what: &dyn Fn() -> String,
@@ -130,17 +131,22 @@ impl<'rt> Global<'rt> {
             }
         };
         // Even after an error, the replies to what went out land in our memory: wait for them.
-        let done = self.await_completion(c, what);
+        let done = self.await_completion(c, rank, what);
         match err {
             Some(e) => Err(e),
             None => done,
         }
     }
 
-    /// Waits until every reply of `c` is in: the value, or the first refusal.
+    /// Waits until every reply of `c` (all from `rank`) is in: the value, or the first refusal.
     #[inline]
-    fn await_completion(&self, c: &Completion, what: &dyn Fn() -> String) -> Result<u64> {
-        self.wait_for(|| c.done(), what);
+    fn await_completion(
+        &self,
+        c: &Completion,
+        rank: usize,
+        what: &dyn Fn() -> String,
+    ) -> Result<u64> {
+        self.wait_on(rank, || c.done(), what);
         c.result().map_err(|w| self.refused_err(w))
     }
 
@@ -185,12 +191,12 @@ impl<'rt> Global<'rt> {
                     // One message (the scalar case): if it cannot be sent, nothing is out.
                     let c = Completion::expecting(1);
                     self.send_put(p.segment(), off, bytes, c.word())?;
-                    return self.await_completion(&c, &what).map(|_| ());
+                    return self.await_completion(&c, p.rank(), &what).map(|_| ());
                 }
                 let n = self.messages(bytes.len());
                 let c = Completion::expecting(n);
                 let sent = self.send_puts(p.segment(), off, bytes, c.word());
-                self.finish(&c, n, sent, &what).map(|_| ())
+                self.finish(&c, p.rank(), n, sent, &what).map(|_| ())
             }
         }
     }
@@ -506,7 +512,7 @@ impl<T: Pod> Pending<'_, '_, T> {
     fn finish(&mut self) -> Result<T> {
         let (c, rank) = (&self.completion, self.rank);
         self.g
-            .wait_for(|| c.done(), &|| format!("a get from rank {rank}"));
+            .wait_on(rank, || c.done(), &|| format!("a get from rank {rank}"));
         c.result()
             .map(|_| *self.value)
             .map_err(|w| self.g.refused_err(w))

@@ -184,7 +184,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             let t = Instant::now();
             for i in 0..k as u64 {
                 rt.request_short(1, ping, &[]).map_err(|e| e.to_string())?;
-                rt.wait_until(|| pongs.load(Ordering::Acquire) > i);
+                rt.wait_on(1, || pongs.load(Ordering::Acquire) > i);
             }
             f.am_rtt_ns = t.elapsed().as_nanos() as f64 / k as f64;
             pongs.store(0, Ordering::Relaxed);

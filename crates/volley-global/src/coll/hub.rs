@@ -158,7 +158,16 @@ impl Global<'_> {
         let all_in = (p as u64) * (call + 1);
         let (mut polls, mut elsewhere) = (0u32, None);
         let mb = &self.shared.mailbox;
-        self.wait_for(
+        // The ranks still awaited are those whose row is not yet this call's: spin while all
+        // of them are on a CPU, yield while one waits for a core.
+        let running = || {
+            (0..p).all(|r| {
+                r == me
+                    || hub.row(call, r, 0).load(Ordering::Relaxed) == epoch
+                    || self.rt.is_running(r)
+            })
+        };
+        self.wait_awaiting(
             || {
                 if hub.word(0).load(Ordering::Acquire) >= all_in {
                     return true;
@@ -173,6 +182,7 @@ impl Global<'_> {
                 }
                 elsewhere.is_some()
             },
+            running,
             &|| {
                 format!(
                     "every rank in collective #{epoch} ({}); a rank that never calls it, or \

@@ -4,11 +4,21 @@
 //! rank that knows it is oversubscribed ("polite") yields almost at once; otherwise it spins for
 //! 16k empty polls first (each followed by a `pause`), which keeps round trips at cache-line
 //! speed, and then yields anyway so that an undetected oversubscription still makes progress.
+//!
+//! A polite wait that knows which ranks it awaits (a reply, a barrier partner) asks whether they
+//! are on a CPU (`transport::shm::presence`): it spins while they are, since the answer may then
+//! come within a round trip and the spin takes no core from them, and yields at once when one
+//! is not, since that rank needs a core before anything can arrive.
+
+use crate::transport::shm::presence::Presence;
 
 /// Empty polls before a dedicated-core rank starts yielding.
 const SPIN_POLLS: u32 = 1 << 14;
 /// Empty polls before a polite rank starts yielding.
 const POLITE_SPIN_POLLS: u32 = 8;
+/// Empty polls a polite rank spins in a row while the ranks it awaits are on a CPU (bounded: a
+/// rank preempted without yielding still looks running).
+const AWAITED_SPIN_POLLS: u32 = 64;
 /// Yields between two checks of the job's health (peers that exited without finalizing).
 const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 
@@ -18,6 +28,8 @@ pub(crate) struct Backoff {
     empty: u32,
     limit: u32,
     yields: u32,
+    /// Empty polls spun for running awaited ranks since the last yield.
+    awaited: u32,
 }
 
 impl Default for Backoff {
@@ -37,14 +49,16 @@ impl Backoff {
                 SPIN_POLLS
             },
             yields: 0,
+            awaited: 0,
         }
     }
 
     /// Called after a poll that found nothing. Returns true when the wait has been long enough
     /// (about every 2048 yields) that the caller should check the job's health. `pause`: spin
-    /// with a `pause` (the rank waits on rings that other cores write).
+    /// with a `pause` (the rank waits on rings that other cores write); `me`: this rank's
+    /// presence, marked away while it yields.
     #[inline(always)]
-    pub(crate) fn snooze(&mut self, pause: bool) -> bool {
+    pub(crate) fn snooze(&mut self, pause: bool, me: &Presence) -> bool {
         if self.empty < self.limit {
             // `pause` between polls: without it the short poll loop keeps many speculative
             // loads of the ring heads in flight, every remote write then costs a memory-ordering
@@ -56,10 +70,32 @@ impl Backoff {
             }
             false
         } else {
-            std::thread::yield_now();
-            self.yields = self.yields.wrapping_add(1);
-            self.yields & (YIELDS_PER_HEALTH_CHECK - 1) == 0
+            self.yield_core(me)
         }
+    }
+
+    /// [`Backoff::snooze`] for a polite wait whose awaited ranks are `running` (all on a
+    /// CPU) or not: spins while they run, up to [`AWAITED_SPIN_POLLS`] in a row, and
+    /// otherwise yields at once.
+    #[inline]
+    pub(crate) fn snooze_awaiting(&mut self, pause: bool, running: bool, me: &Presence) -> bool {
+        if running && self.awaited < AWAITED_SPIN_POLLS {
+            self.awaited += 1;
+            if pause {
+                std::hint::spin_loop();
+            }
+            return false;
+        }
+        self.awaited = 0;
+        self.yield_core(me)
+    }
+
+    /// Yields the core, marked away meanwhile; true when it is time for a health check.
+    #[inline]
+    fn yield_core(&mut self, me: &Presence) -> bool {
+        me.away_during(std::thread::yield_now);
+        self.yields = self.yields.wrapping_add(1);
+        self.yields & (YIELDS_PER_HEALTH_CHECK - 1) == 0
     }
 
     /// One step of the spinning phase (the caller checked [`Backoff::spun_out`] first).
@@ -82,5 +118,40 @@ impl Backoff {
     #[inline(always)]
     pub(crate) fn reset(&mut self) {
         self.empty = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_awaited_rank_off_its_cpu_gets_the_core_at_once() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        b.snooze_awaiting(false, false, &me);
+        assert_eq!(
+            b.yields, 1,
+            "no yield for an awaited rank that is not running"
+        );
+    }
+
+    #[test]
+    fn a_running_awaited_rank_is_spun_for_then_the_spin_ends() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        for _ in 0..AWAITED_SPIN_POLLS {
+            b.snooze_awaiting(false, true, &me);
+        }
+        assert_eq!(b.yields, 0, "yielded while the awaited rank runs");
+        b.snooze_awaiting(false, true, &me);
+        assert_eq!(
+            b.yields, 1,
+            "never yielded to a rank that looks running for long"
+        );
+        // After the yield, a new spin.
+        b.snooze_awaiting(false, true, &me);
+        assert_eq!(b.yields, 1);
+        assert!(me.running());
     }
 }

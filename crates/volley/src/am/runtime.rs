@@ -661,6 +661,35 @@ impl Runtime {
         self.engine().wait_until(cond)
     }
 
+    /// Polls until `cond()` is true, like [`Runtime::wait_until`], in a wait for one rank's
+    /// answer (a reply, a partner's message): a polite rank (see [`RuntimeBuilder::polite`])
+    /// spins while `rank` is on a CPU, so that an answer within a round trip is seen at once,
+    /// and yields its core at once while `rank` is not.
+    #[inline]
+    pub fn wait_on(&self, rank: usize, cond: impl FnMut() -> bool) {
+        self.wait_until_awaiting(cond, || self.is_running(rank))
+    }
+
+    /// Polls until `cond()` is true, like [`Runtime::wait_on`], for a wait on several ranks:
+    /// `running()` says whether every rank the wait still awaits is on a CPU (see
+    /// [`Runtime::is_running`]).
+    #[inline]
+    pub fn wait_until_awaiting(&self, cond: impl FnMut() -> bool, running: impl FnMut() -> bool) {
+        let _e = self.enter();
+        self.guard("wait_until");
+        self.critical_guard("wait_until");
+        self.engine().wait_awaiting(cond, running)
+    }
+
+    /// Whether `rank` is on a CPU now: it runs on this node and none of its threads is
+    /// yielding its core or sleeping in a wait (a thread the scheduler preempted still counts
+    /// as running). `false` for ranks on other nodes and outside the job. One load of a cache
+    /// line that `rank` writes only around its yields and sleeps.
+    #[inline]
+    pub fn is_running(&self, rank: usize) -> bool {
+        self.engine().is_running(rank)
+    }
+
     /// Waits until every rank has called `barrier` (a dissemination barrier over Active
     /// Messages; handlers keep running meanwhile).
     ///

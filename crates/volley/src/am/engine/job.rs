@@ -114,7 +114,9 @@ impl Engine {
             round: round as u32,
             from: from as u32,
         };
-        self.waiting_for(purpose, || self.wait_until(|| c.get() > 0));
+        self.waiting_for(purpose, || {
+            self.wait_awaiting(|| c.get() > 0, || self.is_running(from))
+        });
         c.set(c.get() - 1);
     }
 

@@ -48,7 +48,7 @@ impl Engine {
     /// One step of an idle wait.
     #[inline(always)]
     pub(super) fn idle(&self, backoff: &mut Backoff) {
-        if backoff.snooze(!self.net_only) {
+        if backoff.snooze(!self.net_only, self.own().presence()) {
             self.check_health();
         }
     }
@@ -67,7 +67,7 @@ impl Engine {
             };
             if handled == 0 {
                 if backoff.spun_out() {
-                    return self.wait_long(cond, backoff);
+                    return self.wait_long(cond, backoff, || None);
                 }
                 backoff.spin(!self.net_only);
             } else {
@@ -76,11 +76,45 @@ impl Engine {
         }
     }
 
+    /// Polls until `cond` holds, in a wait for what `running` watches: it says whether every
+    /// rank the wait still awaits is on a CPU (see [`Engine::is_running`]). A polite rank
+    /// spins while they are and yields at once when one is not; any other rank waits as in
+    /// [`Engine::wait_until`].
+    #[inline(never)]
+    pub(crate) fn wait_awaiting(
+        &self,
+        mut cond: impl FnMut() -> bool,
+        mut running: impl FnMut() -> bool,
+    ) {
+        if !self.polite || self.block {
+            return self.wait_until(cond);
+        }
+        self.flush_net();
+        // One poll before the first yield: the answer may be there already.
+        if cond() || self.poll_waiting(&mut cond).is_none() || cond() {
+            return;
+        }
+        self.wait_long(cond, Backoff::new(true), || Some(running()))
+    }
+
+    /// Whether `rank` is on a CPU now: on this node, and none of its threads is yielding or
+    /// sleeping in a wait. False for ranks on other nodes (nothing tells).
+    #[inline]
+    pub(crate) fn is_running(&self, rank: usize) -> bool {
+        self.region_of(rank).is_some_and(|r| r.presence().running())
+    }
+
     /// The rest of a wait that spun out: yields (or, in block mode, sleeps) between polls,
-    /// checks the job's health, and is published as what this rank does meanwhile.
+    /// checks the job's health, and is published as what this rank does meanwhile. `awaited`:
+    /// whether the ranks the wait awaits are on a CPU, if the wait knows them.
     #[cold]
     #[inline(never)]
-    fn wait_long(&self, mut cond: impl FnMut() -> bool, mut backoff: Backoff) {
+    fn wait_long(
+        &self,
+        mut cond: impl FnMut() -> bool,
+        mut backoff: Backoff,
+        mut awaited: impl FnMut() -> Option<bool>,
+    ) {
         let _published = LongWait(&self.activity);
         let mut handled = 0;
         loop {
@@ -91,6 +125,11 @@ impl Engine {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).
                     self.sleep_for(SLEEP_MAX);
+                } else if let Some(running) = awaited() {
+                    let me = self.own().presence();
+                    if backoff.snooze_awaiting(!self.net_only, running, me) {
+                        self.check_health();
+                    }
                 } else {
                     self.idle(&mut backoff);
                 }
@@ -126,7 +165,9 @@ impl Engine {
             Some(sync) if !sync.paused() => {
                 self.shm.flush_credit();
                 self.flush_net();
-                sync.sleep_until_handled(timeout);
+                self.own()
+                    .presence()
+                    .away_during(|| sync.sleep_until_handled(timeout));
             }
             _ => {
                 if let Some(plan) = self.prepare_sleep() {
@@ -173,7 +214,7 @@ impl Engine {
     pub(crate) fn sleep(&self, plan: SleepPlan) -> bool {
         let bell = self.own().doorbell();
         let t = Instant::now();
-        let timeout = match plan {
+        let timeout = self.own().presence().away_during(|| match plan {
             SleepPlan::Bell { seen, timeout } => {
                 bell.sleep(seen, timeout);
                 timeout
@@ -182,7 +223,7 @@ impl Engine {
                 self.own_wake().sleep_beside(fd, timeout);
                 timeout
             }
-        };
+        });
         bell.awake();
         t.elapsed() >= timeout / 2
     }

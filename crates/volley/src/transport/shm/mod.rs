@@ -26,6 +26,8 @@ pub(crate) mod link;
 #[cfg(not(loom))]
 pub(crate) mod path_marks;
 #[cfg(not(loom))]
+pub(crate) mod presence;
+#[cfg(not(loom))]
 mod region;
 pub(crate) mod ring;
 #[cfg(not(loom))]

@@ -122,6 +122,8 @@ impl Layout {
 
 /// Where, in the header page, the owner's doorbell lives (its own cache line).
 const DOORBELL_OFFSET: usize = 64;
+/// Where, in the header page, the owner's presence line lives (its own cache line).
+const PRESENCE_OFFSET: usize = 128;
 
 /// The fixed header at the start of a region, checked when a peer maps it.
 #[repr(C)]
@@ -283,6 +285,23 @@ impl Region {
                 .as_ptr()
                 .add(DOORBELL_OFFSET)
                 .cast::<super::doorbell::Doorbell>()
+        }
+    }
+
+    /// Whether the owner is on a CPU (see [`super::presence`]).
+    pub fn presence(&self) -> &super::presence::Presence {
+        const _: () = assert!(
+            PRESENCE_OFFSET >= DOORBELL_OFFSET + 64 && PRESENCE_OFFSET + 64 <= UPPER_OFFSET
+        );
+        // SAFETY: the line lies in the header page after the doorbell's and before the upper
+        // layers' bytes, 64-aligned, zero-initialized by the kernel (a valid value for its
+        // atomic); the mapping outlives `&self`.
+        unsafe {
+            &*self
+                .base
+                .as_ptr()
+                .add(PRESENCE_OFFSET)
+                .cast::<super::presence::Presence>()
         }
     }
 
