@@ -12,15 +12,6 @@ use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
 use crate::transport::net::placing::Placing;
 use crate::transport::net::Placer;
 
-/// Bytes queued and not yet packed into datagrams beyond which [`Peer::send`] refuses a
-/// further message with [`SendError::WouldBlock`] (a message is always taken when nothing
-/// waits). A stream of long messages then has about one queued behind the one being sent,
-/// so its bytes are still in the cache when the datagrams gather them, instead of a send
-/// buffer's worth (16 MiB over UDP) copied in long before; measured with 1 MiB messages on
-/// one thread, the sender's CPU time per MiB fell by a quarter. Small messages still queue
-/// a megabyte's worth to pack.
-const QUEUE_AHEAD: usize = 1 << 20;
-
 /// A message queued by [`Peer::send`], `offset` bytes of it already packed into datagrams.
 #[derive(Debug)]
 struct Pending {
@@ -313,7 +304,7 @@ impl Peer {
             });
         }
         let charge = len + RECORD_OVERHEAD;
-        if !self.has_room(charge) {
+        if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
             self.stats.would_block += 1;
             return Err(SendError::WouldBlock);
         }
@@ -334,16 +325,10 @@ impl Peer {
     /// refused with [`SendError::WouldBlock`] (a failed peer or a message too large answer
     /// true: their `send` fails for another reason).
     pub fn would_accept(&self, len: usize) -> bool {
+        let charge = len + RECORD_OVERHEAD;
         matches!(self.state, State::Failed(_))
             || len > self.config.max_message_size
-            || self.has_room(len + RECORD_OVERHEAD)
-    }
-
-    /// Whether a message charged `charge` bytes fits: within the send buffer, and, unless
-    /// nothing waits to be packed, within [`QUEUE_AHEAD`] of bytes not yet in datagrams.
-    fn has_room(&self, charge: usize) -> bool {
-        self.pending_bytes + self.inflight_bytes + charge <= self.config.send_buffer
-            && (self.pending_bytes == 0 || self.pending_bytes + charge <= QUEUE_AHEAD)
+            || self.pending_bytes + self.inflight_bytes + charge <= self.config.send_buffer
     }
 
     /// The largest message [`send_unsequenced`](Self::send_unsequenced) takes: what one
