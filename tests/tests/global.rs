@@ -93,8 +93,15 @@ fn small_collectives_take_their_fast_paths() {
 /// `VOLLEY_COLL_CMA=off`, on Active Messages under `proc`.
 #[test]
 fn large_collectives_single_copy_and_mapped() {
-    let one_node = std::env::var_os("VOLLEY_TEST_NET").is_none();
+    // Emulated nodes (`VOLLEY_TEST_NET`) hold `VOLLEY_TEST_RANKS_PER_NODE` ranks each.
+    let per_node = std::env::var_os("VOLLEY_TEST_NET").map(|_| {
+        std::env::var("VOLLEY_TEST_RANKS_PER_NODE")
+            .ok()
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or(1)
+    });
     for ranks in 1..=8 {
+        let one_node = per_node.is_none_or(|n| ranks <= n);
         for (strategy, cma) in [("hw", "auto"), ("hw", "off"), ("proc", "auto")] {
             if cma == "off" && ranks % 3 != 2 || strategy == "proc" && ranks != 3 {
                 continue;
