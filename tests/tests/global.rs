@@ -94,7 +94,10 @@ fn small_collectives_take_their_fast_paths() {
 #[test]
 fn large_collectives_single_copy_and_mapped() {
     // Emulated nodes (`VOLLEY_TEST_NET`) hold `VOLLEY_TEST_RANKS_PER_NODE` ranks each.
-    let per_node = std::env::var_os("VOLLEY_TEST_NET").map(|_| {
+    let net = std::env::var("VOLLEY_TEST_NET")
+        .ok()
+        .filter(|n| !n.is_empty());
+    let per_node = net.map(|_| {
         std::env::var("VOLLEY_TEST_RANKS_PER_NODE")
             .ok()
             .and_then(|n| n.parse::<usize>().ok())
