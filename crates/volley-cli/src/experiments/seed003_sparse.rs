@@ -412,13 +412,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
             j.stalls
         ));
     }
-    let find = |job: &RankOut, name: &str| -> Vec<RankTiming> {
-        job.timing
-            .iter()
-            .find(|(v, _)| v == name)
-            .map(|(_, t)| t.clone())
-            .unwrap_or_default()
-    };
+    let find = |job: &RankOut, name: &str| timing_rows::of(&job.timing, name);
     const FETCH: &str = "each request, from its send to its answer (parked time included)";
     let timing: Vec<timing_rows::TimingRow> = [
         (

@@ -298,13 +298,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
             },
         })
         .collect();
-    let find = |j: &JobOut, name: &str| -> Vec<RankTiming> {
-        j.timing
-            .iter()
-            .find(|(v, _)| v == name)
-            .map(|(_, t)| t.clone())
-            .unwrap_or_default()
-    };
+    let find = |j: &JobOut, name: &str| timing_rows::of(&j.timing, name);
     const WAIT: &str = "the receive's wait for each incoming value";
     const TRIP: &str = "each fetch request's round trip";
     let timing: Vec<timing_rows::TimingRow> = [

@@ -36,6 +36,16 @@ pub fn row(
     })
 }
 
+/// The figures a job recorded under `variant` (none if it recorded none, which [`row`]
+/// reports as a failure).
+pub fn of(timing: &[(String, Vec<RankTiming>)], variant: &str) -> Vec<RankTiming> {
+    timing
+        .iter()
+        .find(|(v, _)| v == variant)
+        .map(|(_, t)| t.clone())
+        .unwrap_or_default()
+}
+
 /// The rows as a table (us for times, ns for latencies).
 pub fn table(t: &mut String, rows: &[TimingRow]) {
     let _ = writeln!(
