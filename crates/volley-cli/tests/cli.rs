@@ -833,6 +833,10 @@ fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
         "am_short_rtt_ns",
         "tagged_overhead_ns",
         "am_overhead_ns",
+        "tagged_send_overhead_ns",
+        "am_send_overhead_ns",
+        "tagged_recv_overhead_ns",
+        "am_recv_overhead_ns",
         "floor_ns",
     ];
     // Present exactly when Open MPI is installed (it is measured in the same run).
@@ -859,9 +863,29 @@ fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
     let (code, doc, err) = experiment("seed000-am-vs-sendrecv", &[], Duration::from_secs(240));
     assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");
     assert_eq!(doc["verified"], true, "{doc}");
-    for key in ["overhead", "rtt", "signal"] {
+    for key in [
+        "overhead",
+        "send_overhead",
+        "recv_overhead",
+        "rtt",
+        "signal",
+    ] {
         let x = doc["ratios"][key].as_f64().unwrap_or(f64::NAN);
         assert!(x.is_finite() && x > 0.0, "ratios.{key} in {doc}");
+    }
+    // A message's overhead is seed 000's: the sender's and the receiver's time added.
+    for layer in ["am", "tagged"] {
+        let f = |k: &str| doc[format!("{layer}_{k}")].as_f64().unwrap_or(f64::NAN);
+        let (o, os, or) = (
+            f("overhead_ns"),
+            f("send_overhead_ns"),
+            f("recv_overhead_ns"),
+        );
+        assert!(os > 0.0 && or > 0.0, "{layer}: o_s {os}, o_r {or} in {doc}");
+        assert!(
+            (o - (os + or)).abs() <= 1e-6 * o,
+            "{layer}: {o} != {os} + {or}"
+        );
     }
     assert!(err.contains("every one arrived intact"), "{err}");
 }

@@ -3,9 +3,11 @@
 //!
 //! - round trips: 8 bytes bounced with `send` + `recv_into` (named source and tag), and a
 //!   short request whose handler replies;
-//! - overheads (LogP o_s): a burst shorter than the ring, timed at the sender while the
-//!   receiver does not poll, per message: `send` of 8 bytes (eager) against `request_short`
-//!   with one argument;
+//! - overheads: a burst shorter than the ring, timed at the sender while the receiver does
+//!   not poll (LogP o_s), then timed at the receiver as it drains the burst (o_r), per
+//!   message: `send` of 8 bytes (eager) and `recv_into` against `request_short` with one
+//!   argument and its handler. A message's overhead is o_s + o_r, as seed 000's Table 4-1
+//!   adds them (send&receive 92 + 102 µs against 13.1 + 15.0 µs for Active Messages);
 //! - one-way signals (seed 000's signal benchmark): a stream of messages whose receipt only
 //!   counts, closed by one reply, per message.
 //!
@@ -38,10 +40,15 @@ pub struct PairFigures {
     pub tagged_rtt_ns: f64,
     /// Short request round trip (one argument).
     pub am_short_rtt_ns: f64,
-    /// Sender's time per 8-byte `send` in a burst.
-    pub tagged_overhead_ns: f64,
-    /// Sender's time per short request in a burst.
-    pub am_overhead_ns: f64,
+    /// Sender's time per 8-byte `send` in a burst (o_s).
+    pub tagged_send_overhead_ns: f64,
+    /// Sender's time per short request in a burst (o_s).
+    pub am_send_overhead_ns: f64,
+    /// Receiver's time per 8-byte message taken with `recv_into` from a burst that is
+    /// already in its rings (o_r; rank 1's figure).
+    pub tagged_recv_overhead_ns: f64,
+    /// Receiver's time per short request handled from a burst already in its rings (o_r).
+    pub am_recv_overhead_ns: f64,
     /// One-way stream of 8-byte messages received with `recv_into`, per message.
     pub tagged_signal_ns: f64,
     /// One-way stream of short requests whose handler counts, per message.
@@ -65,8 +72,10 @@ impl Medians for PairFigures {
         Self {
             tagged_rtt_ns: med(|r| r.tagged_rtt_ns),
             am_short_rtt_ns: med(|r| r.am_short_rtt_ns),
-            tagged_overhead_ns: med(|r| r.tagged_overhead_ns),
-            am_overhead_ns: med(|r| r.am_overhead_ns),
+            tagged_send_overhead_ns: med(|r| r.tagged_send_overhead_ns),
+            am_send_overhead_ns: med(|r| r.am_send_overhead_ns),
+            tagged_recv_overhead_ns: med(|r| r.tagged_recv_overhead_ns),
+            am_recv_overhead_ns: med(|r| r.am_recv_overhead_ns),
             tagged_signal_ns: med(|r| r.tagged_signal_ns),
             am_signal_ns: med(|r| r.am_signal_ns),
             tagged_rtt_1mib_ns: med(|r| r.tagged_rtt_1mib_ns),
@@ -216,9 +225,11 @@ impl Pair {
             f.am_short_rtt_ns = t0.elapsed().as_nanos() as f64 / n as f64;
         }
         self.rt.barrier();
-        // Overheads: bursts at a receiver that is not polling, then drained.
+        // Overheads: bursts at a receiver that is not polling, then drained; the sender
+        // times its sends, the receiver the drain.
         let bursts = self.iters(400);
         let (mut tagged_o, mut am_o) = (Vec::new(), Vec::new());
+        let (mut tagged_r, mut am_r) = (Vec::new(), Vec::new());
         for b in 0..bursts {
             for am in [false, true] {
                 self.rt.barrier();
@@ -237,28 +248,40 @@ impl Pair {
                     let per = t0.elapsed().as_nanos() as f64 / BURST as f64;
                     if am { &mut am_o } else { &mut tagged_o }.push(per);
                 } else {
-                    // Stay off the rings while the burst is injected.
+                    // Stay off the rings while the burst is injected (it takes a few µs).
                     spin_for(Duration::from_micros(30));
-                    for k in 0..BURST as u64 {
-                        let v = b * BURST as u64 + k;
-                        if !am {
-                            let r = msg.recv_into(0, TAG_BURST, &mut buf);
-                            let got = u64::from_le_bytes(buf);
-                            ck(r.is_ok() && got == v, &mut f, &|| {
-                                format!("burst message {v}: {r:?}, value {got}")
-                            });
-                        }
-                    }
+                    let t0 = Instant::now();
+                    let (mut got, mut errors) = ([0u64; BURST], 0);
                     if am {
                         self.rt.wait_until(|| {
                             self.sinks.load(Ordering::Relaxed) >= base + BURST as u64
+                        });
+                    } else {
+                        for g in &mut got {
+                            errors += msg.recv_into(0, TAG_BURST, &mut buf).is_err() as usize;
+                            *g = u64::from_le_bytes(buf);
+                        }
+                    }
+                    let per = t0.elapsed().as_nanos() as f64 / BURST as f64;
+                    if am { &mut am_r } else { &mut tagged_r }.push(per);
+                    // Checked after the clock stops: the AM sink sums its values (checked
+                    // with the signals below), the tagged ones are checked here.
+                    for (k, &value) in got.iter().enumerate().filter(|_| !am) {
+                        let v = b * BURST as u64 + k as u64;
+                        ck(errors == 0 && value == v, &mut f, &|| {
+                            format!("burst message {v}: value {value}, {errors} receive errors")
                         });
                     }
                 }
             }
         }
-        f.tagged_overhead_ns = median(&mut tagged_o);
-        f.am_overhead_ns = median(&mut am_o);
+        if me == 0 {
+            f.tagged_send_overhead_ns = median(&mut tagged_o);
+            f.am_send_overhead_ns = median(&mut am_o);
+        } else {
+            f.tagged_recv_overhead_ns = median(&mut tagged_r);
+            f.am_recv_overhead_ns = median(&mut am_r);
+        }
         // One-way signals: a stream, then one reply once all have been received.
         let n = self.iters(50_000);
         self.rt.barrier();
@@ -366,19 +389,21 @@ impl Pair {
         self.rt.barrier();
     }
 
-    /// Merges rank 1's failures into rank 0's figures (through the tag-matching layer).
-    pub(crate) fn gather_failures(&self, msg: &Msg<'_>, f: &mut PairFigures) -> Result<(), String> {
+    /// Merges rank 1's figures (the receive overheads, what it checked and what arrived
+    /// wrong there) into rank 0's, through the tag-matching layer.
+    pub(crate) fn merge_receiver(&self, msg: &Msg<'_>, f: &mut PairFigures) -> Result<(), String> {
         const TAG_REPORT: u64 = 9;
         if self.rt.rank() == 1 {
-            let text = serde_json::to_vec(&(f.checked, &f.failures)).map_err(|e| e.to_string())?;
+            let text = serde_json::to_vec(&*f).map_err(|e| e.to_string())?;
             msg.send(0, TAG_REPORT, &text).map_err(|e| e.to_string())?;
         } else {
             let m = msg.recv(1, TAG_REPORT).map_err(|e| e.to_string())?;
-            let (checked, failures): (u64, Vec<String>) =
-                serde_json::from_slice(&m.data).map_err(|e| e.to_string())?;
-            f.checked += checked;
+            let r: PairFigures = serde_json::from_slice(&m.data).map_err(|e| e.to_string())?;
+            f.tagged_recv_overhead_ns = r.tagged_recv_overhead_ns;
+            f.am_recv_overhead_ns = r.am_recv_overhead_ns;
+            f.checked += r.checked;
             f.failures
-                .extend(failures.into_iter().map(|e| format!("rank 1: {e}")));
+                .extend(r.failures.into_iter().map(|e| format!("rank 1: {e}")));
         }
         Ok(())
     }
@@ -391,10 +416,19 @@ pub struct MsgReport {
     pub tagged_rtt_ns: f64,
     /// Short request round trip.
     pub am_short_rtt_ns: f64,
-    /// Sender's time per 8-byte `send` in a burst (LogP o_s).
+    /// A tagged message's overhead, `tagged_send_overhead_ns + tagged_recv_overhead_ns`
+    /// (seed 000's "overhead": the processor time a message costs at both ends).
     pub tagged_overhead_ns: f64,
-    /// Sender's time per short request in a burst (LogP o_s).
+    /// An Active Message's overhead, `am_send_overhead_ns + am_recv_overhead_ns`.
     pub am_overhead_ns: f64,
+    /// Sender's time per 8-byte `send` in a burst (LogP o_s).
+    pub tagged_send_overhead_ns: f64,
+    /// Sender's time per short request in a burst (LogP o_s).
+    pub am_send_overhead_ns: f64,
+    /// Receiver's time per 8-byte message drained with `recv_into` (LogP o_r).
+    pub tagged_recv_overhead_ns: f64,
+    /// Receiver's time per short request handled from its rings (LogP o_r).
+    pub am_recv_overhead_ns: f64,
     /// One-way stream of 8-byte messages, per message.
     pub tagged_signal_ns: f64,
     /// One-way stream of short requests, per message.
@@ -417,8 +451,10 @@ pub struct MsgReport {
     pub floor_ns: f64,
     /// What the floor is.
     pub floor_key: String,
-    /// `tagged_overhead_ns / am_overhead_ns`.
+    /// `tagged_overhead_ns / am_overhead_ns` (target at least 5).
     pub overhead_ratio: f64,
+    /// `tagged_send_overhead_ns / am_send_overhead_ns`.
+    pub send_overhead_ratio: f64,
     /// `tagged_rtt_ns / mpi_sendrecv_rtt_ns` (target at most 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tagged_rtt_over_mpi: Option<f64>,
@@ -443,7 +479,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     let mut runs = Vec::new();
     for _ in 0..reps {
         let mut f = pair.one_rep(&msg);
-        pair.gather_failures(&msg, &mut f)?;
+        pair.merge_receiver(&msg, &mut f)?;
         runs.push(f);
     }
     if pair.rt.rank() == 0 {
@@ -503,11 +539,17 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport,
             Err(e) => (None, Some(format!("Open MPI failed: {e}"))),
         }
     };
+    let tagged_o = m.tagged_send_overhead_ns + m.tagged_recv_overhead_ns;
+    let am_o = m.am_send_overhead_ns + m.am_recv_overhead_ns;
     Ok(MsgReport {
         tagged_rtt_ns: m.tagged_rtt_ns,
         am_short_rtt_ns: m.am_short_rtt_ns,
-        tagged_overhead_ns: m.tagged_overhead_ns,
-        am_overhead_ns: m.am_overhead_ns,
+        tagged_overhead_ns: tagged_o,
+        am_overhead_ns: am_o,
+        tagged_send_overhead_ns: m.tagged_send_overhead_ns,
+        am_send_overhead_ns: m.am_send_overhead_ns,
+        tagged_recv_overhead_ns: m.tagged_recv_overhead_ns,
+        am_recv_overhead_ns: m.am_recv_overhead_ns,
         tagged_signal_ns: m.tagged_signal_ns,
         am_signal_ns: m.am_signal_ns,
         tagged_rtt_1mib_ns: m.tagged_rtt_1mib_ns,
@@ -516,7 +558,8 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport,
         mpi_note,
         floor_ns,
         floor_key,
-        overhead_ratio: m.tagged_overhead_ns / m.am_overhead_ns,
+        overhead_ratio: tagged_o / am_o,
+        send_overhead_ratio: m.tagged_send_overhead_ns / m.am_send_overhead_ns,
         tagged_rtt_over_mpi: mpi.map(|x| m.tagged_rtt_ns / x),
         checked: m.checked,
         failures: m.failures,
@@ -570,18 +613,32 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
             ),
         );
     }
-    row(
-        w,
-        "tagged_overhead_ns",
-        r.tagged_overhead_ns,
-        "sender's time per 8 B send in a burst",
-    );
-    row(
-        w,
-        "am_overhead_ns",
-        r.am_overhead_ns,
-        "sender's time per short request in a burst",
-    );
+    for (key, v, note) in [
+        (
+            "tagged_send_overhead_ns",
+            r.tagged_send_overhead_ns,
+            "o_s: sender's time per 8 B send in a burst",
+        ),
+        (
+            "tagged_recv_overhead_ns",
+            r.tagged_recv_overhead_ns,
+            "o_r: receiver's time per recv_into of a queued burst",
+        ),
+        ("tagged_overhead_ns", r.tagged_overhead_ns, "o_s + o_r"),
+        (
+            "am_send_overhead_ns",
+            r.am_send_overhead_ns,
+            "o_s: sender's time per short request in a burst",
+        ),
+        (
+            "am_recv_overhead_ns",
+            r.am_recv_overhead_ns,
+            "o_r: receiver's time per handler run from a queued burst",
+        ),
+        ("am_overhead_ns", r.am_overhead_ns, "o_s + o_r"),
+    ] {
+        row(w, key, v, note);
+    }
     row(
         w,
         "tagged_signal_ns",
@@ -611,8 +668,8 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
     );
     let _ = writeln!(
         w,
-        "  overhead: tagged / AM = {:.2} (seed 000: AM 5-7 x lower on the nCUBE/2, >10 x on the CM-5)",
-        r.overhead_ratio
+        "  overhead (o_s + o_r): tagged / AM = {:.2}, send side alone {:.2} (seed 000: AM 5-7 x lower on the nCUBE/2, >10 x on the CM-5)",
+        r.overhead_ratio, r.send_overhead_ratio
     );
     if let Some(n) = &r.mpi_note {
         let _ = writeln!(w, "  note: {n}");
