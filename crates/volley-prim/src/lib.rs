@@ -71,6 +71,7 @@ mod counters;
 mod error;
 mod futex;
 mod handoff;
+mod idle;
 mod invocation;
 mod outbound;
 mod pipe;

@@ -230,6 +230,7 @@ impl Outbound for CommSender {
         p.write_words(tail, words, headers);
         let new = tail + bytes;
         p.tail().store(new, Ordering::Release);
+        crate::comm::wake(p, &self.counters);
         let raise = match self.notify {
             Notify::Never => false,
             Notify::Start | Notify::End => true,
