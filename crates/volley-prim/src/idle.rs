@@ -84,82 +84,58 @@ mod loom_models {
     use loom::sync::atomic::AtomicU64;
     use loom::sync::Arc;
 
-    /// One sleeper and one waker that publishes a word: if the sleeper decided to sleep, the
-    /// doorbell it would wait on has moved by the end (the kernel wait returns), and if it
-    /// did not, it saw the word.
-    #[test]
-    fn loom_idle_sleep_never_misses_a_wake() {
-        loom::model(|| {
-            let words = Arc::new((AtomicU32::new(0), AtomicU32::new(0), AtomicU64::new(0)));
-            let w = words.clone();
-            let waker = loom::thread::spawn(move || {
-                w.2.store(1, Ordering::Release);
-                wake_if_asleep(&w.0, &w.1, 3, || {})
-            });
-            let mut waited_on = None;
-            let slept = sleep_unless(
+    /// (sleeping word, doorbell, the published work: a count of words).
+    type Words = Arc<(AtomicU32, AtomicU32, AtomicU64)>;
+
+    /// The sleeper until it has seen `want` words: each sleep waits as the kernel does,
+    /// until the doorbell differs from the value read before the look. A lost wake-up
+    /// leaves it waiting for ever, which loom reports (the model never ends).
+    fn sleeper(words: &Words, want: u64) {
+        while words.2.load(Ordering::Acquire) < want {
+            sleep_unless(
                 &words.0,
                 &words.1,
                 3,
-                || words.2.load(Ordering::Acquire) != 0,
-                |bell| waited_on = Some(bell),
+                || words.2.load(Ordering::Acquire) >= want,
+                |bell| {
+                    while words.1.load(Ordering::Acquire) == bell {
+                        loom::thread::yield_now();
+                    }
+                },
             );
-            let rang = waker.join().unwrap();
-            if slept {
-                let bell = waited_on.unwrap();
-                assert_ne!(words.1.load(Ordering::Acquire), bell, "a lost wake-up");
-                assert!(rang);
-            }
-        });
+        }
     }
 
-    /// Two rounds: a wake-up rung for an earlier sleep cannot be mistaken for the second
-    /// one's (the second sleep reads the doorbell afresh).
-    #[test]
-    fn loom_idle_second_sleep_sees_the_second_word() {
-        loom::model(|| {
-            let words = Arc::new((AtomicU32::new(0), AtomicU32::new(0), AtomicU64::new(0)));
+    fn model(rounds: u64) {
+        let mut builder = loom::model::Builder::new();
+        // As the queue models: the sleeper's wait yields, so bound the preemptions.
+        builder.preemption_bound = Some(3);
+        builder.check(move || {
+            let words: Words = Arc::new((AtomicU32::new(0), AtomicU32::new(0), AtomicU64::new(0)));
             let w = words.clone();
             let waker = loom::thread::spawn(move || {
-                for i in 1..=2 {
+                for i in 1..=rounds {
                     w.2.store(i, Ordering::Release);
                     wake_if_asleep(&w.0, &w.1, 3, || {});
                 }
             });
-            for round in 1..=2u64 {
-                let mut waited_on = None;
-                let slept = sleep_unless(
-                    &words.0,
-                    &words.1,
-                    3,
-                    || words.2.load(Ordering::Acquire) >= round,
-                    |bell| waited_on = Some(bell),
-                );
-                if slept {
-                    // The kernel wait: returns once the doorbell moves (loom spins on it).
-                    let bell = waited_on.unwrap();
-                    while words.1.load(Ordering::Acquire) == bell {
-                        loom::thread::yield_now();
-                    }
-                }
-                while words.2.load(Ordering::Acquire) < round {
-                    // A wake-up that came early (spurious, as futexes allow): look again.
-                    let mut again = None;
-                    if sleep_unless(
-                        &words.0,
-                        &words.1,
-                        3,
-                        || words.2.load(Ordering::Acquire) >= round,
-                        |bell| again = Some(bell),
-                    ) {
-                        let bell = again.unwrap();
-                        while words.1.load(Ordering::Acquire) == bell {
-                            loom::thread::yield_now();
-                        }
-                    }
-                }
+            for round in 1..=rounds {
+                sleeper(&words, round);
             }
             waker.join().unwrap();
         });
+    }
+
+    /// One word published while the thread goes to sleep: it is never slept through.
+    #[test]
+    fn loom_idle_sleep_never_misses_a_wake() {
+        model(1);
+    }
+
+    /// Two words, two sleeps: a ring for the first cannot end the second sleep too early
+    /// and leave it asleep past the second word.
+    #[test]
+    fn loom_idle_second_sleep_sees_the_second_word() {
+        model(2);
     }
 }

@@ -241,8 +241,9 @@ impl Outbound for CommSender {
             }
         };
         if raise {
-            // No receiver sleeps in `comm-thread` mode, the one mode with this thread, so
-            // none asks for a message wake-up.
+            // No program thread sleeps in `comm-thread` mode, the one mode with this thread,
+            // so none asks for a message wake-up (a sleeping communication thread was rung
+            // above).
             let _ = ring_bell(p, &self.counters);
         }
         p.owner().store(0, Ordering::Release);
