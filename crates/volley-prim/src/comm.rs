@@ -30,11 +30,26 @@ const COMM_YIELDS_BEFORE_SLEEP: u32 = 64;
 const COMM_SLEEP: Duration = Duration::from_millis(10);
 
 /// Wakes `own`'s communication thread if it sleeps; called after publishing into `own` (or
-/// into the internal buffer), or after the program thread polled volley.
+/// into the internal buffer).
 pub(crate) fn wake(own: RingPtr, counters: &Counters) {
-    if crate::idle::wake_if_asleep(own.sleeping(), own.doorbell(), COMM_ASLEEP, || {
-        crate::futex::wake(own.doorbell())
-    }) {
+    ring_if(own, counters, || true);
+}
+
+/// Wakes `own`'s communication thread if it sleeps while its buffer holds unread bytes:
+/// the program thread's look after polling volley, which may have published there for a
+/// peer on another node (an empty buffer needs no ring).
+pub(crate) fn wake_if_waiting(own: RingPtr, counters: &Counters) {
+    ring_if(own, counters, || {
+        own.tail().load(Ordering::Acquire) != own.head().load(Ordering::Acquire)
+    });
+}
+
+fn ring_if(own: RingPtr, counters: &Counters, waiting: impl FnOnce() -> bool) {
+    if waiting()
+        && crate::idle::wake_if_asleep(own.sleeping(), own.doorbell(), COMM_ASLEEP, || {
+            crate::futex::wake(own.doorbell())
+        })
+    {
         Counters::add(&counters.syscalls, 1);
     }
 }

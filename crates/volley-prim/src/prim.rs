@@ -334,8 +334,15 @@ impl<'rt> Prim<'rt> {
     /// thread, or by the communication thread in that mode): never above the capacity.
     pub fn buffered(&self) -> usize {
         let p = self.own;
-        let head = p.head().load(Ordering::Acquire);
-        (p.tail().load(Ordering::Acquire) - head) as usize
+        // A head read before the tail may be far behind it (the communication thread
+        // consumes meanwhile): take the tail between two equal reads of the head.
+        loop {
+            let head = p.head().load(Ordering::Acquire);
+            let tail = p.tail().load(Ordering::Acquire);
+            if p.head().load(Ordering::Acquire) == head {
+                return (tail - head) as usize;
+            }
+        }
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
@@ -777,12 +784,13 @@ impl<'rt> Prim<'rt> {
         }
     }
 
-    /// Wakes this rank's sleeping communication thread, in that mode: after volley polled,
-    /// a peer on another node may have published into the network buffer (its one-sided
-    /// operations land in this thread's poll, and nobody else rings for them).
+    /// Wakes this rank's sleeping communication thread, in that mode, if its network buffer
+    /// holds something: after volley polled, a peer on another node may have published
+    /// there (its one-sided operations land in this thread's poll, and nobody else rings
+    /// for them; mapped senders ring themselves).
     fn wake_comm_thread(&self) {
         if self.progress == Progress::CommThread {
-            crate::comm::wake(self.own, &self.counters);
+            crate::comm::wake_if_waiting(self.own, &self.counters);
         }
     }
 

@@ -635,13 +635,21 @@ fn fastpath(p: &Prim) {
     if p.rank() == 0 {
         let before = p.stats().syscalls;
         let mut pipe = p.pipe_create(1).unwrap();
+        let opened = p.stats().syscalls;
         for i in 0..k {
             pipe.put_u64(i);
         }
+        let puts = p.stats().syscalls - opened;
         pipe.close().unwrap();
         let n = p.stats().syscalls - before;
-        if p.progress() != Progress::Interrupt {
-            check(n == 0, || format!("{n} system calls on the fast path"));
+        match p.progress() {
+            Progress::Interrupt => {}
+            // The receiver's idle communication thread may sleep: the opening and the
+            // closing packet may each ring it once, the puts never.
+            Progress::CommThread => check(puts == 0 && n <= 2, || {
+                format!("{puts} system calls in the puts, {n} with the open and the close")
+            }),
+            _ => check(n == 0, || format!("{n} system calls on the fast path")),
         }
     } else if p.rank() == 1 {
         let mut sum = 0;
