@@ -193,13 +193,11 @@ fn channel_bounce(p: &Prim, iters: u64, failures: &mut Vec<String>) -> Result<f6
     let start = Instant::now();
     for i in 0..iters {
         let (a, b) = if me == 0 {
-            pipe.put_u64(i);
-            pipe.put_u64(!i);
+            pipe.put_2_u64(i, !i);
             (p.pipe_get_u64().map_err(e)?, p.pipe_get_u64().map_err(e)?)
         } else {
             let (a, b) = (p.pipe_get_u64().map_err(e)?, p.pipe_get_u64().map_err(e)?);
-            pipe.put_u64(a);
-            pipe.put_u64(b);
+            pipe.put_2_u64(a, b);
             (a, b)
         };
         if (a, b) != (i, !i) && failures.len() < 4 {
