@@ -174,6 +174,17 @@ fn seed003_bounce_measures_every_variant_and_checks_every_value() {
     }
     assert_eq!(doc["seed"]["typed"], "70us", "{doc}");
     assert!(doc["ordering_holds"].is_boolean(), "{doc}");
+    // Raw against typed in paired interleaved blocks: 8 pairs in the one repetition,
+    // quartiles in order, the sign count within the pairs.
+    let d = &doc["typed_minus_raw_ns"];
+    let pairs = d["pairs"].as_u64().expect("pairs");
+    assert_eq!(pairs, 8, "{doc}");
+    let q = |k: &str| d[k].as_f64().unwrap_or_else(|| panic!("{k}: {doc}"));
+    assert!(q("p25") <= q("median") && q("median") <= q("p75"), "{doc}");
+    assert!(
+        d["typed_slower"].as_u64().expect("typed_slower") <= pairs,
+        "{doc}"
+    );
     // The timing harness: a row per progress mode, the loop's time and latencies.
     let rows = doc["timing"].as_array().expect("timing rows");
     assert_eq!(rows.len(), 4, "{doc}");

@@ -36,24 +36,32 @@ fn over_udp_and_tcp_between_emulated_nodes() {
         run(Job::raw(args.clone()).env("VOLLEY_NET", net), &ALL);
         // The communication thread's sends to other nodes: every rank on a node of its own,
         // and 4 ranks on 2 nodes, where one thread's completions reach a node-mate directly
-        // and the other node through the program thread (the relay is left out there: 600
-        // relayed packets of several one-sided operations each take over a minute on 2 cores).
+        // and the other node through the program thread.
         run(
             Job::raw(args)
                 .env("VOLLEY_NET", net)
                 .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
             &ALL,
         );
-        let mixed = ["remote", "sends"];
         let mut args = vec!["run", "-n", "4", "--ranks-per-node", "2", SUITE];
-        args.extend(mixed);
+        args.extend(ALL);
         run(
             Job::raw(args)
                 .env("VOLLEY_NET", net)
                 .env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
-            &mixed,
+            &ALL,
         );
     }
+}
+
+/// An idle communication thread sleeps in the kernel, and a request wakes it (its doorbell
+/// rung by the sender) and is answered: 2 ranks on one node.
+#[test]
+fn idle_communication_threads_sleep_and_wake_on_a_request() {
+    run(
+        Job::run(2, SUITE, &["idle"]).env("VOLLEY_PRIM_PROGRESS", "comm-thread"),
+        &["idle"],
+    );
 }
 
 /// `interrupt` mode between nodes sleeps in `poll`/`ppoll` on the socket (and the eventfd its

@@ -1,6 +1,8 @@
 //! The communication thread (seed 003's communication processor): polls the network input
 //! buffer and the internal buffer from the program thread. Procedure packets run here; data
-//! goes on, word for word and in order, to the program thread's rings.
+//! goes on, word for word and in order, to the program thread's rings. Idle, it spins a
+//! little, yields a little, then sleeps on its network buffer's doorbell (`idle`): senders
+//! into that buffer and the program thread ring it, only when it sleeps.
 
 use crate::config::Handler;
 use crate::counters::Counters;
@@ -14,6 +16,43 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// The sleeping word's value while the communication thread sleeps on its buffer's doorbell.
+pub(crate) const COMM_ASLEEP: u32 = 3;
+
+/// Idle passes that yield the core, after the spins, before the thread sleeps.
+const COMM_YIELDS_BEFORE_SLEEP: u32 = 64;
+
+/// The longest sleep: the bound on a ring nobody sends (a one-sided operation from another
+/// node lands in the buffer when the program thread polls volley, and only the program
+/// thread's next call into the layer rings for it).
+const COMM_SLEEP: Duration = Duration::from_millis(10);
+
+/// Wakes `own`'s communication thread if it sleeps; called after publishing into `own` (or
+/// into the internal buffer).
+pub(crate) fn wake(own: RingPtr, counters: &Counters) {
+    ring_if(own, counters, || true);
+}
+
+/// Wakes `own`'s communication thread if it sleeps while its buffer holds unread bytes:
+/// the program thread's look after polling volley, which may have published there for a
+/// peer on another node (an empty buffer needs no ring).
+pub(crate) fn wake_if_waiting(own: RingPtr, counters: &Counters) {
+    ring_if(own, counters, || {
+        own.tail().load(Ordering::Acquire) != own.head().load(Ordering::Acquire)
+    });
+}
+
+fn ring_if(own: RingPtr, counters: &Counters, waiting: impl FnOnce() -> bool) {
+    if waiting()
+        && crate::idle::wake_if_asleep(own.sleeping(), own.doorbell(), COMM_ASLEEP, || {
+            crate::futex::wake(own.doorbell())
+        })
+    {
+        Counters::add(&counters.syscalls, 1);
+    }
+}
 
 /// Set in a forwarded PROC_DONE's id when no handler had that id.
 pub(crate) const UNKNOWN_FLAG: u32 = 1 << 31;
@@ -33,11 +72,14 @@ pub(crate) struct Internal {
 pub(crate) struct CommThread {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    own: RingPtr,
+    counters: Arc<Counters>,
 }
 
 impl CommThread {
     pub(crate) fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
+        wake(self.own, &self.counters);
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }
@@ -67,6 +109,7 @@ pub(crate) fn start(
     let keep = rings.clone();
     let s = stop.clone();
     let sender = sender(stop.clone());
+    let thread_counters = counters.clone();
     let handle = std::thread::Builder::new()
         .name("volley-prim-comm".into())
         .spawn(move || {
@@ -77,7 +120,7 @@ pub(crate) fn start(
                 requests: Reader::new(out),
                 replies: LocalWriter::new(inp),
                 handlers,
-                counters,
+                counters: thread_counters,
                 sender,
                 scratch: (Vec::new(), Vec::new()),
             };
@@ -87,10 +130,14 @@ pub(crate) fn start(
                     idle = 0;
                 } else {
                     idle = idle.saturating_add(1);
-                    if idle >= crate::prim::COMM_SPINS_BEFORE_YIELD {
+                    let spins = crate::prim::COMM_SPINS_BEFORE_YIELD;
+                    if idle < spins {
+                        std::hint::spin_loop();
+                    } else if idle < spins + COMM_YIELDS_BEFORE_SLEEP {
                         std::thread::yield_now();
                     } else {
-                        std::hint::spin_loop();
+                        lp.sleep(&s);
+                        idle = 0;
                     }
                 }
             }
@@ -106,6 +153,8 @@ pub(crate) fn start(
         CommThread {
             stop,
             handle: Some(handle),
+            own,
+            counters,
         },
         fwd,
     )
@@ -124,6 +173,33 @@ struct Loop {
 }
 
 impl Loop {
+    /// Sleeps on the network buffer's doorbell unless there is something to read, a sender
+    /// holds the buffer's link (a chain's bare words publish without a ring), or the layer
+    /// stops.
+    fn sleep(&mut self, stop: &AtomicBool) {
+        let own = self.net.ring;
+        let (net_head, req) = (self.net.head, &self.requests);
+        let mut rung = false;
+        let slept = crate::idle::sleep_unless(
+            own.sleeping(),
+            own.doorbell(),
+            COMM_ASLEEP,
+            || {
+                stop.load(Ordering::Acquire)
+                    || own.owner().load(Ordering::Acquire) != 0
+                    || own.tail().load(Ordering::Acquire) != net_head
+                    || req.ring.tail().load(Ordering::Acquire) != req.head
+            },
+            |bell| rung = crate::futex::wait(own.doorbell(), bell, COMM_SLEEP),
+        );
+        if slept {
+            Counters::add(&self.counters.comm_sleeps, 1);
+        }
+        if rung {
+            Counters::add(&self.counters.comm_woken, 1);
+        }
+    }
+
     /// One pass over both buffers; whether it did anything.
     fn step(&mut self) -> bool {
         let a = Self::serve(

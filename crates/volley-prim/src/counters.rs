@@ -54,6 +54,11 @@ counters! {
     syscalls,
     /// Procedure packets whose handler ran on this rank.
     handler_invocations,
+    /// Times this rank's communication thread, idle, slept on its buffer's doorbell.
+    comm_sleeps,
+    /// Those sleeps a ring ended (an arrival, a hand-off, the layer stopping), not the
+    /// timeout.
+    comm_woken,
 }
 
 impl Counters {

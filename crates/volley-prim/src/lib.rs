@@ -65,27 +65,50 @@
 //! p.receive(Source::Network, Recv::Data(&mut buf)).unwrap();
 //! ```
 
+#[cfg(not(loom))]
 mod comm;
+#[cfg(not(loom))]
 mod config;
+#[cfg(not(loom))]
 mod counters;
+#[cfg(not(loom))]
 mod error;
+#[cfg(not(loom))]
 mod futex;
+#[cfg(not(loom))]
 mod handoff;
+mod idle;
+#[cfg(not(loom))]
 mod invocation;
+#[cfg(not(loom))]
 mod outbound;
+#[cfg(not(loom))]
 mod pipe;
+#[cfg(not(loom))]
 mod prim;
+#[cfg(not(loom))]
 mod recv;
+#[cfg(not(loom))]
 mod remote;
+#[cfg(not(loom))]
 mod ring;
 
+#[cfg(not(loom))]
 pub use config::{Handler, Notify, PrimConfig, Progress, SETTINGS};
+#[cfg(not(loom))]
 pub use counters::Stats;
+#[cfg(not(loom))]
 pub use error::{PrimError, Result};
+#[cfg(not(loom))]
 pub use invocation::Invocation;
+#[cfg(not(loom))]
 pub use pipe::Pipe;
+#[cfg(not(loom))]
 pub use prim::{Prim, PrimSetup};
+#[cfg(not(loom))]
 pub use remote::{RemoteMemory, REMOTE_DONE_ID, REMOTE_READ_ID, REMOTE_WRITE_ID};
+
+// Under `--cfg loom` only the idle protocol's model builds (volley itself is its models then).
 
 /// Default network input buffer capacity: the iPSC/860's FIFO, "1024 4 byte words".
 pub const DEFAULT_CAPACITY: usize = 4096;

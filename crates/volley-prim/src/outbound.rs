@@ -230,6 +230,7 @@ impl Outbound for CommSender {
         p.write_words(tail, words, headers);
         let new = tail + bytes;
         p.tail().store(new, Ordering::Release);
+        crate::comm::wake(p, &self.counters);
         let raise = match self.notify {
             Notify::Never => false,
             Notify::Start | Notify::End => true,
@@ -240,8 +241,9 @@ impl Outbound for CommSender {
             }
         };
         if raise {
-            // No receiver sleeps in `comm-thread` mode, the one mode with this thread, so
-            // none asks for a message wake-up.
+            // No program thread sleeps in `comm-thread` mode, the one mode with this thread,
+            // so none asks for a message wake-up (a sleeping communication thread was rung
+            // above).
             let _ = ring_bell(p, &self.counters);
         }
         p.owner().store(0, Ordering::Release);

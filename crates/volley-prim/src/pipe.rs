@@ -99,6 +99,33 @@ impl Pipe<'_, '_> {
         };
     }
 
+    /// Two words published together (one tail store): a 2-word message, as a send of two
+    /// writes to MX's mapped FIFO. Without credit for both, as two [`Pipe::put_u64`].
+    #[inline(always)]
+    pub fn put_2_u64(&mut self, a: u64, b: u64) {
+        let t = self.tail;
+        if self.limit - t < 16 {
+            self.put_u64(a);
+            return self.put_u64(b);
+        }
+        for (i, w) in [a, b].into_iter().enumerate() {
+            // SAFETY: `t + 16 <= limit = head + capacity`, so both slots are free and ours
+            // while we hold the link; each is a word of the mapped ring (wrapping apart).
+            unsafe {
+                self.base
+                    .add(crate::ring::RING + ((t + 8 * i as u64) & self.mask) as usize)
+                    .cast::<u64>()
+                    .write(w)
+            };
+        }
+        self.tail = t + 16;
+        // SAFETY: as in `put_u64`; the release publishes both words.
+        unsafe {
+            (*(self.base.add(crate::ring::TAIL) as *const AtomicU64))
+                .store(t + 16, Ordering::Release)
+        };
+    }
+
     /// `pipe_put_float`.
     #[inline(always)]
     pub fn put_f64(&mut self, x: f64) {

@@ -11,7 +11,7 @@ use crate::recv;
 use crate::ring::{self, header, Header, Reader, RingPtr, CLOSE, DATA, NO_RANK, PROC, PROC_DONE};
 use crate::{Dest, Info, InfoType, Probe, Received, Recv, Source};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 use volley::rma::{AtomicOp, Perms, Rma, RmaSetup, SegmentRef, SymmetricSegment};
@@ -334,8 +334,15 @@ impl<'rt> Prim<'rt> {
     /// thread, or by the communication thread in that mode): never above the capacity.
     pub fn buffered(&self) -> usize {
         let p = self.own;
-        let head = p.head().load(Ordering::Acquire);
-        (p.tail().load(Ordering::Acquire) - head) as usize
+        // A head read before the tail may be far behind it (the communication thread
+        // consumes meanwhile): take the tail between two equal reads of the head.
+        loop {
+            let head = p.head().load(Ordering::Acquire);
+            let tail = p.tail().load(Ordering::Acquire);
+            if p.head().load(Ordering::Acquire) == head {
+                return (tail - head) as usize;
+            }
+        }
     }
 
     pub(crate) fn check_live(&self) -> Result<()> {
@@ -520,6 +527,8 @@ impl<'rt> Prim<'rt> {
                         }
                         std::thread::yield_now();
                     });
+                // The communication thread sleeps on the network buffer's doorbell.
+                crate::comm::wake(self.own, c);
                 self.count_sent(len, bytes, 1);
             }
             Chain::Ranks(ranks) => {
@@ -574,6 +583,7 @@ impl<'rt> Prim<'rt> {
         *spins = spins.wrapping_add(1);
         if *spins % 64 == 0 {
             self.rt.poll();
+            self.wake_comm_thread();
         }
         // Spin first (an answer is usually a cache-line transfer away); give the core up
         // only after a long wait, for the ranks and threads that share it.
@@ -689,6 +699,10 @@ impl<'rt> Prim<'rt> {
             Backend::Mapped(p) => {
                 p.write_words(old, words, headers);
                 p.tail().store(new, Ordering::Release);
+                // Every rank runs one progress mode: a communication thread reads `p`.
+                if self.progress == Progress::CommThread {
+                    crate::comm::wake(p, &self.counters);
+                }
             }
             Backend::Remote(s) => {
                 let mask = self.cap - 1;
@@ -770,12 +784,23 @@ impl<'rt> Prim<'rt> {
         }
     }
 
+    /// Wakes this rank's sleeping communication thread, in that mode, if its network buffer
+    /// holds something: after volley polled, a peer on another node may have published
+    /// there (its one-sided operations land in this thread's poll, and nobody else rings
+    /// for them; mapped senders ring themselves).
+    fn wake_comm_thread(&self) {
+        if self.progress == Progress::CommThread {
+            crate::comm::wake_if_waiting(self.own, &self.counters);
+        }
+    }
+
     /// Seed 003's `is_information(source, information_type)`: whether the next thing in the
     /// buffer is of type `ty`, not there, or of the other type. Never blocks; drops empty
     /// packets (chain opens and closes without payload) on the way.
     #[inline(never)]
     pub fn is_information(&self, src: Source, ty: InfoType) -> Result<Probe> {
         self.check_live()?;
+        self.wake_comm_thread();
         let reader = self.reader(src)?;
         let kind = recv::next_kind(&mut reader.borrow_mut());
         Ok(match kind {
@@ -790,6 +815,7 @@ impl<'rt> Prim<'rt> {
     /// typed layer). `None` for nothing, chained bytes, or a procedure. Never blocks.
     pub fn pending_len(&self, src: Source) -> Result<Option<usize>> {
         self.check_live()?;
+        self.wake_comm_thread();
         let mut r = self.reader(src)?.borrow_mut();
         Ok(match recv::skip_empty(&mut r) {
             ring::Peek::Header(w) if Header::decode(w).kind == DATA => {
@@ -838,20 +864,24 @@ impl<'rt> Prim<'rt> {
         } else {
             ON_FUTEX
         };
-        p.sleeping().store(how, Ordering::Relaxed);
-        let bell = p.doorbell().load(Ordering::Acquire);
-        fence(Ordering::SeqCst);
         let head = self.net.borrow().head;
-        if p.tail().load(Ordering::Acquire) == head {
-            if self.sleeps_in_runtime {
-                self.rt.sleep_until_message(SLEEP);
-            } else {
-                crate::futex::wait(p.doorbell(), bell, SLEEP);
-            }
+        let slept = crate::idle::sleep_unless(
+            p.sleeping(),
+            p.doorbell(),
+            how,
+            || p.tail().load(Ordering::Acquire) != head,
+            |bell| {
+                if self.sleeps_in_runtime {
+                    self.rt.sleep_until_message(SLEEP);
+                } else {
+                    crate::futex::wait(p.doorbell(), bell, SLEEP);
+                }
+            },
+        );
+        if slept {
             Counters::add(&self.counters.sleeps, 1);
             Counters::add(&self.counters.syscalls, 1);
         }
-        p.sleeping().store(0, Ordering::Relaxed);
         self.rt.poll();
     }
 

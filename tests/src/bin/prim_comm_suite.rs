@@ -14,10 +14,14 @@
 //! - `sends`: a handler's bad sends (wrong rank, unknown handler, too large, arguments on
 //!   data) give their errors, nothing sent; its good send arrives once, from the
 //!   communication thread to another node too.
+//! - `idle` (`comm-thread` mode, ranks 0 and 1 on one node): rank 1's idle communication
+//!   thread is seen asleep in the kernel (`/proc`), then rank 0's request wakes it (its
+//!   doorbell rung, not the sleep's timeout) and its handler answers, three times.
 
 use std::process::exit;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 use volley::Runtime;
 use volley_prim::{Dest, Info, InfoType, Prim, PrimConfig, PrimError, Probe, Recv, Source};
 
@@ -26,6 +30,10 @@ const SINK: usize = 2;
 const FORWARD_ID: u32 = 5;
 const DONE_ID: u32 = 6;
 const BAD_SENDS_ID: u32 = 7;
+const ECHO_ID: u32 = 8;
+/// How long a waiting loop sleeps in volley's kernel wait at most: a message ends it, but a
+/// node-mate's stores into mapped memory and the communication thread's work do not.
+const WAIT: Duration = Duration::from_micros(200);
 /// Forwarded packets per origin, chains from the relay's program thread.
 const PER_ORIGIN: u64 = 300;
 const CHAINS: u64 = 300;
@@ -38,6 +46,7 @@ static RELAYED: AtomicU64 = AtomicU64::new(0);
 static RELAY_ERRORS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 static DONE: AtomicU64 = AtomicU64::new(0);
 static BAD_SENDS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static ECHOED: AtomicU64 = AtomicU64::new(0);
 
 /// A small deterministic generator (xorshift).
 struct Rng(u64);
@@ -142,17 +151,26 @@ fn config() -> PrimConfig {
         .unwrap()
         .handler(BAD_SENDS_ID, bad_sends)
         .unwrap()
+        .handler(ECHO_ID, |inv| {
+            inv.quiet();
+            let x = inv.receive_u64().expect("an echo carries a word");
+            let from = inv.from().expect("from a rank");
+            inv.send(from, Info::Data(&(x + 1).to_le_bytes()), &[])
+                .expect("the echo's answer");
+            ECHOED.fetch_add(1, Ordering::Release);
+        })
+        .unwrap()
         .remote_memory(REMOTE_LEN, FLAGS)
         .unwrap()
 }
 
 /// Waits a little, serving procedures (the progress of modes without a communication
-/// thread).
+/// thread): sleeps until a message arrives (or `WAIT`), then polls, since over UDP and TCP
+/// the peers' one-sided operations land when this rank polls volley.
 fn serve(p: &Prim) {
     p.serve_procedures().unwrap();
-    // Over UDP and TCP the peers' one-sided operations land when this rank polls volley.
+    p.runtime().sleep_until_message(WAIT);
     p.runtime().poll();
-    std::thread::yield_now();
 }
 
 fn relay(p: &Prim) {
@@ -221,8 +239,8 @@ fn relay(p: &Prim) {
                         u64::from_le_bytes(w)
                     ));
                 }
+                p.runtime().sleep_until_message(WAIT);
                 p.runtime().poll();
-                std::thread::yield_now();
             };
             let mut b = vec![0u8; len];
             let from = p.receive(Source::Network, Recv::Data(&mut b)).unwrap().from;
@@ -429,6 +447,79 @@ fn sends(p: &Prim) {
     );
 }
 
+/// This process's communication thread's id, once it has named itself `volley-prim-comm`
+/// (cut to 15 bytes in `/proc`).
+fn comm_thread_id() -> Option<String> {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .map(|t| t.unwrap().path())
+        .find(|t| {
+            std::fs::read_to_string(t.join("comm")).is_ok_and(|n| n.trim() == "volley-prim-com")
+        })
+        .map(|t| t.file_name().unwrap().to_string_lossy().into_owned())
+}
+
+fn idle(p: &Prim) {
+    let me = p.rank();
+    check(p.progress() == volley_prim::Progress::CommThread, || {
+        "idle runs in comm-thread mode".into()
+    });
+    check(p.is_mapped(0) && p.is_mapped(1), || {
+        "idle needs ranks 0 and 1 on one node".into()
+    });
+    let rounds = 3u64;
+    for round in 0..rounds {
+        let woken = p.stats().comm_woken;
+        if me == 1 {
+            // Asleep: blocked in futex (system call 202), as its counter says too.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let before = p.stats().comm_sleeps;
+            loop {
+                let call = comm_thread_id()
+                    .and_then(|t| {
+                        std::fs::read_to_string(format!("/proc/self/task/{t}/syscall")).ok()
+                    })
+                    .unwrap_or_default();
+                if call.starts_with("202 ") && p.stats().comm_sleeps > before {
+                    break;
+                }
+                check(Instant::now() < deadline, || {
+                    format!("round {round}: the idle communication thread was never seen asleep ({call:?})")
+                });
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        p.runtime().barrier();
+        if me == 0 {
+            p.send(Dest::Rank(1), Info::Procedure(ECHO_ID), true)
+                .unwrap();
+            p.send(Dest::PreviousChain, Info::Data(&round.to_le_bytes()), false)
+                .unwrap();
+            let mut b = [0u8; 8];
+            let from = p.receive(Source::Network, Recv::Data(&mut b)).unwrap().from;
+            check(
+                from == Some(1) && u64::from_le_bytes(b) == round + 1,
+                || format!("round {round}: answer {b:?} from {from:?}"),
+            );
+        } else if me == 1 {
+            // No call into the layer here: only rank 0's send may ring.
+            while ECHOED.load(Ordering::Acquire) <= round {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let now = p.stats().comm_woken;
+            check(now > woken, || {
+                format!("round {round}: the request did not ring the sleeping thread (woken {woken} -> {now})")
+            });
+        }
+        p.runtime().barrier();
+    }
+    ok(
+        p,
+        "idle",
+        format!("{rounds} requests woke a sleeping communication thread and were answered"),
+    );
+}
+
 fn main() {
     let sections: Vec<String> = std::env::args().skip(1).collect();
     let mut b = Runtime::builder();
@@ -440,6 +531,7 @@ fn main() {
             "relay" => relay(&p),
             "remote" => remote(&p),
             "sends" => sends(&p),
+            "idle" => idle(&p),
             other => fail(format!("unknown section {other}")),
         }
     }
