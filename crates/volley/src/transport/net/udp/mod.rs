@@ -708,9 +708,10 @@ impl NetTransport for UdpTransport {
         }
     }
 
-    /// Queues `msg`; when the peer's queue fills a datagram (and the window has room), the
-    /// full datagrams are written at once, and sent once a batch of them is ready, so a long
-    /// run of sends without progress still leaves in full datagrams.
+    /// Queues `msg`; when the peer's queue fills a datagram, the acks that have arrived are
+    /// read if the window is full, the full datagrams the window has room for are written at
+    /// once, and sent once a batch or [`FLUSH_BYTES`] of them is ready, so a long run of sends
+    /// without progress still leaves in full datagrams.
     fn send_gather(
         &mut self,
         peer: usize,
