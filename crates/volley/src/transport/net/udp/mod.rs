@@ -709,9 +709,9 @@ impl NetTransport for UdpTransport {
     }
 
     /// Queues `msg`; when the peer's queue fills a datagram, the acks that have arrived are
-    /// read if the window is full, the full datagrams the window has room for are written at
-    /// once, and sent once a batch or [`FLUSH_BYTES`] of them is ready, so a long run of sends
-    /// without progress still leaves in full datagrams.
+    /// read if the window is full and `msg` fills a datagram itself, the full datagrams the
+    /// window has room for are written at once, and sent once a batch or [`FLUSH_BYTES`] of
+    /// them is ready, so a long run of sends without progress still leaves in full datagrams.
     fn send_gather(
         &mut self,
         peer: usize,
@@ -744,8 +744,13 @@ impl NetTransport for UdpTransport {
         }
         self.counters.messages_sent += 1;
         link.dirty = true;
-        if link.peer.queued_bytes() >= self.datagram_size - HEADER_LEN {
-            self.take_acks(slot, now);
+        let payload = self.datagram_size - HEADER_LEN;
+        if link.peer.queued_bytes() >= payload {
+            if len >= payload {
+                // Only for a message that fills a datagram itself: a flood of small ones into
+                // a full window would pay a system call per message for it.
+                self.take_acks(slot, now);
+            }
             self.transmit_full(slot, now);
             if self.out.len() >= self.batch || self.out.len() * self.datagram_size >= FLUSH_BYTES {
                 // The message is queued whatever happens here; an error stays with the
