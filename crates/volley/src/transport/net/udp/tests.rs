@@ -253,6 +253,34 @@ fn a_send_into_a_full_window_takes_the_acks_in_and_sends_at_once() {
     }
 }
 
+/// A send that leaves a megabyte of full datagrams waiting hands them to the kernel before a
+/// batch of them is ready.
+#[test]
+fn a_megabyte_of_datagrams_leaves_before_a_whole_batch() {
+    let mut config = lan();
+    config.batch = 1024;
+    config.reliable.window = 1024;
+    let mut ts = cluster(2, &config);
+    let payload = ts[0].datagram_size() - HEADER_LEN;
+    let full = FLUSH_BYTES.div_ceil(ts[0].datagram_size());
+    assert!(full < config.batch, "a batch would flush first");
+    let len = (full + 1) * payload;
+    ts[0].send(1, &message(1, len), now()).unwrap();
+    assert!(
+        ts[0].stats().packets_sent > 0,
+        "nothing left before a batch was ready"
+    );
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    while inbox.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        ts[0].progress(now(), &mut inbox).unwrap();
+        ts[1].progress(now(), &mut inbox).unwrap();
+    }
+    assert_eq!(inbox[0].0, 0);
+    assert_message(&inbox[0].1, 1, len);
+}
+
 #[test]
 fn three_ranks_all_to_all_demultiplexed_by_address() {
     let mut ts = cluster(3, &lan());
