@@ -196,6 +196,91 @@ fn a_message_arriving_beside_acks_is_delivered_before_more_bulk_leaves() {
     assert_message(&got[0].1, 1, 1 << 20);
 }
 
+/// A send of a message that fills a datagram, finding its peer's window full, reads the acks
+/// that have arrived and hands the datagrams they made room for to the kernel at once: a
+/// stream of long messages does not run a send buffer ahead of its window while its sender
+/// only sends. A small message does not read them.
+#[test]
+fn a_send_into_a_full_window_takes_the_acks_in_and_sends_at_once() {
+    let mut config = lan();
+    // No retransmission may come due while the test runs, however slowly it is scheduled.
+    config.reliable.min_rto = 5_000 * MS;
+    config.reliable.initial_rto = 5_000 * MS;
+    config.reliable.max_rto = 5_000 * MS;
+    let window = config.reliable.window as u64;
+    let mut ts = cluster(2, &config);
+    let mut inbox = Inbox::new();
+    const LEN: usize = 200_000;
+    ts[0].send(1, &message(1, LEN), now()).unwrap();
+    assert_eq!(ts[0].backlog(1).unacked, window);
+    assert_eq!(ts[0].stats().packets_sent, window);
+    // Rank 1 takes the window and acknowledges it.
+    let start = Instant::now();
+    while ts[1].stats().packets_received < window {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        ts[1].progress(now(), &mut inbox).unwrap();
+    }
+    assert!(inbox.is_empty());
+    // A small message leaves the acks for the next progress: a flood of them into a full
+    // window would pay a system call per message.
+    let before = ts[0].stats();
+    ts[0].send(1, &message(2, 100), now()).unwrap();
+    assert_eq!(ts[0].stats().packets_received, before.packets_received);
+    let before = ts[0].stats();
+    ts[0].send(1, &message(3, LEN), now()).unwrap();
+    let after = ts[0].stats();
+    assert!(
+        after.packets_received > before.packets_received,
+        "acks not read"
+    );
+    assert_eq!(
+        after.packets_sent - before.packets_sent,
+        window,
+        "the emptied window was not refilled at once"
+    );
+    // All three arrive whole, in order.
+    let mut got = Vec::new();
+    while got.len() < 3 {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        ts[0].progress(now(), &mut inbox).unwrap();
+        assert!(inbox.is_empty());
+        ts[1].progress(now(), &mut inbox).unwrap();
+        got.append(&mut inbox);
+    }
+    for ((tag, len), (src, m)) in [(1, LEN), (2, 100), (3, LEN)].into_iter().zip(&got) {
+        assert_eq!(*src, 0);
+        assert_message(m, tag, len);
+    }
+}
+
+/// A send that leaves a megabyte of full datagrams waiting hands them to the kernel before a
+/// batch of them is ready.
+#[test]
+fn a_megabyte_of_datagrams_leaves_before_a_whole_batch() {
+    let mut config = lan();
+    config.batch = 1024;
+    config.reliable.window = 1024;
+    let mut ts = cluster(2, &config);
+    let payload = ts[0].datagram_size() - HEADER_LEN;
+    let full = FLUSH_BYTES.div_ceil(ts[0].datagram_size());
+    assert!(full < config.batch, "a batch would flush first");
+    let len = (full + 1) * payload;
+    ts[0].send(1, &message(1, len), now()).unwrap();
+    assert!(
+        ts[0].stats().packets_sent > 0,
+        "nothing left before a batch was ready"
+    );
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    while inbox.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20));
+        ts[0].progress(now(), &mut inbox).unwrap();
+        ts[1].progress(now(), &mut inbox).unwrap();
+    }
+    assert_eq!(inbox[0].0, 0);
+    assert_message(&inbox[0].1, 1, len);
+}
+
 #[test]
 fn three_ranks_all_to_all_demultiplexed_by_address() {
     let mut ts = cluster(3, &lan());
