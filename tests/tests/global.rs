@@ -88,6 +88,26 @@ fn small_collectives_take_their_fast_paths() {
     }
 }
 
+/// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
+/// (no message sent), on 2 ranks with cores of their own and 5 polite ones, under every
+/// strategy, every value checked.
+#[test]
+fn small_broadcasts_from_roots_that_run_ahead() {
+    for (ranks, polite) in [(2, "0"), (5, "1")] {
+        for strategy in ["proc", "np", "hw"] {
+            Job::run(ranks, SUITE, &["bcast"])
+                .env("VOLLEY_STRATEGY", strategy)
+                .env("VOLLEY_POLITE", polite)
+                .timeout(DEADLINE)
+                .output()
+                .assert_success()
+                .assert_stdout_has(&[&format!(
+                    "global bcast [{strategy}]: ok (1000 small broadcasts on {ranks} ranks"
+                )]);
+        }
+    }
+}
+
 /// Large all-reduces and all-to-alls around 16 KiB and at 1 MiB on 1-8 ranks: copied
 /// straight between processes under `hw` on one node, through the mapped scratch with
 /// `VOLLEY_COLL_CMA=off`, on Active Messages under `proc`.
