@@ -22,8 +22,18 @@ const SECTIONS: [&str; 15] = [
 /// barrier where the others call an all-reduce, and the job ends with status 3), and `paths`
 /// (small collectives send no medium message, and none at all under `hw` on one node), and
 /// `big` (large all-reduces and all-to-alls around the size where they leave the small paths),
-/// and `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`).
-const EXTRA: [&str; 5] = ["late", "mismatch", "paths", "big", "bcast"];
+/// `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`), and
+/// `mismatch-bcast` (rank 0 calls a barrier where the others receive its broadcast) and
+/// `mismatch-root` (rank 0 broadcasts where the others call a barrier).
+const EXTRA: [&str; 7] = [
+    "late",
+    "mismatch",
+    "paths",
+    "big",
+    "bcast",
+    "mismatch-bcast",
+    "mismatch-root",
+];
 
 /// A small struct read and written whole.
 #[repr(C)]
@@ -1247,12 +1257,37 @@ impl Suite<'_, '_> {
         } else {
             g.all_reduce_one(1u64, Op::Sum).map(|_| ())
         };
+        self.mismatched("barrier against all_reduce", r);
+    }
+
+    /// Rank 0 calls a barrier where the others receive its broadcast, or (`root_bcasts`)
+    /// broadcasts where the others call a barrier: the root returns at once and then waits
+    /// for the others to find its broadcast and end the job.
+    fn mismatch_bcast(&self, root_bcasts: bool) {
+        let g = self.g;
+        if self.p < 2 {
+            return;
+        }
+        let r = if (self.me == 0) == root_bcasts {
+            let r = g.broadcast(0, &mut [0u64]);
+            if root_bcasts && r.is_ok() {
+                std::thread::sleep(Duration::from_secs(120));
+            }
+            r
+        } else {
+            g.barrier()
+        };
+        self.mismatched("barrier against broadcast", r);
+    }
+
+    /// A rank that detected a mismatch says so and ends the job with status 3.
+    fn mismatched(&self, case: &str, r: volley_global::Result<()>) {
         match r {
             Err(e @ GlobalError::CollectiveMismatch { .. }) => {
                 volley_tests::eprint_line(&format!("rank {} detected: {e}", self.me));
                 std::process::exit(3)
             }
-            other => check!(self, false, "barrier against all_reduce: {other:?}"),
+            other => check!(self, false, "{case}: {other:?}"),
         }
     }
 
@@ -1505,6 +1540,8 @@ fn main() {
             "protect" => s.protect(),
             "late" => s.late(),
             "mismatch" => s.mismatch(),
+            "mismatch-bcast" => s.mismatch_bcast(false),
+            "mismatch-root" => s.mismatch_bcast(true),
             "paths" => s.paths(),
             "big" => s.big(),
             "bcast" => s.bcast(),
