@@ -244,7 +244,7 @@ impl Global<'_> {
         self.wait_on(
             src,
             || {
-                if slot.seq.load(Ordering::Acquire) == seq + 1 {
+                if slot.holds(seq) {
                     return true;
                 }
                 polls = polls.wrapping_add(1);

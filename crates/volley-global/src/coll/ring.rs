@@ -1,32 +1,25 @@
-//! The broadcast ring: small broadcasts under `hw` with every rank on this node. The root
-//! writes its data into a slot of a ring in rank 0's mapped memory and returns; every other
-//! rank reads the slot and marks the call consumed. The root waits only when the ring is full
-//! (some rank has not yet read the broadcast `DEPTH` calls back), so a root that runs ahead
-//! does not wait for its receivers on every call, and a receiver waits only for the root.
-//!
-//! Broadcast b (every rank counts its ring broadcasts alike) uses slot b mod `DEPTH`, whose
-//! writer is b's root; it may write once every rank's consumed count has passed b − `DEPTH`.
-//! Each rank's count has a cache line of its own, written only by that rank.
+//! The broadcast ring in mapped memory: small broadcasts under `hw` with every rank on this
+//! node (the protocol: `crate::slot::Ring`). The root writes its data into a slot of a ring
+//! in rank 0's mapped memory and returns; every other rank reads the slot. The root waits only
+//! when the ring is full (some rank has not yet read the broadcast `DEPTH` calls back), so a
+//! root that runs ahead does not wait for its receivers on every call, and a receiver waits
+//! only for the root.
 
 use super::what::What;
 use crate::error::Result;
 use crate::global::Global;
-use crate::handlers::{to_words, FastSlot, FAST_WORDS};
+use crate::handlers::{to_words, FAST_WORDS};
+use crate::slot::{Consumed, FastSlot, Ring};
 use crate::strategy::Strategy;
 use bytemuck::Pod;
 use std::cell::Cell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use volley::rma::Rma;
 use volley::Runtime;
 
 /// Broadcasts a root may be ahead of the slowest rank.
 const DEPTH: usize = 16;
-
-/// One rank's count of ring broadcasts it has finished (on a line of its own).
-#[repr(C, align(64))]
-#[derive(Debug)]
-struct Consumed(AtomicU64);
 
 /// Rank 0's broadcast ring, as mapped in this process: `DEPTH` slots, then a consumed count
 /// per rank.
@@ -36,7 +29,8 @@ pub(crate) struct BcastRing {
     procs: usize,
     /// Ring broadcasts so far (every rank counts the same).
     calls: Cell<u64>,
-    /// Broadcasts below this number have a free slot (every count was seen past b − `DEPTH`).
+    /// Broadcasts below this number have a free slot (as last seen: the least consumed
+    /// count plus `DEPTH`).
     free_below: Cell<u64>,
 }
 
@@ -65,39 +59,27 @@ impl BcastRing {
         }))
     }
 
-    fn slot(&self, call: u64) -> &FastSlot {
-        let i = call as usize % DEPTH;
-        // SAFETY: slot `i < DEPTH` of the ring's zeroed, 64-aligned mapping, valid for the
-        // job's life; `FastSlot` is atomics only (all zero is its empty state).
-        unsafe { &*self.base.as_ptr().cast::<FastSlot>().add(i) }
-    }
-
-    fn consumed(&self, r: usize) -> &AtomicU64 {
-        debug_assert!(r < self.procs);
-        // SAFETY: count `r < procs`, after the slots, inside the mapping (as for `slot`).
+    fn ring(&self) -> Ring<'_> {
+        let slots = self.base.as_ptr().cast::<FastSlot>();
+        // SAFETY: the mapping holds `DEPTH` slots, then `procs` counts (both 64-aligned: the
+        // mapping is, and a slot is a multiple of 64 bytes), zeroed, valid for the job's life;
+        // both types are atomics only (all zero is their empty state), so shared references
+        // are sound while other ranks write them.
         unsafe {
-            &(*self
-                .base
-                .as_ptr()
-                .add(DEPTH * size_of::<FastSlot>())
-                .cast::<Consumed>()
-                .add(r))
-            .0
+            Ring {
+                slots: std::slice::from_raw_parts(slots, DEPTH),
+                consumed: std::slice::from_raw_parts(
+                    slots.add(DEPTH).cast::<Consumed>(),
+                    self.procs,
+                ),
+            }
         }
-    }
-
-    /// The broadcast all ranks have finished, plus one (the least consumed count).
-    fn all_consumed(&self) -> u64 {
-        (0..self.procs)
-            .map(|r| self.consumed(r).load(Ordering::Acquire))
-            .min()
-            .unwrap_or(0)
     }
 
     /// What collective a broadcast of call `epoch` in the ring belongs to and its root, if
     /// one is here (for mismatch diagnosis).
     pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
-        (0..DEPTH as u64).map(|c| self.slot(c)).find_map(|s| {
+        self.ring().slots.iter().find_map(|s| {
             (s.seq.load(Ordering::Acquire) != 0 && s.epoch.load(Ordering::Relaxed) == epoch).then(
                 || {
                     let src = s.src.load(Ordering::Relaxed) as usize;
@@ -138,34 +120,30 @@ impl Global<'_> {
                 bytemuck::cast_slice_mut(data),
             )
         };
-        // Release: the root may refill the slot once it sees this (the read is done).
-        ring.consumed(self.me).store(call + 1, Ordering::Release);
+        ring.ring().consume(self.me, call);
         Some(r)
     }
 
     fn ring_send(&self, ring: &BcastRing, call: u64, epoch: u64, what: What, bytes: &[u8]) {
+        let r = ring.ring();
         if call >= ring.free_below.get() {
             // Full as far as this rank knows: wait until every rank has read the broadcast
             // that last used the slot.
-            let need = call + 1 - DEPTH as u64;
-            let running = || {
-                (0..self.procs).all(|r| {
-                    ring.consumed(r).load(Ordering::Relaxed) >= need || self.rt.is_running(r)
-                })
-            };
-            self.wait_awaiting(|| ring.all_consumed() >= need, running, &|| {
+            let need = r.room_at(call);
+            let running =
+                || (0..self.procs).all(|q| r.consumed_by(q) >= need || self.rt.is_running(q));
+            self.wait_awaiting(|| r.all_consumed() >= need, running, &|| {
                 format!(
-                    "every rank to read broadcast #{} from the ring before collective \
-                         #{epoch} (a broadcast from this rank) can reuse its slot",
-                    call + 1 - DEPTH as u64
+                    "every rank to read broadcast #{need} from the ring, before collective \
+                     #{epoch} (a broadcast from this rank) can reuse its slot"
                 )
             });
-            ring.free_below.set(ring.all_consumed() + DEPTH as u64);
+            ring.free_below.set(r.all_consumed() + DEPTH as u64);
         }
         let mut words = [0u64; FAST_WORDS];
         let n = to_words(bytes, &mut words);
         let h = [call, epoch, what.code(), bytes.len() as u64, self.me as u64];
-        ring.slot(call).fill(h, &words[..n]);
+        r.slot(call).fill(h, &words[..n]);
     }
 
     fn ring_recv(
@@ -177,7 +155,7 @@ impl Global<'_> {
         what: What,
         dst: &mut [u8],
     ) -> Result<()> {
-        let slot = ring.slot(call);
+        let slot = ring.ring().slot(call);
         let elsewhere = self.await_slot(slot, call, root, epoch, Some(super::RING_LANE), &|| {
             format!(
                 "rank {root} in collective #{epoch} ({}); a rank that never calls it, or \
