@@ -68,24 +68,33 @@ fn collectives_against_references_on_1_to_8_ranks() {
     }
 }
 
-/// The small collectives' fast paths under every strategy: on 2 ranks with cores of their
-/// own (fast lanes: Active Messages, or mapped memory under `hw`) and on 5 polite ranks (the
-/// hub under `hw`).
-#[test]
-fn small_collectives_take_their_fast_paths() {
+/// Runs suite `section` on 2 ranks with cores of their own and on 5 polite ranks, under every
+/// strategy; rank 0's line must start with `ok (` and `detail(ranks)`.
+fn on_2_and_5_polite_ranks(section: &str, detail: impl Fn(usize) -> String) {
     for (ranks, polite) in [(2, "0"), (5, "1")] {
         for strategy in ["proc", "np", "hw"] {
-            Job::run(ranks, SUITE, &["paths"])
+            Job::run(ranks, SUITE, &[section])
                 .env("VOLLEY_STRATEGY", strategy)
                 .env("VOLLEY_POLITE", polite)
                 .timeout(DEADLINE)
                 .output()
                 .assert_success()
                 .assert_stdout_has(&[&format!(
-                    "global paths [{strategy}]: ok (300 calls of each small collective on {ranks} ranks"
+                    "global {section} [{strategy}]: ok ({}",
+                    detail(ranks)
                 )]);
         }
     }
+}
+
+/// The small collectives' fast paths under every strategy: on 2 ranks with cores of their
+/// own (fast lanes: Active Messages, or mapped memory under `hw`) and on 5 polite ranks (the
+/// hub under `hw`).
+#[test]
+fn small_collectives_take_their_fast_paths() {
+    on_2_and_5_polite_ranks("paths", |ranks| {
+        format!("300 calls of each small collective on {ranks} ranks")
+    });
 }
 
 /// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
@@ -93,19 +102,9 @@ fn small_collectives_take_their_fast_paths() {
 /// strategy, every value checked.
 #[test]
 fn small_broadcasts_from_roots_that_run_ahead() {
-    for (ranks, polite) in [(2, "0"), (5, "1")] {
-        for strategy in ["proc", "np", "hw"] {
-            Job::run(ranks, SUITE, &["bcast"])
-                .env("VOLLEY_STRATEGY", strategy)
-                .env("VOLLEY_POLITE", polite)
-                .timeout(DEADLINE)
-                .output()
-                .assert_success()
-                .assert_stdout_has(&[&format!(
-                    "global bcast [{strategy}]: ok (1000 small broadcasts on {ranks} ranks"
-                )]);
-        }
-    }
+    on_2_and_5_polite_ranks("bcast", |ranks| {
+        format!("1000 small broadcasts on {ranks} ranks")
+    });
 }
 
 /// Large all-reduces and all-to-alls around 16 KiB and at 1 MiB on 1-8 ranks: copied

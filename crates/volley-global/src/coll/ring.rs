@@ -134,8 +134,9 @@ impl Global<'_> {
                 || (0..self.procs).all(|q| r.consumed_by(q) >= need || self.rt.is_running(q));
             self.wait_awaiting(|| r.all_consumed() >= need, running, &|| {
                 format!(
-                    "every rank to read broadcast #{need} from the ring, before collective \
-                     #{epoch} (a broadcast from this rank) can reuse its slot"
+                    "every rank to read ring broadcast #{}, before collective #{epoch} (a \
+                     broadcast from this rank) can reuse its slot",
+                    need - 1
                 )
             });
             ring.free_below.set(r.all_consumed() + DEPTH as u64);
