@@ -211,16 +211,10 @@ fn an_unknown_strategy_is_refused_by_name() {
     );
 }
 
-/// Rank 0 in a barrier while the others wait for its broadcast, and rank 0 broadcasting
-/// while the others wait in a barrier: through the ring (2 ranks, `hw`), against the hub (5
-/// polite ranks, `hw`), and as parcels (3 ranks, `proc`).
-#[test]
-fn a_barrier_against_a_broadcast_is_an_error_not_a_silent_hang() {
-    let cases = [(2, "hw", "0"), (5, "hw", "1"), (3, "proc", "auto")];
-    for ((ranks, strategy, polite), section) in cases
-        .into_iter()
-        .flat_map(|c| [(c, "mismatch-bcast"), (c, "mismatch-root")])
-    {
+/// Runs suite `section` (a mismatch) on each of `cases` (ranks, strategy, `VOLLEY_POLITE`):
+/// a rank must detect it and end the job with status 3, naming a barrier and `other`.
+fn mismatch_detected(section: &str, cases: &[(usize, &str, &str)], other: &str) {
+    for &(ranks, strategy, polite) in cases {
         let out = Job::run(ranks, SUITE, &[section])
             .env("VOLLEY_STRATEGY", strategy)
             .env("VOLLEY_POLITE", polite)
@@ -230,8 +224,19 @@ fn a_barrier_against_a_broadcast_is_an_error_not_a_silent_hang() {
             "detected: collective #",
             "mismatch: rank",
             "barrier",
-            "broadcast",
+            other,
         ]);
+    }
+}
+
+/// Rank 0 in a barrier while the others wait for its broadcast, and rank 0 broadcasting
+/// while the others wait in a barrier: through the ring (2 ranks, `hw`), against the hub (5
+/// polite ranks, `hw`), and as parcels (3 ranks, `proc`).
+#[test]
+fn a_barrier_against_a_broadcast_is_an_error_not_a_silent_hang() {
+    let cases = [(2, "hw", "0"), (5, "hw", "1"), (3, "proc", "auto")];
+    for section in ["mismatch-bcast", "mismatch-root"] {
+        mismatch_detected(section, &cases, "broadcast");
     }
 }
 
@@ -244,17 +249,5 @@ fn a_barrier_against_an_all_reduce_is_an_error_not_a_silent_hang() {
         (4, "np", "auto"),
         (5, "hw", "1"),
     ];
-    for (ranks, strategy, polite) in cases {
-        let out = Job::run(ranks, SUITE, &["mismatch"])
-            .env("VOLLEY_STRATEGY", strategy)
-            .env("VOLLEY_POLITE", polite)
-            .timeout(DEADLINE)
-            .output();
-        out.assert_job_code(3).assert_stderr_has(&[
-            "detected: collective #",
-            "mismatch: rank",
-            "barrier",
-            "all_reduce",
-        ]);
-    }
+    mismatch_detected("mismatch", &cases, "all_reduce");
 }
