@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Data words a fast-lane collective message carries (16 arguments less 4 header words).
 pub(crate) const FAST_WORDS: usize = 12;
+
 /// One step's message of a latency-bound collective (barrier, small all-reduce, small
 /// all-to-all): written by the handler, or by the sender straight into the receiver's mapped
 /// memory, then published by its sequence number.
