@@ -68,24 +68,43 @@ fn collectives_against_references_on_1_to_8_ranks() {
     }
 }
 
-/// The small collectives' fast paths under every strategy: on 2 ranks with cores of their
-/// own (fast lanes: Active Messages, or mapped memory under `hw`) and on 5 polite ranks (the
-/// hub under `hw`).
-#[test]
-fn small_collectives_take_their_fast_paths() {
+/// Runs suite `section` on 2 ranks with cores of their own and on 5 polite ranks, under every
+/// strategy; rank 0's line must start with `ok (` and `detail(ranks)`.
+fn on_2_and_5_polite_ranks(section: &str, detail: impl Fn(usize) -> String) {
     for (ranks, polite) in [(2, "0"), (5, "1")] {
         for strategy in ["proc", "np", "hw"] {
-            Job::run(ranks, SUITE, &["paths"])
+            Job::run(ranks, SUITE, &[section])
                 .env("VOLLEY_STRATEGY", strategy)
                 .env("VOLLEY_POLITE", polite)
                 .timeout(DEADLINE)
                 .output()
                 .assert_success()
                 .assert_stdout_has(&[&format!(
-                    "global paths [{strategy}]: ok (300 calls of each small collective on {ranks} ranks"
+                    "global {section} [{strategy}]: ok ({}",
+                    detail(ranks)
                 )]);
         }
     }
+}
+
+/// The small collectives' fast paths under every strategy: on 2 ranks with cores of their
+/// own (fast lanes: Active Messages, or mapped memory under `hw`) and on 5 polite ranks (the
+/// hub under `hw`).
+#[test]
+fn small_collectives_take_their_fast_paths() {
+    on_2_and_5_polite_ranks("paths", |ranks| {
+        format!("300 calls of each small collective on {ranks} ranks")
+    });
+}
+
+/// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
+/// (no message sent), on 2 ranks with cores of their own and 5 polite ones, under every
+/// strategy, every value checked.
+#[test]
+fn small_broadcasts_from_roots_that_run_ahead() {
+    on_2_and_5_polite_ranks("bcast", |ranks| {
+        format!("1000 small broadcasts on {ranks} ranks")
+    });
 }
 
 /// Large all-reduces and all-to-alls around 16 KiB and at 1 MiB on 1-8 ranks: copied
@@ -192,6 +211,35 @@ fn an_unknown_strategy_is_refused_by_name() {
     );
 }
 
+/// Runs suite `section` (a mismatch) on each of `cases` (ranks, strategy, `VOLLEY_POLITE`):
+/// a rank must detect it and end the job with status 3, naming a barrier and `other`.
+fn mismatch_detected(section: &str, cases: &[(usize, &str, &str)], other: &str) {
+    for &(ranks, strategy, polite) in cases {
+        let out = Job::run(ranks, SUITE, &[section])
+            .env("VOLLEY_STRATEGY", strategy)
+            .env("VOLLEY_POLITE", polite)
+            .timeout(DEADLINE)
+            .output();
+        out.assert_job_code(3).assert_stderr_has(&[
+            "detected: collective #",
+            "mismatch: rank",
+            "barrier",
+            other,
+        ]);
+    }
+}
+
+/// Rank 0 in a barrier while the others wait for its broadcast, and rank 0 broadcasting
+/// while the others wait in a barrier: through the ring (2 ranks, `hw`), against the hub (5
+/// polite ranks, `hw`), and as parcels (3 ranks, `proc`).
+#[test]
+fn a_barrier_against_a_broadcast_is_an_error_not_a_silent_hang() {
+    let cases = [(2, "hw", "0"), (5, "hw", "1"), (3, "proc", "auto")];
+    for section in ["mismatch-bcast", "mismatch-root"] {
+        mismatch_detected(section, &cases, "broadcast");
+    }
+}
+
 #[test]
 fn a_barrier_against_an_all_reduce_is_an_error_not_a_silent_hang() {
     // The last at the hub (every rank polite under hw).
@@ -201,17 +249,5 @@ fn a_barrier_against_an_all_reduce_is_an_error_not_a_silent_hang() {
         (4, "np", "auto"),
         (5, "hw", "1"),
     ];
-    for (ranks, strategy, polite) in cases {
-        let out = Job::run(ranks, SUITE, &["mismatch"])
-            .env("VOLLEY_STRATEGY", strategy)
-            .env("VOLLEY_POLITE", polite)
-            .timeout(DEADLINE)
-            .output();
-        out.assert_job_code(3).assert_stderr_has(&[
-            "detected: collective #",
-            "mismatch: rank",
-            "barrier",
-            "all_reduce",
-        ]);
-    }
+    mismatch_detected("mismatch", &cases, "all_reduce");
 }

@@ -65,6 +65,8 @@ pub struct Global<'rt> {
     pub(crate) direct_lanes: Option<crate::coll::DirectLanes>,
     /// Where small collectives meet when every rank shares a core with others.
     pub(crate) hub: Option<crate::coll::Hub>,
+    /// Where small broadcasts go under `hw` on one node.
+    pub(crate) bcast_ring: Option<crate::coll::BcastRing>,
     /// This rank's part of every spread array: (start address, segment).
     arrays: RefCell<Vec<(usize, usize, volley::rma::SegmentRef)>>,
     /// Bytes per message of a bulk transfer.
@@ -138,6 +140,7 @@ impl GlobalSetup {
         let ctrl = zeroed_symmetric(&rma, rt, 64)?;
         let direct_lanes = crate::coll::DirectLanes::new(&rma, rt, self.strategy)?;
         let hub = crate::coll::Hub::new(&rma, rt, self.strategy)?;
+        let bcast_ring = crate::coll::BcastRing::new(&rma, rt, self.strategy)?;
         let procs = rt.size();
         let hang_warn = std::env::var("VOLLEY_HANG_WARN_SECS")
             .ok()
@@ -161,6 +164,7 @@ impl GlobalSetup {
             fast_calls: Default::default(),
             direct_lanes,
             hub,
+            bcast_ring,
             arrays: RefCell::new(Vec::new()),
             chunk: Cell::new(rt.max_medium()),
             mapped_scratch: RefCell::new(None),

@@ -72,42 +72,9 @@ pub(crate) struct Procedure {
     pub(crate) run: Box<ProcedureFn>,
 }
 
-/// Data words a fast-lane collective message carries (16 arguments less 4 header words).
-pub(crate) const FAST_WORDS: usize = 12;
+pub(crate) use crate::slot::{FastSlot, FAST_WORDS};
 /// Steps of a fast lane (a collective of 2^62 ranks would need more).
 pub(crate) const FAST_STEPS: usize = 64;
-
-/// One step's message of a latency-bound collective (barrier, small all-reduce, small
-/// all-to-all): written by the handler, or by the sender straight into the receiver's mapped
-/// memory, then published by its sequence number.
-#[repr(C, align(64))]
-#[derive(Debug, Default)]
-pub(crate) struct FastSlot {
-    /// The lane's call number + 1 of the message in the slot (0: none yet).
-    pub(crate) seq: AtomicU64,
-    pub(crate) epoch: AtomicU64,
-    pub(crate) what: AtomicU64,
-    pub(crate) len: AtomicU64,
-    /// The sender.
-    pub(crate) src: AtomicU64,
-    pub(crate) words: [AtomicU64; FAST_WORDS],
-}
-
-impl FastSlot {
-    /// Writes one message: `h` = (call number, epoch, what, length, sender), then `words`;
-    /// the number last, with release, so that a reader that sees it sees the rest.
-    pub(crate) fn fill(&self, h: [u64; 5], words: &[u64]) {
-        let [seq, epoch, what, len, src] = h;
-        for (w, v) in self.words.iter().zip(words) {
-            w.store(*v, Ordering::Relaxed);
-        }
-        self.epoch.store(epoch, Ordering::Relaxed);
-        self.what.store(what, Ordering::Relaxed);
-        self.len.store(len, Ordering::Relaxed);
-        self.src.store(src, Ordering::Relaxed);
-        self.seq.store(seq + 1, Ordering::Release);
-    }
-}
 
 /// The slots of one kind of latency-bound collective: at each step a rank hears from exactly
 /// one rank, and a rank can be at most one call ahead of another there (each such collective

@@ -61,6 +61,7 @@ mod ptr;
 mod reduce;
 #[cfg(not(loom))]
 pub mod settings;
+mod slot;
 #[cfg(not(loom))]
 mod spread;
 #[cfg(not(loom))]

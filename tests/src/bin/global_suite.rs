@@ -21,8 +21,19 @@ const SECTIONS: [&str; 15] = [
 /// stores 1.5 s later, so that the wait's diagnostic shows) and `mismatch` (rank 0 calls a
 /// barrier where the others call an all-reduce, and the job ends with status 3), and `paths`
 /// (small collectives send no medium message, and none at all under `hw` on one node), and
-/// `big` (large all-reduces and all-to-alls around the size where they leave the small paths).
-const EXTRA: [&str; 4] = ["late", "mismatch", "paths", "big"];
+/// `big` (large all-reduces and all-to-alls around the size where they leave the small paths),
+/// `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`), and
+/// `mismatch-bcast` (rank 0 calls a barrier where the others receive its broadcast) and
+/// `mismatch-root` (rank 0 broadcasts where the others call a barrier).
+const EXTRA: [&str; 7] = [
+    "late",
+    "mismatch",
+    "paths",
+    "big",
+    "bcast",
+    "mismatch-bcast",
+    "mismatch-root",
+];
 
 /// A small struct read and written whole.
 #[repr(C)]
@@ -1071,6 +1082,57 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// Small broadcasts from roots that run ahead of their receivers: 1000 calls from
+    /// rotating roots, each root for 40 calls in a row (more than the ring holds) while the
+    /// other ranks now and then give up their core, lengths of 1 to 12 words, every value
+    /// checked. Under `hw` on one node they send no message at all (the ring); then a few of
+    /// 13 words (the binomial tree's parcels), interleaved with small ones.
+    fn bcast(&self) {
+        let (g, me, p) = (self.g, self.me, self.p);
+        let rt = g.runtime();
+        const CALLS: usize = 1000;
+        let value = |k: usize, i: usize| (k * 1000 + i) as u64 ^ 0x5a5a_0000_0000;
+        let call = |k: usize, words: usize| {
+            let root = (k / 40) % p;
+            let mut data = vec![0u64; words];
+            if me == root {
+                for (i, d) in data.iter_mut().enumerate() {
+                    *d = value(k, i);
+                }
+            } else if k % 7 == me % 7 {
+                // A receiver that falls behind.
+                std::thread::yield_now();
+            }
+            ok(self, "broadcast", g.broadcast(root, &mut data));
+            for (i, d) in data.iter().enumerate() {
+                check!(
+                    self,
+                    *d == value(k, i),
+                    "broadcast {k} from {root}, word {i}: {d:#x} != {:#x}",
+                    value(k, i)
+                );
+            }
+        };
+        ok(self, "barrier", g.barrier());
+        let before = rt.stats().sent[0];
+        for k in 0..CALLS {
+            call(k, 1 + k % 12);
+        }
+        let after = rt.stats().sent[0];
+        let sent: u64 = (0..3).map(|c| after[c] - before[c]).sum();
+        let one_node = (0..p).all(|r| rt.is_local(r));
+        if self.name == "hw" && one_node && p > 1 {
+            check!(self, sent == 0, "under hw on one node: {sent} requests");
+        }
+        for k in CALLS..CALLS + 100 {
+            call(k, if k % 2 == 0 { 13 } else { 1 });
+        }
+        self.done(
+            "bcast",
+            &format!("({CALLS} small broadcasts on {p} ranks, {sent} requests)"),
+        );
+    }
+
     /// Large all-reduces and all-to-alls at lengths around 16 KiB (where they leave the small
     /// paths), unaligned, and at 1 MiB, against sequential references; the f64 sums must have
     /// the bits of a rank-order sum. Says whether they copied straight between processes
@@ -1195,12 +1257,37 @@ impl Suite<'_, '_> {
         } else {
             g.all_reduce_one(1u64, Op::Sum).map(|_| ())
         };
+        self.mismatched("barrier against all_reduce", r);
+    }
+
+    /// Rank 0 calls a barrier where the others receive its broadcast, or (`root_bcasts`)
+    /// broadcasts where the others call a barrier: the root returns at once and then waits
+    /// for the others to find its broadcast and end the job.
+    fn mismatch_bcast(&self, root_bcasts: bool) {
+        let g = self.g;
+        if self.p < 2 {
+            return;
+        }
+        let r = if (self.me == 0) == root_bcasts {
+            let r = g.broadcast(0, &mut [0u64]);
+            if root_bcasts && r.is_ok() {
+                std::thread::sleep(Duration::from_secs(120));
+            }
+            r
+        } else {
+            g.barrier()
+        };
+        self.mismatched("barrier against broadcast", r);
+    }
+
+    /// A rank that detected a mismatch says so and ends the job with status 3.
+    fn mismatched(&self, case: &str, r: volley_global::Result<()>) {
         match r {
             Err(e @ GlobalError::CollectiveMismatch { .. }) => {
                 volley_tests::eprint_line(&format!("rank {} detected: {e}", self.me));
                 std::process::exit(3)
             }
-            other => check!(self, false, "barrier against all_reduce: {other:?}"),
+            other => check!(self, false, "{case}: {other:?}"),
         }
     }
 
@@ -1453,8 +1540,11 @@ fn main() {
             "protect" => s.protect(),
             "late" => s.late(),
             "mismatch" => s.mismatch(),
+            "mismatch-bcast" => s.mismatch_bcast(false),
+            "mismatch-root" => s.mismatch_bcast(true),
             "paths" => s.paths(),
             "big" => s.big(),
+            "bcast" => s.bcast(),
             _ => unreachable!(),
         }
     }

@@ -7,7 +7,7 @@ use crate::error::{GlobalError, Result};
 use crate::handlers::Lanes;
 use crate::strategy::Strategy;
 use std::ptr::NonNull;
-use volley::rma::{Perms, Rma};
+use volley::rma::{Perms, Rma, SymmetricSegment};
 use volley::Runtime;
 
 /// Every rank's lanes, as mapped in this process (by rank; this rank's own included).
@@ -32,26 +32,7 @@ impl DirectLanes {
         let bytes = std::mem::size_of::<Lanes>();
         let seg = crate::global::zeroed_symmetric(rma, rt, bytes)?;
         let by_rank = (0..rt.size())
-            .map(|r| {
-                let p = if r == rt.rank() {
-                    rma.own_segments()
-                        .range(seg.on(r), 0, bytes, Perms::NONE)
-                        .map_err(|e| GlobalError::refused(r, e))?
-                } else {
-                    rma.mapped(seg.on(r), 0, bytes, Perms::WRITE)?
-                        .ok_or_else(|| {
-                            GlobalError::BadArguments(format!(
-                                "rank {r}'s collective lanes are not mapped here"
-                            ))
-                        })?
-                };
-                if p.as_ptr() as usize % std::mem::align_of::<Lanes>() != 0 {
-                    return Err(GlobalError::BadArguments(format!(
-                        "rank {r}'s collective lanes are not cache-line aligned"
-                    )));
-                }
-                Ok(p.cast::<Lanes>())
-            })
+            .map(|r| map_on(rma, rt, &seg, r, bytes, "collective lanes").map(NonNull::cast))
             .collect::<Result<Vec<_>>>()?;
         Ok(Some(Self { by_rank }))
     }
@@ -63,4 +44,32 @@ impl DirectLanes {
         // shared references to it are sound while other ranks write it.
         unsafe { self.by_rank[r].as_ref() }
     }
+}
+
+/// This process's view of `bytes` bytes of rank `r`'s part of `seg` (its own, or mapped), which
+/// must be cache-line aligned (`what` names the memory in the error).
+pub(super) fn map_on(
+    rma: &Rma<'_>,
+    rt: &Runtime,
+    seg: &SymmetricSegment,
+    r: usize,
+    bytes: usize,
+    what: &str,
+) -> Result<NonNull<u8>> {
+    let p = if r == rt.rank() {
+        rma.own_segments()
+            .range(seg.on(r), 0, bytes, Perms::NONE)
+            .map_err(|e| GlobalError::refused(r, e))?
+    } else {
+        rma.mapped(seg.on(r), 0, bytes, Perms::WRITE)?
+            .ok_or_else(|| {
+                GlobalError::BadArguments(format!("rank {r}'s {what} are not mapped here"))
+            })?
+    };
+    if p.as_ptr() as usize % 64 != 0 {
+        return Err(GlobalError::BadArguments(format!(
+            "rank {r}'s {what} are not cache-line aligned"
+        )));
+    }
+    Ok(p)
 }

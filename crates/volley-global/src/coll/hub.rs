@@ -18,7 +18,7 @@ use bytemuck::Pod;
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
-use volley::rma::{Perms, Rma};
+use volley::rma::Rma;
 use volley::Runtime;
 
 /// The hub serves jobs of up to this many ranks (a row holds a block for every rank).
@@ -55,21 +55,7 @@ impl Hub {
         let row_words = (ROW_HEADER + p * FAST_WORDS).next_multiple_of(8);
         let bytes = (HEAD_WORDS + 2 * p * row_words) * 8;
         let seg = crate::global::zeroed_symmetric(rma, rt, bytes)?;
-        let base = if rt.rank() == 0 {
-            rma.own_segments()
-                .range(seg.on(0), 0, bytes, Perms::NONE)
-                .map_err(|e| GlobalError::refused(0, e))?
-        } else {
-            rma.mapped(seg.on(0), 0, bytes, Perms::WRITE)?
-                .ok_or_else(|| {
-                    GlobalError::BadArguments("rank 0's collective hub is not mapped here".into())
-                })?
-        };
-        if base.as_ptr() as usize % 8 != 0 {
-            return Err(GlobalError::BadArguments(
-                "rank 0's collective hub is not 8-byte aligned".into(),
-            ));
-        }
+        let base = super::direct::map_on(rma, rt, &seg, 0, bytes, "collective hub")?;
         let hub = Self {
             base: base.cast(),
             procs: p,

@@ -23,6 +23,7 @@ mod hub;
 mod mailbox;
 mod mapped;
 mod parcels;
+mod ring;
 mod what;
 
 pub(crate) use cma::CmaPeers;
@@ -30,6 +31,7 @@ pub(crate) use direct::DirectLanes;
 pub(crate) use hub::Hub;
 pub(crate) use mailbox::Mailbox;
 use parcels::*;
+pub(crate) use ring::BcastRing;
 use what::*;
 
 impl Global<'_> {
@@ -54,12 +56,15 @@ impl Global<'_> {
         Ok(())
     }
 
-    /// Copies `root`'s `data` into every rank's `data` (binomial tree). Every rank passes
-    /// the same length.
+    /// Copies `root`'s `data` into every rank's `data` (binomial tree; small data under `hw`
+    /// on one node through the broadcast ring). Every rank passes the same length.
     pub fn broadcast<T: Pod>(&self, root: usize, data: &mut [T]) -> Result<()> {
         self.check_rank(root)?;
         let epoch = self.next_epoch();
         let what = What::of::<T>(Kind::Broadcast).root(root);
+        if let Some(r) = self.ring_broadcast(root, epoch, what, data) {
+            return r;
+        }
         let p = self.procs;
         let vr = (self.me + p - root) % p;
         let mut mask = 1;

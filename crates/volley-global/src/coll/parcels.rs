@@ -18,6 +18,8 @@ pub(super) const BARRIER_LANE: u64 = 0;
 pub(super) const REDUCE_LANE: u64 = 1;
 /// The fast lane of small all-to-alls.
 pub(super) const ALLTOALL_LANE: u64 = 2;
+/// Not a fast lane: names the broadcast ring where a search leaves one out (`except`).
+pub(super) const RING_LANE: u64 = 3;
 /// The step of recursive doubling's unfold (the last slot of a lane).
 pub(super) const UNFOLD_STEP: u64 = 63;
 
@@ -164,8 +166,8 @@ impl Global<'_> {
         Ok(())
     }
 
-    /// What collective a fast-lane message of call `epoch` here (lane `except` left out), or
-    /// with `hub` a hub row of that call, belongs to and who sent it, if one is here: for
+    /// What collective a fast-lane message or ring broadcast of call `epoch` here (lane
+    /// `except` left out), or with `hub` a hub row of that call, belongs to and who sent it, if one is here: for
     /// mismatch diagnosis.
     pub(super) fn lanes_what_of(
         &self,
@@ -177,6 +179,13 @@ impl Global<'_> {
         (0..lanes.len() as u64)
             .filter(|&l| Some(l) != except)
             .find_map(|l| lanes[l as usize].what_of(epoch))
+            .or_else(|| {
+                let ring = self
+                    .bcast_ring
+                    .as_ref()
+                    .filter(|_| except != Some(RING_LANE))?;
+                ring.what_of(epoch)
+            })
             .or_else(|| {
                 let h = self.hub.as_ref().filter(|_| hub)?;
                 h.what_of(epoch)
@@ -207,12 +216,35 @@ impl Global<'_> {
         };
         let lanes = &self.lanes().0;
         let slot = lanes[lane as usize].slot(step, seq);
-        let mut polls = 0u32;
-        let mut elsewhere = None;
+        let elsewhere = self.await_slot(slot, seq, src, epoch, Some(lane), &|| {
+            format!(
+                "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
+                 calls it, or calls another, keeps every other rank here",
+                What::describe(what.code())
+            )
+        });
+        self.read_slot(slot, src, epoch, what, elsewhere, dst)
+    }
+
+    /// Waits until `slot` holds message `seq` from `src` (spinning while `src` runs, see
+    /// `Runtime::wait_on`), or until another rank is found in another collective at `epoch`,
+    /// which it returns (fast lane `except`, the one waited on, is not searched). `hang` says
+    /// what the wait is for, should it last.
+    pub(super) fn await_slot(
+        &self,
+        slot: &crate::handlers::FastSlot,
+        seq: u64,
+        src: usize,
+        epoch: u64,
+        except: Option<u64>,
+        hang: &dyn Fn() -> String,
+    ) -> Option<(u64, usize)> {
+        let (mut polls, mut elsewhere) = (0u32, None);
         let mb = &self.shared.mailbox;
-        self.wait_for(
+        self.wait_on(
+            src,
             || {
-                if slot.seq.load(Ordering::Acquire) == seq + 1 {
+                if slot.holds(seq) {
                     return true;
                 }
                 polls = polls.wrapping_add(1);
@@ -220,18 +252,27 @@ impl Global<'_> {
                 if polls % 4096 == 0 {
                     elsewhere = mb
                         .what_of(epoch)
-                        .or_else(|| self.lanes_what_of(epoch, Some(lane), true));
+                        .or_else(|| self.lanes_what_of(epoch, except, true));
                 }
                 elsewhere.is_some()
             },
-            &|| {
-                format!(
-                    "rank {src} in collective #{epoch} ({}, step {step}); a rank that never \
-                     calls it, or calls another, keeps every other rank here",
-                    What::describe(what.code())
-                )
-            },
+            hang,
         );
+        elsewhere
+    }
+
+    /// Reads the message of `src` for collective #`epoch` out of `slot` into `dst`, once the
+    /// wait for it ended, checking that it comes from the same collective with as many bytes;
+    /// `elsewhere`: the collective another rank was found in instead, which is an error.
+    pub(super) fn read_slot(
+        &self,
+        slot: &crate::handlers::FastSlot,
+        src: usize,
+        epoch: u64,
+        what: What,
+        elsewhere: Option<(u64, usize)>,
+        dst: &mut [u8],
+    ) -> Result<()> {
         let mismatch = |rank: usize, theirs: String| GlobalError::CollectiveMismatch {
             epoch,
             me: self.me,
