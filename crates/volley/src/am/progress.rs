@@ -26,9 +26,9 @@
 //! **After a long wait.** While the rank thread waits inside the runtime its progress thread's
 //! naps grow like a polling program's, but the wait's end may start a computation, which a
 //! request would then find served only at the end of a nap of up to [`NAP_MAX`]. So the rank
-//! thread, ending a wait that gave up its core, cuts a long nap short and the naps start
-//! again from the shortest ([`ThreadSync::wait_ended`]); a wait that ends within its spin, and
-//! a program that polls, pay nothing for it.
+//! thread, ending a long wait (one that gave up its core several times, or spun out on a
+//! rank that is not polite), cuts a long nap short and the naps start again from the shortest
+//! ([`ThreadSync::wait_ended`]); round trips and a program that polls pay nothing for it.
 //!
 //! **Blocking waits.** In `VOLLEY_WAIT=block` a rank thread whose wait has spun out gives the
 //! engine up and sleeps on [`ThreadSync`]'s handled counter; the progress thread serves and
@@ -78,7 +78,7 @@ pub(crate) struct ThreadSync {
     /// The length in microseconds of the nap the progress thread takes now while the rank
     /// thread is inside (0: none); written by the progress thread.
     napping_us: AtomicU32,
-    /// The rank thread ended a wait that gave up its core since the progress thread last
+    /// The rank thread ended a long wait since the progress thread last
     /// looked: the next nap is the shortest. Set by the rank thread, cleared by the progress
     /// thread.
     wait_ended: AtomicBool,
@@ -200,7 +200,7 @@ impl ThreadSync {
         }
     }
 
-    /// The rank thread ends a wait that gave up its core (and owns the engine): what follows
+    /// The rank thread ends a long wait (and owns the engine): what follows
     /// may be computation, which only the progress thread can serve, so a nap longer than the
     /// shortest ends now and the next starts from the shortest. Cold: called once per such
     /// wait; the system call only when a long nap is under way.

@@ -144,8 +144,12 @@ impl Engine {
             };
             handled = h;
         }
+        // A long wait may be followed by computation, which only the progress thread serves
+        // (a wait that spun out without being polite is long already).
         if let Some(sync) = &self.thread {
-            sync.wait_ended();
+            if !self.polite || backoff.yielded_often() {
+                sync.wait_ended();
+            }
         }
     }
 
