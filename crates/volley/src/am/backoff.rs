@@ -21,6 +21,9 @@ const POLITE_SPIN_POLLS: u32 = 8;
 const AWAITED_SPIN_POLLS: u32 = 64;
 /// Yields between two checks of the job's health (peers that exited without finalizing).
 const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
+/// Yields after which a polite wait counts as long: a round trip to a rank that waits for a
+/// core yields once or twice, a wait for a rank that computes many times.
+const LONG_WAIT_YIELDS: u32 = 4;
 
 /// Wait state of one waiting loop.
 #[derive(Debug, Clone, Copy)]
@@ -114,6 +117,13 @@ impl Backoff {
         self.empty >= self.limit
     }
 
+    /// Whether this wait has given its core up often enough to count as long, not as a round
+    /// trip (see [`LONG_WAIT_YIELDS`]).
+    #[inline]
+    pub(crate) fn yielded_often(&self) -> bool {
+        self.yields >= LONG_WAIT_YIELDS
+    }
+
     /// Called after a poll that made progress.
     #[inline(always)]
     pub(crate) fn reset(&mut self) {
@@ -124,6 +134,29 @@ impl Backoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wait_is_long_after_several_yields_not_after_a_round_trips_one() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        for _ in 0..POLITE_SPIN_POLLS {
+            b.snooze(false, &me);
+        }
+        assert!(!b.yielded_often(), "a wait that only spun counts as long");
+        b.snooze_awaiting(false, false, &me);
+        assert!(
+            !b.yielded_often(),
+            "a wait that yielded once counts as long"
+        );
+        for _ in 1..LONG_WAIT_YIELDS {
+            b.reset();
+            b.snooze_awaiting(false, false, &me);
+        }
+        assert!(
+            b.yielded_often(),
+            "a wait that yielded repeatedly is not long"
+        );
+    }
 
     #[test]
     fn an_awaited_rank_off_its_cpu_gets_the_core_at_once() {

@@ -23,6 +23,13 @@
 //! and gives it back as soon as the rank thread enters; once it has found nothing for a while
 //! it sleeps on the rank's doorbell, which senders ring only while it sleeps.
 //!
+//! **After a long wait.** While the rank thread waits inside the runtime its progress thread's
+//! naps grow like a polling program's, but the wait's end may start a computation, which a
+//! request would then find served only at the end of a nap of up to [`NAP_MAX`]. So the rank
+//! thread, ending a long wait (one that gave up its core several times, or spun out on a
+//! rank that is not polite), cuts a long nap short and the naps start again from the shortest
+//! ([`ThreadSync::wait_ended`]); round trips and a program that polls pay nothing for it.
+//!
 //! **Blocking waits.** In `VOLLEY_WAIT=block` a rank thread whose wait has spun out gives the
 //! engine up and sleeps on [`ThreadSync`]'s handled counter; the progress thread serves and
 //! bumps the counter (and wakes it) after running handlers, since only a handler can make the
@@ -40,7 +47,7 @@ use super::engine::{Engine, Served, SharedEngine};
 use super::lease::{Lease, INSIDE, LOCAL, OUTSIDE, SLEEPING, WANTS};
 use super::stats::ProgressStats;
 use crate::futex::{self, Scope};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -68,6 +75,13 @@ pub(crate) struct ThreadSync {
     main_sleeping: AtomicBool,
     /// The progress thread naps on this; bumped to cut a nap short.
     nap: AtomicU32,
+    /// The length in microseconds of the nap the progress thread takes now while the rank
+    /// thread is inside (0: none); written by the progress thread.
+    napping_us: AtomicU32,
+    /// The rank thread ended a long wait since the progress thread last
+    /// looked: the next nap is the shortest. Set by the rank thread, cleared by the progress
+    /// thread.
+    wait_ended: AtomicBool,
     stop: AtomicBool,
     /// The program runs a polling phase ([`crate::Delivery::Polling`]): the progress thread
     /// takes the engine no more. Written by the rank thread while it owns the engine.
@@ -98,6 +112,8 @@ impl Default for ThreadSync {
             handled: AtomicU32::new(0),
             main_sleeping: AtomicBool::new(false),
             nap: AtomicU32::new(0),
+            napping_us: AtomicU32::new(0),
+            wait_ended: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             counters: Counters::default(),
@@ -181,6 +197,47 @@ impl ThreadSync {
         if self.main_sleeping.swap(false, Ordering::Relaxed) {
             self.handled.fetch_add(1, Ordering::Release);
             futex::wake_all(&self.handled, Scope::Private);
+        }
+    }
+
+    /// The rank thread ends a long wait (and owns the engine): what follows
+    /// may be computation, which only the progress thread can serve, so a nap longer than the
+    /// shortest ends now and the next starts from the shortest. Cold: called once per such
+    /// wait; the system call only when a long nap is under way.
+    #[cold]
+    pub(crate) fn wait_ended(&self) {
+        if !self.wait_ended.load(Ordering::Relaxed) {
+            self.wait_ended.store(true, Ordering::Relaxed);
+        }
+        // Against `nap_inside`'s store then load: either it sees the flag, or this sees its
+        // nap and cuts it.
+        fence(Ordering::SeqCst);
+        if self.napping_us.load(Ordering::Relaxed) > NAP_MIN.as_micros() as u32 {
+            self.kick();
+        }
+    }
+
+    /// The progress thread naps `d` while the rank thread is inside, cut short by
+    /// [`ThreadSync::wait_ended`] (or any kick). Returns the next nap: the shortest if a wait
+    /// ended meanwhile, else twice `d` up to [`NAP_MAX`].
+    fn nap_inside(&self, d: Duration) -> Duration {
+        let seen = self.nap.load(Ordering::Acquire);
+        let d = if self.wait_ended.swap(false, Ordering::Relaxed) {
+            NAP_MIN
+        } else {
+            d
+        };
+        self.napping_us
+            .store(d.as_micros() as u32, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if !self.wait_ended.load(Ordering::Relaxed) && !self.stop.load(Ordering::Acquire) {
+            futex::wait(&self.nap, seen, Some(d), Scope::Private);
+        }
+        self.napping_us.store(0, Ordering::Relaxed);
+        if self.wait_ended.swap(false, Ordering::Relaxed) {
+            NAP_MIN
+        } else {
+            (d * 2).min(NAP_MAX)
         }
     }
 
@@ -297,8 +354,7 @@ fn serve(e: &Engine) {
         if polls {
             look = Look::Fresh;
             bump(&sync.counters.naps);
-            sync.nap(nap);
-            nap = (nap * 2).min(NAP_MAX);
+            nap = sync.nap_inside(nap);
             continue;
         }
         if out_of_calls && look == Look::Fresh {
@@ -387,5 +443,41 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync, empty: &mut u32) -> bool {
             return handled;
         }
         std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_that_ends_cuts_a_long_nap_short_and_the_next_is_the_shortest() {
+        let sync = Arc::new(ThreadSync::default());
+        let s = sync.clone();
+        // Without the cut this nap lasts a minute and the next would be the longest.
+        let napper = std::thread::spawn(move || s.nap_inside(Duration::from_secs(60)));
+        while sync.napping_us.load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        sync.wait_ended();
+        assert_eq!(napper.join().unwrap(), NAP_MIN);
+    }
+
+    #[test]
+    fn a_wait_that_ends_outside_a_nap_costs_no_kick_but_shortens_the_next_nap() {
+        let sync = ThreadSync::default();
+        sync.wait_ended();
+        assert_eq!(
+            sync.nap.load(Ordering::Relaxed),
+            0,
+            "kicked a thread that did not nap"
+        );
+        // The nap taken is the shortest (the next is twice that), not the longest asked for.
+        assert_eq!(sync.nap_inside(NAP_MAX), NAP_MIN * 2);
+        assert_eq!(
+            sync.nap_inside(NAP_MIN * 2),
+            NAP_MIN * 4,
+            "the naps grow again"
+        );
     }
 }

@@ -117,7 +117,7 @@ impl Engine {
     ) {
         let _published = LongWait(&self.activity);
         let mut handled = 0;
-        loop {
+        'wait: loop {
             if handled == 0 {
                 // Again each time: a blocked send inside a handler may have ended its own.
                 self.activity.begin(self.purpose.get());
@@ -137,12 +137,19 @@ impl Engine {
                 backoff.reset();
             }
             if cond() {
-                return;
+                break 'wait;
             }
             let Some(h) = self.poll_waiting(&mut cond) else {
-                return;
+                break 'wait;
             };
             handled = h;
+        }
+        // A long wait may be followed by computation, which only the progress thread serves
+        // (a wait that spun out without being polite is long already).
+        if let Some(sync) = &self.thread {
+            if !self.polite || backoff.yielded_often() {
+                sync.wait_ended();
+            }
         }
     }
 
