@@ -44,6 +44,10 @@ pub mod fuzzing;
 #[path = "am/lease.rs"]
 mod lease_model;
 pub(crate) mod membarrier;
+/// The progress thread's nap cut alone, for the loom model.
+#[cfg(loom)]
+#[path = "am/nap_cut.rs"]
+mod nap_cut_model;
 #[cfg(not(loom))]
 mod refusal;
 #[cfg(not(loom))]

@@ -43,6 +43,7 @@ mod engine;
 pub mod error;
 mod handler;
 mod lease;
+mod nap_cut;
 mod progress;
 pub mod report;
 mod runtime;

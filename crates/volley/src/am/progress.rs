@@ -45,9 +45,10 @@
 
 use super::engine::{Engine, Served, SharedEngine};
 use super::lease::{Lease, INSIDE, LOCAL, OUTSIDE, SLEEPING, WANTS};
+use super::nap_cut::NapCut;
 use super::stats::ProgressStats;
 use crate::futex::{self, Scope};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -75,13 +76,8 @@ pub(crate) struct ThreadSync {
     main_sleeping: AtomicBool,
     /// The progress thread naps on this; bumped to cut a nap short.
     nap: AtomicU32,
-    /// The length in microseconds of the nap the progress thread takes now while the rank
-    /// thread is inside (0: none); written by the progress thread.
-    napping_us: AtomicU32,
-    /// The rank thread ended a long wait since the progress thread last
-    /// looked: the next nap is the shortest. Set by the rank thread, cleared by the progress
-    /// thread.
-    wait_ended: AtomicBool,
+    /// The rank thread's request to cut a long nap short after a long wait.
+    cut: NapCut,
     stop: AtomicBool,
     /// The program runs a polling phase ([`crate::Delivery::Polling`]): the progress thread
     /// takes the engine no more. Written by the rank thread while it owns the engine.
@@ -112,8 +108,7 @@ impl Default for ThreadSync {
             handled: AtomicU32::new(0),
             main_sleeping: AtomicBool::new(false),
             nap: AtomicU32::new(0),
-            napping_us: AtomicU32::new(0),
-            wait_ended: AtomicBool::new(false),
+            cut: NapCut::default(),
             stop: AtomicBool::new(false),
             paused: AtomicBool::new(false),
             counters: Counters::default(),
@@ -206,13 +201,7 @@ impl ThreadSync {
     /// wait; the system call only when a long nap is under way.
     #[cold]
     pub(crate) fn wait_ended(&self) {
-        if !self.wait_ended.load(Ordering::Relaxed) {
-            self.wait_ended.store(true, Ordering::Relaxed);
-        }
-        // Against `nap_inside`'s store then load: either it sees the flag, or this sees its
-        // nap and cuts it.
-        fence(Ordering::SeqCst);
-        if self.napping_us.load(Ordering::Relaxed) > NAP_MIN.as_micros() as u32 {
+        if self.cut.request(micros(NAP_MIN)) {
             self.kick();
         }
     }
@@ -222,19 +211,12 @@ impl ThreadSync {
     /// ended meanwhile, else twice `d` up to [`NAP_MAX`].
     fn nap_inside(&self, d: Duration) -> Duration {
         let seen = self.nap.load(Ordering::Acquire);
-        let d = if self.wait_ended.swap(false, Ordering::Relaxed) {
-            NAP_MIN
-        } else {
-            d
-        };
-        self.napping_us
-            .store(d.as_micros() as u32, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
-        if !self.wait_ended.load(Ordering::Relaxed) && !self.stop.load(Ordering::Acquire) {
+        let (us, sleep) = self.cut.begin(micros(d), micros(NAP_MIN));
+        let d = Duration::from_micros(us.into());
+        if sleep && !self.stop.load(Ordering::Acquire) {
             futex::wait(&self.nap, seen, Some(d), Scope::Private);
         }
-        self.napping_us.store(0, Ordering::Relaxed);
-        if self.wait_ended.swap(false, Ordering::Relaxed) {
+        if self.cut.end() {
             NAP_MIN
         } else {
             (d * 2).min(NAP_MAX)
@@ -446,6 +428,11 @@ fn serve_while_owner(e: &Engine, sync: &ThreadSync, empty: &mut u32) -> bool {
     }
 }
 
+/// A duration in whole microseconds, saturated to `u32` (naps are at most [`NAP_MAX`]).
+fn micros(d: Duration) -> u32 {
+    u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -456,7 +443,7 @@ mod tests {
         let s = sync.clone();
         // Without the cut this nap lasts a minute and the next would be the longest.
         let napper = std::thread::spawn(move || s.nap_inside(Duration::from_secs(60)));
-        while sync.napping_us.load(Ordering::Relaxed) == 0 {
+        while !sync.cut.is_napping() {
             std::thread::yield_now();
         }
         sync.wait_ended();
