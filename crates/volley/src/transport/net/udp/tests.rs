@@ -49,6 +49,16 @@ fn lan() -> UdpConfig {
     }
 }
 
+/// [`lan`] where no retransmission may come due while a test runs, however slowly it is
+/// scheduled.
+fn lan_without_retransmission() -> UdpConfig {
+    let mut config = lan();
+    config.reliable.min_rto = 5_000 * MS;
+    config.reliable.initial_rto = 5_000 * MS;
+    config.reliable.max_rto = 5_000 * MS;
+    config
+}
+
 fn splitmix(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -156,11 +166,7 @@ fn gathered_fragments_arrive_whole_under_loss_duplication_and_reordering() {
 /// next call sends them.
 #[test]
 fn a_message_arriving_beside_acks_is_delivered_before_more_bulk_leaves() {
-    let mut config = lan();
-    // No retransmission may come due while the test runs, however slowly it is scheduled.
-    config.reliable.min_rto = 5_000 * MS;
-    config.reliable.initial_rto = 5_000 * MS;
-    config.reliable.max_rto = 5_000 * MS;
+    let config = lan_without_retransmission();
     let window = config.reliable.window as u64;
     let mut ts = cluster(3, &config);
     let mut inbox = Inbox::new();
@@ -202,11 +208,7 @@ fn a_message_arriving_beside_acks_is_delivered_before_more_bulk_leaves() {
 /// only sends. A small message does not read them.
 #[test]
 fn a_send_into_a_full_window_takes_the_acks_in_and_sends_at_once() {
-    let mut config = lan();
-    // No retransmission may come due while the test runs, however slowly it is scheduled.
-    config.reliable.min_rto = 5_000 * MS;
-    config.reliable.initial_rto = 5_000 * MS;
-    config.reliable.max_rto = 5_000 * MS;
+    let config = lan_without_retransmission();
     let window = config.reliable.window as u64;
     let mut ts = cluster(2, &config);
     let mut inbox = Inbox::new();
