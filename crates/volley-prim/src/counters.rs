@@ -32,9 +32,9 @@ counters! {
     /// Bytes written into input buffers, headers and padding included (each destination
     /// counts): inside an open channel this equals the payload rounded up to whole words.
     ring_bytes_sent,
-    /// Data receives completed.
+    /// Data receives completed (written by the program thread only).
     messages_received,
-    /// Payload bytes received.
+    /// Payload bytes received (written by the program thread only).
     bytes_received,
     /// Chains opened.
     chain_opens,
@@ -64,5 +64,13 @@ counters! {
 impl Counters {
     pub(crate) fn add(c: &AtomicU64, n: u64) {
         c.fetch_add(n, Relaxed);
+    }
+
+    /// Adds `n` to a counter with one writer, the program thread (a `Prim` is not `Sync`):
+    /// a load and a store. A locked read-modify-write would wait on every receive for the
+    /// store buffer to drain, including the HEAD store whose cache line the sender reads.
+    #[inline]
+    pub(crate) fn add_own(c: &AtomicU64, n: u64) {
+        c.store(c.load(Relaxed) + n, Relaxed);
     }
 }

@@ -57,8 +57,8 @@ impl<'rt> Prim<'rt> {
     #[inline]
     pub fn pipe_get_u64(&self) -> Result<u64> {
         if let Some(w) = self.net.borrow_mut().take_bare_word() {
-            crate::counters::Counters::add(&self.counters.messages_received, 1);
-            crate::counters::Counters::add(&self.counters.bytes_received, 8);
+            crate::counters::Counters::add_own(&self.counters.messages_received, 1);
+            crate::counters::Counters::add_own(&self.counters.bytes_received, 8);
             return Ok(w);
         }
         let mut b = [0u8; 8];

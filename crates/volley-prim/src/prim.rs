@@ -896,8 +896,8 @@ impl<'rt> Prim<'rt> {
         match info {
             Recv::Data(buf) => loop {
                 if let Some(from) = recv::try_data(&mut reader.borrow_mut(), buf)? {
-                    Counters::add(&self.counters.messages_received, 1);
-                    Counters::add(&self.counters.bytes_received, buf.len() as u64);
+                    Counters::add_own(&self.counters.messages_received, 1);
+                    Counters::add_own(&self.counters.bytes_received, buf.len() as u64);
                     return Ok(Received {
                         from,
                         procedure: None,
