@@ -17,6 +17,11 @@
 //! completed last and the per-message latencies (median, p99) of one more solve with a
 //! clock read around each receive (or fetch round trip).
 //!
+//! Beside them, the floor of any interrupt-driven B3 on this machine (`b3_signal_floor`): the
+//! round trip of a request raised as a POSIX signal (`SIGUSR1`, E12's handler) at the other
+//! rank's running, computing program thread, the requester spinning for the answer; a B3
+//! whose every fetch is such an interrupt costs at least `N` of them.
+//!
 //! Verified: every version's solution equals the serial solve on both ranks (`correct`) AND
 //! the seed's ordering of communication times B2 < B1 < B3 < B0 holds (`ordering_holds`);
 //! both are in the JSON. B3' is reported beside them (`b3p_over_b3`, `b3p_over_b0`, and
@@ -50,6 +55,8 @@ struct JobOut {
     failures: Vec<String>,
     /// Per version, every rank's timing (the harness).
     timing: Vec<(String, Vec<RankTiming>)>,
+    /// The signal round trip (ns per request), per repetition (the `signal-floor` job).
+    signal_rtt_ns: Vec<f64>,
 }
 
 /// What a rank other than the last sends the last one.
@@ -57,6 +64,21 @@ struct JobOut {
 struct Others {
     failures: Vec<String>,
     timing: Vec<(String, RankTiming)>,
+    signal_rtt_ns: Vec<f64>,
+}
+
+/// The floor of an interrupt-driven B3: a signal's round trip to a running rank, times `N`.
+#[derive(Debug, Serialize)]
+struct SignalFloor {
+    /// ns per request: `SIGUSR1` raised at the other rank's computing program thread, its
+    /// handler answers, the requester spins (median of the repetitions' means).
+    round_trip_ns: f64,
+    /// `N` such round trips, µs: what B3 would cost with every fetch an interrupt.
+    b3_floor_us: f64,
+    /// B0's communication, µs, from the same run.
+    b0_communication_us: f64,
+    /// Whether that floor is below B0 (could any interrupt put B3 below B0 here).
+    below_b0: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -79,6 +101,7 @@ struct Report {
     b3p_below_b3: bool,
     b3p_over_b3: f64,
     b3p_over_b0: f64,
+    b3_signal_floor: SignalFloor,
     failures: Vec<String>,
     n: usize,
     ranks: usize,
@@ -86,6 +109,9 @@ struct Report {
     timing: Vec<timing_rows::TimingRow>,
     seed_unit_note: &'static str,
 }
+
+/// The rank job's name for the signal round trip (not a version of the solve).
+const SIGNAL_FLOOR: &str = "signal-floor";
 
 fn version_of(name: &str) -> Option<Version> {
     Some(match name {
@@ -113,6 +139,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         .ok_or_else(usage)?;
     let corrupt = a.args.get(2).map(String::as_str) == Some("1");
     let names = &a.args[3.min(a.args.len())..];
+    let signal_floor = names.iter().any(|n| n == SIGNAL_FLOOR);
     let cfg = PrimConfig::from_env().map_err(|e| e.to_string())?;
     let cfg = trisolve::with_handlers(cfg).map_err(|e| e.to_string())?;
     let mut b = volley::Runtime::builder();
@@ -137,7 +164,19 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             }
         }
     };
-    for name in names {
+    if signal_floor {
+        if size != 2 {
+            return Err(format!("{SIGNAL_FLOOR} runs on 2 ranks, not {size}"));
+        }
+        let iters = (n as u64 / 2).max(64);
+        for _ in 0..reps {
+            let ns = super::seed003_progress::signal_round_trip(&p, iters, &mut out.failures)?;
+            if me == 0 {
+                out.signal_rtt_ns.push(ns);
+            }
+        }
+    }
+    for name in names.iter().filter(|n| *n != SIGNAL_FLOOR) {
         let v = version_of(name).ok_or_else(|| format!("unknown version {name:?}"))?;
         // One warm-up solve, then the timed ones.
         let mut times = Vec::new();
@@ -190,6 +229,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
         let o = Others {
             failures: out.failures,
             timing,
+            signal_rtt_ns: out.signal_rtt_ns,
         };
         let text = serde_json::to_vec(&o).map_err(|e| e.to_string())?;
         t.send(last, 1, &text).map_err(|e| e.to_string())?;
@@ -199,6 +239,7 @@ fn rank(a: &RankArgs) -> Result<(), String> {
             let text = t.recv(1).map_err(|e| e.to_string())?;
             let o: Others = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
             out.failures.extend(o.failures);
+            out.signal_rtt_ns.extend(o.signal_rtt_ns);
             for ((name, all), (theirs_name, theirs)) in out.timing.iter_mut().zip(o.timing) {
                 if *name == theirs_name {
                     all.push(theirs);
@@ -236,9 +277,11 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let inline = job(Progress::InlinePoll, &["typed", "raw", "pipe"])?;
     let interrupt = job(Progress::Interrupt, &["fetch"])?;
     let comm_thread = job(Progress::CommThread, &["fetch-comm"])?;
+    let signal = job(Progress::InlinePoll, &[SIGNAL_FLOOR])?;
     let mut failures: Vec<String> = inline.failures.clone();
-    failures.extend(interrupt.failures.iter().cloned());
-    failures.extend(comm_thread.failures.iter().cloned());
+    for j in [&interrupt, &comm_thread, &signal] {
+        failures.extend(j.failures.iter().cloned());
+    }
     let correct = failures.is_empty();
     // Computation: the inline job's local loop (the interrupt job's is the same loop).
     let comp = median_present(inline.local_ns.iter().copied());
@@ -324,6 +367,16 @@ fn run(o: &Options) -> Result<Outcome, String> {
     let ordering_holds = c(2) < c(1) && c(1) < c(3) && c(3) < c(0);
     let b2_ok = c(2) <= rows[2].computation_us;
     let (b3p_over_b3, b3p_over_b0) = (c(4) / c(3), c(4) / c(0));
+    let round_trip_ns = median_present(signal.signal_rtt_ns.iter().copied());
+    if !round_trip_ns.is_finite() {
+        failures.push("the signal round trip: no figure".into());
+    }
+    let b3_signal_floor = SignalFloor {
+        round_trip_ns,
+        b3_floor_us: round_trip_ns * n as f64 / 1e3,
+        b0_communication_us: c(0),
+        below_b0: round_trip_ns * n as f64 / 1e3 < c(0),
+    };
     let mut all = failures.clone();
     if !ordering_holds {
         all.push(format!(
@@ -342,6 +395,7 @@ fn run(o: &Options) -> Result<Outcome, String> {
         b3p_below_b3: c(4) < c(3),
         b3p_over_b3,
         b3p_over_b0,
+        b3_signal_floor,
         failures: all,
         n,
         ranks,
@@ -389,6 +443,12 @@ fn table(r: &Report) -> String {
         t,
         "  B3'/B3 = {:.2}, B3'/B0 = {:.2} (B3' < B3, the seed's claim: {}; not part of the verdict)",
         r.b3p_over_b3, r.b3p_over_b0, r.b3p_below_b3
+    );
+    let f = &r.b3_signal_floor;
+    let _ = writeln!(
+        t,
+        "  B3 floor with interrupts: a signal to the other rank's running thread and back {:.0} ns, x N = {:.0} us against B0's {:.0} us (below B0: {})",
+        f.round_trip_ns, f.b3_floor_us, f.b0_communication_us, f.below_b0
     );
     let _ = writeln!(
         t,

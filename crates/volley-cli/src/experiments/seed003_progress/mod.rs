@@ -91,6 +91,18 @@ impl Words {
     }
 }
 
+/// E12's signal round trip with the requester spinning (ns per request on rank 0, NaN on
+/// rank 1; collective: both ranks of a 2-rank job call it): the floor of an interrupt-driven
+/// fetch, for `seed003-trisolve`.
+pub(super) fn signal_round_trip(
+    p: &Prim,
+    iters: u64,
+    failures: &mut Vec<String>,
+) -> Result<f64, String> {
+    let w = Words::new(p)?;
+    Ok(signal::signal_round_trip(p, &w, iters, failures))
+}
+
 /// Offsets in the scratch segment: the floor's word, the receiver's "done" flag, E12's words
 /// (from `SIG` on); E11 uses 256 and up.
 pub(super) const FLOOR: usize = 0;

@@ -186,19 +186,43 @@ fn compute(stop: &AtomicU64) -> u64 {
     n
 }
 
-/// One server variant; rank 0's figures: (ns per request, work per µs on rank 1).
+/// How rank 0 waits for each answer.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Wait {
+    /// Spins, then yields (E12: the requester shares its core fairly).
+    SpinThenYield,
+    /// Spins only (the floor of a round trip: no system call but the request's).
+    Spin,
+}
+
+/// Rank 0's figures of one server variant (NaN on rank 1).
+struct Run {
+    /// ns per request, the mean.
+    mean_ns: f64,
+    /// ns per request, the median (a request that finds rank 1 preempted by an unrelated
+    /// process costs a time slice, which the mean takes in and the median does not).
+    median_ns: f64,
+    /// Rank 1's computation meanwhile, loop iterations per µs.
+    work_per_us: f64,
+}
+
+/// One server variant.
 fn one(
     p: &Prim,
     w: &Words,
-    how: Server,
+    (how, wait): (Server, Wait),
     tag: u64,
     iters: u64,
     failures: &mut Vec<String>,
-) -> (f64, f64) {
+) -> Run {
     let rt = p.runtime();
     let (req, stop, reply) = (w.at(1, REQ), w.at(1, STOP), w.at(0, REPLY));
     let fut = futex_word(w.at(1, FUTEX));
-    let mut result = (f64::NAN, f64::NAN);
+    let mut result = Run {
+        mean_ns: f64::NAN,
+        median_ns: f64::NAN,
+        work_per_us: f64::NAN,
+    };
     if p.rank() == 1 {
         stop.store(0, Ordering::Release);
         w.at(1, PID)
@@ -290,8 +314,10 @@ fn one(
             w.at(1, PID).load(Ordering::Acquire) as libc::pid_t,
             w.at(1, TID).load(Ordering::Acquire) as libc::pid_t,
         );
+        let mut each = Vec::with_capacity(iters as usize);
         let start = Instant::now();
         for i in 0..iters {
+            let sent = Instant::now();
             let r = (tag << 40) + i + 1;
             req.store(r, Ordering::Release);
             match how {
@@ -307,28 +333,33 @@ fn one(
                 }
             }
             let mut spins = 0u32;
-            let deadline_check = Instant::now();
             while reply.load(Ordering::Acquire) != answer(r) {
                 spins += 1;
-                if spins > 256 {
+                if spins % 4096 == 0 && sent.elapsed() > Duration::from_secs(10) {
+                    failures.push(format!("E12 {how:?}: request {i} never answered"));
+                    break;
+                }
+                if spins > 256 && wait == Wait::SpinThenYield {
                     std::thread::yield_now();
-                    if spins % 4096 == 0 && deadline_check.elapsed() > Duration::from_secs(10) {
-                        failures.push(format!("E12 {how:?}: request {i} never answered"));
-                        break;
-                    }
                 } else {
                     std::hint::spin_loop();
                 }
             }
+            each.push(sent.elapsed().as_nanos() as f64);
         }
         let ns = start.elapsed().as_nanos() as f64 / iters as f64;
+        each.sort_by(f64::total_cmp);
         stop.store(1, Ordering::Release);
         rt.barrier();
         let served = w.at(0, SERVED).load(Ordering::Acquire);
         if served != iters {
             failures.push(format!("E12 {how:?}: {iters} requests, {served} served"));
         }
-        result = (ns, f64::from_bits(w.at(0, WORK).load(Ordering::Acquire)));
+        result = Run {
+            mean_ns: ns,
+            median_ns: each.get(each.len() / 2).copied().unwrap_or(f64::NAN),
+            work_per_us: f64::from_bits(w.at(0, WORK).load(Ordering::Acquire)),
+        };
     }
     rt.barrier();
     result
@@ -341,10 +372,13 @@ pub(super) fn measure(
     iters: u64,
     failures: &mut Vec<String>,
 ) -> Result<Figures, String> {
-    let (comm_thread_ns, comm_thread_work_per_us) =
-        one(p, w, Server::CommThread, 1, iters, failures);
-    let (futex_ns, futex_work_per_us) = one(p, w, Server::Futex, 2, iters, failures);
-    let (signal_ns, signal_work_per_us) = one(p, w, Server::Signal, 3, iters, failures);
+    let yielding = Wait::SpinThenYield;
+    let thread = one(p, w, (Server::CommThread, yielding), 1, iters, failures);
+    let futex = one(p, w, (Server::Futex, yielding), 2, iters, failures);
+    let signal = one(p, w, (Server::Signal, yielding), 3, iters, failures);
+    let (comm_thread_ns, comm_thread_work_per_us) = (thread.mean_ns, thread.work_per_us);
+    let (futex_ns, futex_work_per_us) = (futex.mean_ns, futex.work_per_us);
+    let (signal_ns, signal_work_per_us) = (signal.mean_ns, signal.work_per_us);
     Ok(Figures {
         comm_thread_ns,
         futex_ns,
@@ -355,6 +389,18 @@ pub(super) fn measure(
         signal_over_thread: signal_ns / comm_thread_ns,
         futex_over_thread: futex_ns / comm_thread_ns,
     })
+}
+
+/// The floor of any interrupt-driven request here: ns per round trip (rank 0's figure, NaN
+/// on rank 1) of a signal raised at rank 1's running (computing) program thread, whose
+/// handler answers, with rank 0 spinning for each answer.
+pub(super) fn signal_round_trip(
+    p: &Prim,
+    w: &Words,
+    iters: u64,
+    failures: &mut Vec<String>,
+) -> f64 {
+    one(p, w, (Server::Signal, Wait::Spin), 4, iters, failures).median_ns
 }
 
 pub(super) fn table(t: &mut String, f: &Figures, floor_ns: f64) {
