@@ -1209,6 +1209,13 @@ fn experiment_seed003_trisolve_solves_correctly_and_reports_every_version() {
         assert!(x.is_finite() && x > 0.0, "{key} in {doc}");
     }
     assert!(doc["b3p_below_b3"].is_boolean(), "{doc}");
+    // The interrupt floor: a signal's round trip to the running owner, times N.
+    let floor = &doc["b3_signal_floor"];
+    for key in ["round_trip_ns", "b3_floor_us", "b0_communication_us"] {
+        let x = floor[key].as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{key} in {doc}");
+    }
+    assert!(floor["below_b0"].is_boolean(), "{doc}");
     for r in rows {
         for key in ["computation_us", "communication_us"] {
             let x = r[key].as_f64().unwrap_or(f64::NAN);
