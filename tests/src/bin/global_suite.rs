@@ -1108,6 +1108,9 @@ impl Suite<'_, '_> {
             after.empty_polls - before.empty_polls,
         );
         let hub = self.name == "hw" && rt.is_polite() && (0..p).all(|r| rt.is_local(r));
+        if rt.is_polite() && me == 1 {
+            check!(self, yields > 0, "30 ms of polite waits counted no yield");
+        }
         if hub && me != 1 && p >= 3 {
             check!(
                 self,

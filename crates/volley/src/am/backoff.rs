@@ -173,7 +173,12 @@ mod tests {
     fn an_awaited_rank_off_its_cpu_gets_the_core_at_once() {
         let me = Presence::default();
         let mut b = Backoff::new(true);
-        b.snooze_awaiting(false, false, &me);
+        assert_eq!(
+            b.snooze_awaiting(false, false, &me),
+            Snooze::Yielded {
+                check_health: false
+            }
+        );
         assert_eq!(
             b.yields, 1,
             "no yield for an awaited rank that is not running"
