@@ -97,6 +97,23 @@ fn small_collectives_take_their_fast_paths() {
     });
 }
 
+/// Ranks at the hub (`hw`, polite, pinned round-robin) yield their core to each other, not
+/// at every poll while the rank they wait for needs another core: see the suite's `hubwait`.
+#[test]
+fn hub_waits_spin_while_the_awaited_rank_needs_another_core() {
+    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !two_cores || std::env::var_os("VOLLEY_TEST_NET").is_some() {
+        return;
+    }
+    Job::raw(["run", "--bind", "-n", "3", SUITE, "hubwait"])
+        .env("VOLLEY_STRATEGY", "hw")
+        .env("VOLLEY_POLITE", "1")
+        .timeout(DEADLINE)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["global hubwait [hw]: ok (300 barriers on 3 ranks"]);
+}
+
 /// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
 /// (no message sent), on 2 ranks with cores of their own and 5 polite ones, under every
 /// strategy, every value checked.

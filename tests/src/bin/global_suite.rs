@@ -24,8 +24,9 @@ const SECTIONS: [&str; 15] = [
 /// `big` (large all-reduces and all-to-alls around the size where they leave the small paths),
 /// `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`), and
 /// `mismatch-bcast` (rank 0 calls a barrier where the others receive its broadcast) and
-/// `mismatch-root` (rank 0 broadcasts where the others call a barrier).
-const EXTRA: [&str; 7] = [
+/// `mismatch-root` (rank 0 broadcasts where the others call a barrier), and `hubwait` (ranks
+/// at the hub spin while the rank they wait for needs another core).
+const EXTRA: [&str; 8] = [
     "late",
     "mismatch",
     "paths",
@@ -33,6 +34,7 @@ const EXTRA: [&str; 7] = [
     "bcast",
     "mismatch-bcast",
     "mismatch-root",
+    "hubwait",
 ];
 
 /// A small struct read and written whole.
@@ -1082,6 +1084,46 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// Ranks waiting at the hub for a rank that needs another core spin rather than yield
+    /// theirs at every poll: after each barrier rank 1 waits politely for 100 µs (giving up
+    /// its core again and again), while the other ranks wait for it in the next barrier. Run
+    /// with ranks pinned (`volley run --bind`), where rank 1 has a core of its own or shares
+    /// one with ranks other than 0 and 2. Counts yields per empty poll, never times.
+    fn hubwait(&self) {
+        let (g, me, p) = (self.g, self.me, self.p);
+        let rt = g.runtime();
+        const CALLS: usize = 300;
+        ok(self, "barrier", g.barrier());
+        let before = rt.stats();
+        for _ in 0..CALLS {
+            ok(self, "barrier", g.barrier());
+            if me == 1 {
+                let t = std::time::Instant::now();
+                rt.wait_until(|| t.elapsed() >= Duration::from_micros(100));
+            }
+        }
+        let after = rt.stats();
+        let (yields, empty) = (
+            after.yields - before.yields,
+            after.empty_polls - before.empty_polls,
+        );
+        let hub = self.name == "hw" && rt.is_polite() && (0..p).all(|r| rt.is_local(r));
+        if rt.is_polite() && me == 1 {
+            check!(self, yields > 0, "30 ms of polite waits counted no yield");
+        }
+        if hub && me != 1 && p >= 3 {
+            check!(
+                self,
+                yields * 4 <= empty,
+                "rank {me} yielded {yields} times in {empty} empty polls waiting for rank 1"
+            );
+        }
+        self.done(
+            "hubwait",
+            &format!("({CALLS} barriers on {p} ranks, rank 0 yielded {yields} times in {empty} empty polls)"),
+        );
+    }
+
     /// Small broadcasts from roots that run ahead of their receivers: 1000 calls from
     /// rotating roots, each root for 40 calls in a row (more than the ring holds) while the
     /// other ranks now and then give up their core, lengths of 1 to 12 words, every value
@@ -1545,6 +1587,7 @@ fn main() {
             "paths" => s.paths(),
             "big" => s.big(),
             "bcast" => s.bcast(),
+            "hubwait" => s.hubwait(),
             _ => unreachable!(),
         }
     }

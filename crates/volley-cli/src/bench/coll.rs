@@ -36,6 +36,11 @@ pub struct CollRun {
     /// All-to-all of 64 KiB per pair.
     #[serde(rename = "alltoall_64KiB_ns")]
     pub alltoall_64kib_ns: f64,
+    /// Yields of the core per rank and call (the mean rank) in the barrier, the 8-byte
+    /// all-reduce and the 8-byte all-to-all: with more ranks than cores, how often the cores
+    /// changed hands (a count, steady where the times are not).
+    #[serde(default)]
+    pub yields_per_call: [f64; 3],
     /// Open MPI's figures on the same ranks, measured right after.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mpi: Option<super::mpi_peer::MpiColl>,
@@ -62,53 +67,64 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     let g = setup.attach(&rt).map_err(|e| e.to_string())?;
     let iters = |n: f64| ((n * scale) as usize).max(3);
     let p = g.procs();
-    let time = |n: usize, f: &mut dyn FnMut()| -> Result<f64, String> {
+    // The median ns per call, and the yields per call of the mean rank (a count, steady where
+    // times are not: how often the cores changed hands).
+    let time = |n: usize, f: &mut dyn FnMut()| -> Result<(f64, f64), String> {
         let mut samples = Vec::new();
         for _ in 0..(n / 10).max(1) {
             f();
         }
+        let mut yields = 0;
         for _ in 0..reps {
             g.barrier().map_err(|e| e.to_string())?;
+            let y0 = rt.stats().yields;
             let t0 = Instant::now();
             for _ in 0..n {
                 f();
             }
             let mine = t0.elapsed().as_nanos() as f64 / n as f64;
+            yields += rt.stats().yields - y0;
             samples.push(g.all_reduce_one(mine, Op::Max).map_err(|e| e.to_string())?);
         }
-        Ok(super::median(&mut samples))
+        let all = g
+            .all_reduce_one(yields, Op::Sum)
+            .map_err(|e| e.to_string())?;
+        Ok((
+            super::median(&mut samples),
+            all as f64 / (p * n * reps) as f64,
+        ))
     };
     let fail = |what: &str, e: volley_global::GlobalError| -> ! {
         eprintln!("volley bench coll: rank {}: {what}: {e}", rt.rank());
         std::process::exit(1)
     };
-    let barrier_ns = time(iters(20000.0), &mut || {
+    let (barrier_ns, barrier_yields) = time(iters(20000.0), &mut || {
         g.barrier().unwrap_or_else(|e| fail("barrier", e))
     })?;
     let mut word = [7u64];
-    let bcast_8b_ns = time(iters(20000.0), &mut || {
+    let (bcast_8b_ns, _) = time(iters(20000.0), &mut || {
         g.broadcast(0, &mut word)
             .unwrap_or_else(|e| fail("broadcast", e))
     })?;
-    let allreduce_8b_ns = time(iters(20000.0), &mut || {
+    let (allreduce_8b_ns, allreduce_8b_yields) = time(iters(20000.0), &mut || {
         let mut w = [g.my_proc() as u64 + 1];
         g.all_reduce(&mut w, Op::Sum)
             .unwrap_or_else(|e| fail("all_reduce", e));
     })?;
     let mut big = vec![1.0f64; 131072];
-    let allreduce_1mib_ns = time(iters(200.0), &mut || {
+    let (allreduce_1mib_ns, _) = time(iters(200.0), &mut || {
         g.all_reduce(&mut big, Op::Sum)
             .unwrap_or_else(|e| fail("all_reduce", e));
     })?;
     let send8 = vec![3u64; p];
     let mut recv8 = vec![0u64; p];
-    let alltoall_8b_ns = time(iters(20000.0), &mut || {
+    let (alltoall_8b_ns, alltoall_8b_yields) = time(iters(20000.0), &mut || {
         g.all_to_all(&send8, &mut recv8)
             .unwrap_or_else(|e| fail("all_to_all", e));
     })?;
     let send64 = vec![5u8; p << 16];
     let mut recv64 = vec![0u8; p << 16];
-    let alltoall_64kib_ns = time(iters(200.0), &mut || {
+    let (alltoall_64kib_ns, _) = time(iters(200.0), &mut || {
         g.all_to_all(&send64, &mut recv64)
             .unwrap_or_else(|e| fail("all_to_all", e));
     })?;
@@ -128,6 +144,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             allreduce_1mib_ns,
             alltoall_8b_ns,
             alltoall_64kib_ns,
+            yields_per_call: [barrier_yields, allreduce_8b_yields, alltoall_8b_yields],
             mpi: None,
         };
         let text = serde_json::to_vec(&r).map_err(|e| e.to_string())?;
@@ -218,6 +235,14 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
                 v / 1e3
             );
         }
+    }
+    for run in &r.runs {
+        let [b, a, t] = run.yields_per_call;
+        let _ = writeln!(
+            w,
+            "yields per rank and call on {} ranks: barrier {b:.2}, allreduce 8 B {a:.2}, alltoall 8 B {t:.2}",
+            run.ranks
+        );
     }
     if let Some(n) = &r.mpi_note {
         let _ = writeln!(w, "note: {n}");

@@ -4,7 +4,9 @@
 //! count; then it reads what it needs from every row. A rank that gets the core then has
 //! nothing to wait for but the last arrival, which completes the call without waking anyone:
 //! each rank needs the core about once per call, where a dissemination or recursive-doubling
-//! round waits on a rank that may not have run since the last round.
+//! round waits on a rank that may not have run since the last round. A waiting rank yields
+//! its core only while an awaited rank needs that core (see [`Hub::elsewhere`]), so that each
+//! core changes hands about once per call.
 //!
 //! Rows alternate by the parity of the hub's call number: a rank writes call c + 2's row only
 //! after every rank arrived at call c + 1, so after every rank has read call c's rows.
@@ -23,8 +25,12 @@ use volley::Runtime;
 
 /// The hub serves jobs of up to this many ranks (a row holds a block for every rank).
 const HUB_RANKS: usize = 16;
-/// Words of a row before its blocks: epoch, what, block length.
-const ROW_HEADER: usize = 3;
+/// Words of a row before its blocks: epoch, what, block length, CPU.
+const ROW_HEADER: usize = 4;
+/// The row word with the CPU the rank arrived on (`NO_CPU`: not known).
+const CPU_WORD: usize = 3;
+/// A CPU number that no CPU has.
+const NO_CPU: u64 = u64::MAX;
 /// Word 0 counts arrivals, ever; word 1 counts ranks that are not polite (set at attach).
 const HEAD_WORDS: usize = 8;
 
@@ -89,15 +95,25 @@ impl Hub {
         self.word(HEAD_WORDS + row * self.row_words + i)
     }
 
-    /// Block `j` of rank `r`'s row of call `call`, into `dst`.
+    /// Block `j` of rank `r`'s row of call `call`, into `dst` (blocks of `dst.len()` bytes).
     fn read_block(&self, call: u64, r: usize, j: usize, dst: &mut [u8]) {
         let mut words = [0u64; FAST_WORDS];
         for (k, w) in words.iter_mut().enumerate().take(dst.len().div_ceil(8)) {
             *w = self
-                .row(call, r, ROW_HEADER + j * FAST_WORDS + k)
+                .row(call, r, block_word(j, dst.len()) + k)
                 .load(Ordering::Relaxed);
         }
         from_words(&words, dst);
+    }
+
+    /// Whether rank `r`, which has not arrived at call `call`, waits for a core other than
+    /// `cpu` (this rank's): true if it arrived at the call before on another CPU (the CPU it
+    /// needs, if pinned, and most likely otherwise); `None` if that is not known.
+    fn elsewhere(&self, call: u64, r: usize, cpu: u64) -> Option<bool> {
+        let before = self
+            .row(call.checked_sub(1)?, r, CPU_WORD)
+            .load(Ordering::Relaxed);
+        (cpu != NO_CPU && before != NO_CPU).then_some(before != cpu)
     }
 
     /// What collective rank `r`'s row of a call at `epoch` belongs to, if one is here (for
@@ -110,6 +126,13 @@ impl Hub {
             })
         })
     }
+}
+
+/// The row word where block `j` of a call with blocks of `len` bytes starts: blocks are
+/// packed, so that small blocks share the header's cache line (an 8-byte all-to-all on 4
+/// ranks writes and reads one line per row).
+fn block_word(j: usize, len: usize) -> usize {
+    ROW_HEADER + j * len.div_ceil(8)
 }
 
 impl Global<'_> {
@@ -132,25 +155,32 @@ impl Global<'_> {
             let mut words = [0u64; FAST_WORDS];
             let n = to_words(block, &mut words);
             for (k, w) in words[..n].iter().enumerate() {
-                hub.row(call, me, ROW_HEADER + j * FAST_WORDS + k)
+                hub.row(call, me, block_word(j, len) + k)
                     .store(*w, Ordering::Relaxed);
             }
         }
         hub.row(call, me, 0).store(epoch, Ordering::Relaxed);
         hub.row(call, me, 2).store(len as u64, Ordering::Relaxed);
+        let cpu = nix::sched::sched_getcpu().map_or(NO_CPU, |c| c as u64);
+        hub.row(call, me, CPU_WORD).store(cpu, Ordering::Relaxed);
         hub.row(call, me, 1).store(what.code(), Ordering::Relaxed);
         // Release: whoever sees the count sees the row.
         hub.word(0).fetch_add(1, Ordering::AcqRel);
         let all_in = (p as u64) * (call + 1);
         let (mut polls, mut elsewhere) = (0u32, None);
         let mb = &self.shared.mailbox;
-        // The ranks still awaited are those whose row is not yet this call's: spin while all
-        // of them are on a CPU, yield while one waits for a core.
+        // The ranks still awaited are those whose row is not yet this call's. Spin while none
+        // of them needs this CPU: a rank that waits for the other CPU gets it from the rank
+        // running there, and a yield here would only pass this core to a rank that has
+        // arrived and back. Yield while one needs this CPU (it shares it with this rank; or,
+        // where CPUs are not known, it is not on a CPU).
         let running = || {
             (0..p).all(|r| {
                 r == me
                     || hub.row(call, r, 0).load(Ordering::Relaxed) == epoch
-                    || self.rt.is_running(r)
+                    || hub
+                        .elsewhere(call, r, cpu)
+                        .unwrap_or_else(|| self.rt.is_running(r))
             })
         };
         self.wait_awaiting(

@@ -25,6 +25,16 @@ const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 /// core yields once or twice, a wait for a rank that computes many times.
 const LONG_WAIT_YIELDS: u32 = 4;
 
+/// What one step of a wait did after a poll that found nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Snooze {
+    /// Spun (a `pause`, or nothing).
+    Spun,
+    /// Yielded the core; `check_health`: about every 2048 yields, time for the caller to
+    /// check the job's health.
+    Yielded { check_health: bool },
+}
+
 /// Wait state of one waiting loop.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Backoff {
@@ -56,12 +66,11 @@ impl Backoff {
         }
     }
 
-    /// Called after a poll that found nothing. Returns true when the wait has been long enough
-    /// (about every 2048 yields) that the caller should check the job's health. `pause`: spin
-    /// with a `pause` (the rank waits on rings that other cores write); `me`: this rank's
-    /// presence, marked away while it yields.
+    /// Called after a poll that found nothing: spins or yields. `pause`: spin with a `pause`
+    /// (the rank waits on rings that other cores write); `me`: this rank's presence, marked
+    /// away while it yields.
     #[inline(always)]
-    pub(crate) fn snooze(&mut self, pause: bool, me: &Presence) -> bool {
+    pub(crate) fn snooze(&mut self, pause: bool, me: &Presence) -> Snooze {
         if self.empty < self.limit {
             // `pause` between polls: without it the short poll loop keeps many speculative
             // loads of the ring heads in flight, every remote write then costs a memory-ordering
@@ -71,7 +80,7 @@ impl Backoff {
             if pause {
                 std::hint::spin_loop();
             }
-            false
+            Snooze::Spun
         } else {
             self.yield_core(me)
         }
@@ -81,24 +90,26 @@ impl Backoff {
     /// CPU) or not: spins while they run, up to [`AWAITED_SPIN_POLLS`] in a row, and
     /// otherwise yields at once.
     #[inline]
-    pub(crate) fn snooze_awaiting(&mut self, pause: bool, running: bool, me: &Presence) -> bool {
+    pub(crate) fn snooze_awaiting(&mut self, pause: bool, running: bool, me: &Presence) -> Snooze {
         if running && self.awaited < AWAITED_SPIN_POLLS {
             self.awaited += 1;
             if pause {
                 std::hint::spin_loop();
             }
-            return false;
+            return Snooze::Spun;
         }
         self.awaited = 0;
         self.yield_core(me)
     }
 
-    /// Yields the core, marked away meanwhile; true when it is time for a health check.
+    /// Yields the core, marked away meanwhile.
     #[inline]
-    fn yield_core(&mut self, me: &Presence) -> bool {
+    fn yield_core(&mut self, me: &Presence) -> Snooze {
         me.away_during(std::thread::yield_now);
         self.yields = self.yields.wrapping_add(1);
-        self.yields & (YIELDS_PER_HEALTH_CHECK - 1) == 0
+        Snooze::Yielded {
+            check_health: self.yields & (YIELDS_PER_HEALTH_CHECK - 1) == 0,
+        }
     }
 
     /// One step of the spinning phase (the caller checked [`Backoff::spun_out`] first).
@@ -162,7 +173,12 @@ mod tests {
     fn an_awaited_rank_off_its_cpu_gets_the_core_at_once() {
         let me = Presence::default();
         let mut b = Backoff::new(true);
-        b.snooze_awaiting(false, false, &me);
+        assert_eq!(
+            b.snooze_awaiting(false, false, &me),
+            Snooze::Yielded {
+                check_health: false
+            }
+        );
         assert_eq!(
             b.yields, 1,
             "no yield for an awaited rank that is not running"

@@ -20,6 +20,8 @@ pub struct Stats {
     pub empty_polls: u64,
     /// Sends that could not inject at once and had to wait for credit or a buffer.
     pub blocked_sends: u64,
+    /// Times a wait gave up the core with a yield (a polite wait, or one that spun out).
+    pub yields: u64,
     /// Frames dropped at this rank because they were corrupt or named an unknown handler.
     pub dropped: u64,
     /// Deepest handler nesting reached (2 = reply handlers ran inside a request handler):
@@ -92,7 +94,7 @@ impl fmt::Display for Stats {
         write!(
             f,
             "sent req s/m/l {}/{}/{} rep s/m/l {}/{}/{} | handled req s/m/l {}/{}/{} rep s/m/l \
-             {}/{}/{} | polls {} empty {} | blocked sends {} | dropped {} | max nesting {} | \
+             {}/{}/{} | polls {} empty {} | blocked sends {} | yields {} | dropped {} | max nesting {} | \
              system {}",
             rq[0],
             rq[1],
@@ -109,6 +111,7 @@ impl fmt::Display for Stats {
             self.polls,
             self.empty_polls,
             self.blocked_sends,
+            self.yields,
             self.dropped,
             self.max_nesting,
             self.system_sent
@@ -160,6 +163,7 @@ pub(crate) struct StatCells {
     pub(crate) polls: Tally,
     pub(crate) empty_polls: Counter,
     pub(crate) blocked_sends: Tally,
+    pub(crate) yields: Tally,
     pub(crate) dropped: Tally,
     pub(crate) max_nesting: Tally,
     pub(crate) system_sent: Tally,
@@ -203,6 +207,7 @@ impl StatCells {
             polls: self.polls.get(),
             empty_polls: self.empty_polls.get(),
             blocked_sends: self.blocked_sends.get(),
+            yields: self.yields.get(),
             dropped: self.dropped.get(),
             max_nesting: self.max_nesting.get(),
             system_sent: self.system_sent.get(),

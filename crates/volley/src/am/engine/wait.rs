@@ -1,8 +1,9 @@
 //! Waiting: polling until a condition holds, and sleeping in the kernel when there is nothing
 //! to do (block mode, the progress thread).
 
-use super::super::backoff::Backoff;
+use super::super::backoff::{Backoff, Snooze};
 use super::super::report::{Doing, LongWait};
+use super::super::stats::bump;
 use super::{Engine, Served};
 use crate::transport::contract::Transport;
 use crate::transport::shm::doorbell::SleepOn;
@@ -48,8 +49,17 @@ impl Engine {
     /// One step of an idle wait.
     #[inline(always)]
     pub(super) fn idle(&self, backoff: &mut Backoff) {
-        if backoff.snooze(!self.net_only, self.own().presence()) {
-            self.check_health();
+        self.snoozed(backoff.snooze(!self.net_only, self.own().presence()));
+    }
+
+    /// Counts a yield and checks the job's health when it is time.
+    #[inline(always)]
+    fn snoozed(&self, step: Snooze) {
+        if let Snooze::Yielded { check_health } = step {
+            bump(&self.stats.yields);
+            if check_health {
+                self.check_health();
+            }
         }
     }
 
@@ -127,9 +137,7 @@ impl Engine {
                     self.sleep_for(SLEEP_MAX);
                 } else if let Some(running) = awaited() {
                     let me = self.own().presence();
-                    if backoff.snooze_awaiting(!self.net_only, running, me) {
-                        self.check_health();
-                    }
+                    self.snoozed(backoff.snooze_awaiting(!self.net_only, running, me));
                 } else {
                     self.idle(&mut backoff);
                 }
