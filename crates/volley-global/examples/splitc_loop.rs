@@ -1,6 +1,7 @@
 //! The round-trip loops of `volley bench splitc` under `proc`, one at a time:
-//! `splitc_loop am|read|write [ROUNDS]` runs ROUNDS (default 1,000,000) null AM round trips,
-//! `read`s or `write`s of a `u64`, as the benchmark's loops do, from rank 0 to rank 1. Started
+//! `splitc_loop am|read|write [ROUNDS [WORDS]]` runs ROUNDS (default 1,000,000) null AM round
+//! trips, `read`s or `write`s of a `u64`, as the benchmark's loops do, from rank 0 to rank 1,
+//! cycling through WORDS words (default 65,536, as the benchmark). Started
 //! bare (one rank), rank 0 makes them to itself through its loopback rings (the global layer
 //! told to use Active Messages for its own memory), so that one thread runs both sides' path:
 //! `scripts/count-global-instructions` counts them.
@@ -13,7 +14,7 @@ use volley_global::{Global, Layout, Strategy};
 
 fn main() {
     let usage = || -> ! {
-        eprintln!("usage: splitc_loop am|read|write [ROUNDS]");
+        eprintln!("usage: splitc_loop am|read|write [ROUNDS [WORDS]]");
         std::process::exit(2)
     };
     let mode = std::env::args().nth(1).unwrap_or_else(|| usage());
@@ -39,7 +40,10 @@ fn main() {
     let g = setup.attach(&rt).expect("attach");
     g.set_loopback_am(true);
     let target = if g.procs() > 1 { 1 } else { 0 };
-    let words = 1 << 16;
+    let words: usize = match std::env::args().nth(3) {
+        None => 1 << 16,
+        Some(a) => a.parse().ok().filter(|&w| w > 0).unwrap_or_else(|| usage()),
+    };
     let w = g
         .all_spread_alloc::<u64>(words * g.procs(), Layout::Blocked)
         .expect("alloc");

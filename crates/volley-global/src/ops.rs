@@ -31,6 +31,10 @@ impl<'rt> Global<'rt> {
     // ----- reads -----
 
     /// Reads `*p`; returns when the value is here (Split-C's `x = *p`).
+    ///
+    /// Inlined, so that the pointer's words stay in registers: a copy of a pointer just
+    /// built in memory costs a stalled load per round trip.
+    #[inline(always)]
     pub fn read<T: Pod>(&self, p: GlobalPtr<T>) -> Result<T> {
         let mut v = T::zeroed();
         // A value of one word travels in the request's answer (`get_word`): fewer words each
