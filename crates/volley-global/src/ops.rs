@@ -202,8 +202,40 @@ impl<'rt> Global<'rt> {
     // ----- writes -----
 
     /// Writes `*p = v`; returns when the owner has acknowledged the update.
+    ///
+    /// Inlined for the reason [`Global::read`] is; a value that fits in one put's arguments
+    /// goes in one message, without the bulk path's fragmenting.
+    #[inline(always)]
     pub fn write<T: Pod>(&self, p: GlobalPtr<T>, v: T) -> Result<()> {
-        self.bulk_write(p, std::slice::from_ref(&v))
+        if std::mem::size_of::<T>() > PUT_INLINE_WORDS * 8 {
+            return self.bulk_write(p, std::slice::from_ref(&v));
+        }
+        p.check_fits(1)?;
+        let bytes = bytemuck::bytes_of(&v);
+        match self.route(p.rank())? {
+            Route::Am => {
+                let c = Completion::expecting(1);
+                self.send_put(p.segment(), p.offset(), bytes, c.word())?;
+                let what = || format!("a write to rank {}", p.rank());
+                self.await_completion(&c, p.rank(), &what).map(|_| ())
+            }
+            near => self.write_near(near, p, bytes),
+        }
+    }
+
+    /// Writes `bytes` at `p` on a rank reached without messages ([`Route::Local`] or
+    /// [`Route::Direct`]).
+    fn write_near<T: Pod>(&self, route: Route, p: GlobalPtr<T>, bytes: &[u8]) -> Result<()> {
+        if route == Route::Local {
+            self.shared
+                .own
+                .write(p.segment(), p.offset(), bytes)
+                .map_err(|r| GlobalError::refused(self.me, r))
+        } else {
+            self.rma
+                .put(p.segment(), p.offset(), bytes)
+                .map_err(GlobalError::from)
+        }
     }
 
     /// Writes `src` at `p` (blocking, acknowledged).
@@ -212,15 +244,7 @@ impl<'rt> Global<'rt> {
         p.check_fits(src.len())?;
         let bytes: &[u8] = bytemuck::cast_slice(src);
         match self.route(p.rank())? {
-            Route::Local => self
-                .shared
-                .own
-                .write(p.segment(), off, bytes)
-                .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self
-                .rma
-                .put(p.segment(), off, bytes)
-                .map_err(GlobalError::from),
+            route @ (Route::Local | Route::Direct) => self.write_near(route, p, bytes),
             Route::Am => {
                 let what = || format!("a write to rank {}", p.rank());
                 if bytes.len() <= self.chunk.get() {
