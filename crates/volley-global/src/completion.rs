@@ -55,6 +55,14 @@ impl Completion {
         self.remaining.fetch_sub(1, Ordering::Release);
     }
 
+    /// Records one successful reply that carries a value (a blocking read's word).
+    #[inline]
+    pub(crate) fn deliver(&self, value: u64) {
+        self.value.store(value, Ordering::Relaxed);
+        // Release: the waiter that sees zero sees the value.
+        self.remaining.fetch_sub(1, Ordering::Release);
+    }
+
     /// Records one reply (called by the reply handler, after the data is written).
     pub(crate) fn record(&self, status: u64, value: u64, detail: [u64; 4]) {
         if status != 0
@@ -73,14 +81,18 @@ impl Completion {
     }
 
     /// The result once done: the value, or the first refusal.
+    #[inline]
     pub(crate) fn result(&self) -> Result<u64, RefusalWords> {
         match self.status.load(Ordering::Relaxed) {
             0 => Ok(self.value.load(Ordering::Relaxed)),
-            code => {
-                let d = self.detail.each_ref().map(|x| x.load(Ordering::Relaxed));
-                Err((code, d[0] as usize, d[1], d[2], d[3]))
-            }
+            code => Err(self.refusal(code)),
         }
+    }
+
+    #[cold]
+    fn refusal(&self, code: u64) -> RefusalWords {
+        let d = self.detail.each_ref().map(|x| x.load(Ordering::Relaxed));
+        (code, d[0] as usize, d[1], d[2], d[3])
     }
 
     /// This completion's address, as the `kind` word of a request (never 0: 0 names the

@@ -80,6 +80,8 @@ pub struct Global<'rt> {
     /// decided (inner `None`: the kernel or `VOLLEY_COLL_CMA` said no).
     pub(crate) cma: std::cell::OnceCell<Option<crate::coll::CmaPeers>>,
     hang_warn: Duration,
+    /// Whether accesses to this rank's own memory go through Active Messages to itself.
+    loopback_am: Cell<bool>,
 }
 
 impl std::fmt::Debug for Global<'_> {
@@ -171,6 +173,7 @@ impl GlobalSetup {
             mapped_all_to_alls: Cell::new(0),
             cma: std::cell::OnceCell::new(),
             hang_warn,
+            loopback_am: Cell::new(false),
         })
     }
 }
@@ -261,6 +264,15 @@ impl<'rt> Global<'rt> {
         }
         self.chunk.set(bytes);
         Ok(())
+    }
+
+    /// Sends this rank's accesses to its own memory through Active Messages to itself, as to a
+    /// peer (`true`), instead of copying them locally: so that a one-rank program runs the
+    /// whole request, handler and reply path of an operation, which is what
+    /// `scripts/count-global-instructions` counts. Under `hw` they go on the direct path.
+    #[doc(hidden)]
+    pub fn set_loopback_am(&self, on: bool) {
+        self.loopback_am.set(on);
     }
 
     /// Serves what has arrived (Split-C's `splitc_poll`): a program that computes for long
@@ -379,7 +391,7 @@ impl<'rt> Global<'rt> {
         if self.rt.is_finalized() {
             return Err(volley::am::Error::Finalized.into());
         }
-        Ok(if rank == self.me {
+        Ok(if rank == self.me && !self.loopback_am.get() {
             Route::Local
         } else if self.strategy == Strategy::Hw && self.rt.is_local(rank) {
             Route::Direct

@@ -6,6 +6,7 @@
 //! | request | arguments | at the owner | reply |
 //! |---|---|---|---|
 //! | get | segment, key, offset·length, destination, completion | checked copy out | `data`: destination·length, completion, the bytes (inline words or medium payload); `data_refused` on a refusal |
+//! | get_word (a blocking read of at most 8 bytes) | segment, key, offset·length, completion | checked load | `word`: completion, the bytes as one word; `data_refused` on a refusal |
 //! | put | segment, key, offset·length, completion, inline words | checked copy in | `ack`: completion; `refused` on a refusal |
 //! | store | segment, key, offset·length, inline words | checked copy in, then the byte counter | none (one-way) |
 //! | atomic | segment, key, offset, procedure, completion, arguments | the procedure, serialized with every handler | `ack`: completion, result |
@@ -320,6 +321,7 @@ fn refuse_access(
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Handlers {
     pub(crate) get: RequestHandler,
+    pub(crate) get_word: RequestHandler,
     pub(crate) put: RequestHandler,
     pub(crate) store: RequestHandler,
     pub(crate) atomic: RequestHandler,
@@ -378,10 +380,23 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         }
     });
     let refused = data_refused;
+    let word: ReplyHandler = b.reply_handler("volley.global.word", move |m| {
+        // args: completion, value.
+        let [kind, value] = args_of(m);
+        if kind != 0 {
+            // SAFETY: as in `Shared::complete` (a `get_word` always names a Completion).
+            let c = unsafe { &*(kind as *const Completion) };
+            c.deliver(value);
+        }
+    });
 
     let s = shared.clone();
     let get = b.request_handler("volley.global.get", move |m, tok| {
         serve_get(&s, m, tok, data, refused)
+    });
+    let s = shared.clone();
+    let get_word = b.request_handler("volley.global.get_word", move |m, tok| {
+        serve_get_word(&s, m, tok, word, refused)
     });
     let s = shared.clone();
     let put = b.request_handler("volley.global.put", move |m, tok| {
@@ -451,6 +466,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
     });
     Handlers {
         get,
+        get_word,
         put,
         store,
         atomic,
@@ -532,6 +548,39 @@ fn serve_get(
     let _ = match s.own.read(seg, off as usize, &mut scratch[..n]) {
         Ok(()) => tok.reply_medium(data, &[addr_len(dest, 0), kind], &scratch[..n]),
         Err(r) => refuse(tok, r),
+    };
+}
+
+/// Answers a blocking read of at most 8 bytes with the bytes as one little-endian word.
+#[inline(always)]
+fn serve_get_word(
+    s: &Shared,
+    m: &Message<'_>,
+    tok: ReplyToken<'_>,
+    word: ReplyHandler,
+    refused: ReplyHandler,
+) {
+    // args: segment, key, offset·length, completion.
+    let [w0, key, off_len, kind] = args_of(m);
+    let (off, len) = split_offset_len(off_len);
+    let n = len as usize;
+    let checked = if n <= 8 {
+        s.own.range(seg_of(w0, key), off as usize, n, Perms::READ)
+    } else {
+        // Not what a read sends: refused rather than read past a word.
+        Err(Refusal::NoSuchSegment)
+    };
+    let _ = match checked {
+        Ok(src) => {
+            let mut b = [0u8; 8];
+            // Acquire: pairs with the release of whoever wrote the data.
+            std::sync::atomic::fence(Ordering::Acquire);
+            // SAFETY: `src` is `n` bytes (at most 8) checked to lie in this rank's segment
+            // area; `b` has 8.
+            unsafe { copy_small(src.as_ptr(), b.as_mut_ptr(), n) };
+            tok.reply_short(word, &[kind, u64::from_le_bytes(b)])
+        }
+        Err(r) => refuse_access(tok, refused, kind, r, off, len),
     };
 }
 

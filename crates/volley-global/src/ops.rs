@@ -31,10 +31,53 @@ impl<'rt> Global<'rt> {
     // ----- reads -----
 
     /// Reads `*p`; returns when the value is here (Split-C's `x = *p`).
+    ///
+    /// Inlined, so that the pointer's words stay in registers: a copy of a pointer just
+    /// built in memory costs a stalled load per round trip.
+    #[inline(always)]
     pub fn read<T: Pod>(&self, p: GlobalPtr<T>) -> Result<T> {
         let mut v = T::zeroed();
+        // A value of one word travels in the request's answer (`get_word`): fewer words each
+        // way than a get's, and nothing to unpack into a destination.
+        if std::mem::size_of::<T>() <= 8 {
+            let len = p.check_fits(1)?;
+            let route = self.route(p.rank())?;
+            if route == Route::Am {
+                return self.read_word(p, len);
+            }
+            self.read_near(route, p, bytemuck::bytes_of_mut(&mut v))?;
+            return Ok(v);
+        }
         self.bulk_read(std::slice::from_mut(&mut v), p)?;
         Ok(v)
+    }
+
+    /// A blocking read of `len` (at most 8) bytes at `p` from another rank, through Active
+    /// Messages.
+    #[inline(always)]
+    fn read_word<T: Pod>(&self, p: GlobalPtr<T>, len: usize) -> Result<T> {
+        let c = Completion::expecting(1);
+        let w = p.segment().to_words();
+        let args = [w[0], w[1], offset_len(p.offset(), len), c.word()];
+        self.rt.request_short(p.rank(), self.h.get_word, &args)?;
+        let what = || format!("a read from rank {}", p.rank());
+        let word = self.await_completion(&c, p.rank(), &what)?;
+        Ok(bytemuck::pod_read_unaligned(&word.to_le_bytes()[..len]))
+    }
+
+    /// Reads `bytes` at `p` on a rank reached without messages: this rank's memory
+    /// ([`Route::Local`]) or a peer's mapped memory ([`Route::Direct`]).
+    fn read_near<T: Pod>(&self, route: Route, p: GlobalPtr<T>, bytes: &mut [u8]) -> Result<()> {
+        if route == Route::Local {
+            self.shared
+                .own
+                .read(p.segment(), p.offset(), bytes)
+                .map_err(|r| GlobalError::refused(self.me, r))
+        } else {
+            self.rma
+                .get(p.segment(), p.offset(), bytes)
+                .map_err(GlobalError::from)
+        }
     }
 
     /// Reads `dst.len()` elements starting at `p` into `dst` (blocking).
@@ -43,15 +86,7 @@ impl<'rt> Global<'rt> {
         p.check_fits(dst.len())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
         match self.route(p.rank())? {
-            Route::Local => self
-                .shared
-                .own
-                .read(p.segment(), off, bytes)
-                .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self
-                .rma
-                .get(p.segment(), off, bytes)
-                .map_err(GlobalError::from),
+            route @ (Route::Local | Route::Direct) => self.read_near(route, p, bytes),
             Route::Am => {
                 let what = || format!("a read from rank {}", p.rank());
                 if bytes.len() <= self.chunk.get() {
@@ -139,7 +174,8 @@ impl<'rt> Global<'rt> {
     }
 
     /// Waits until every reply of `c` (all from `rank`) is in: the value, or the first refusal.
-    #[inline]
+    /// Inlined: it is on a blocking operation's path from its answer to the next request.
+    #[inline(always)]
     fn await_completion(
         &self,
         c: &Completion,
@@ -166,8 +202,40 @@ impl<'rt> Global<'rt> {
     // ----- writes -----
 
     /// Writes `*p = v`; returns when the owner has acknowledged the update.
+    ///
+    /// Inlined for the reason [`Global::read`] is; a value that fits in one put's arguments
+    /// goes in one message, without the bulk path's fragmenting.
+    #[inline(always)]
     pub fn write<T: Pod>(&self, p: GlobalPtr<T>, v: T) -> Result<()> {
-        self.bulk_write(p, std::slice::from_ref(&v))
+        if std::mem::size_of::<T>() > PUT_INLINE_WORDS * 8 {
+            return self.bulk_write(p, std::slice::from_ref(&v));
+        }
+        p.check_fits(1)?;
+        let bytes = bytemuck::bytes_of(&v);
+        match self.route(p.rank())? {
+            Route::Am => {
+                let c = Completion::expecting(1);
+                self.send_put(p.segment(), p.offset(), bytes, c.word())?;
+                let what = || format!("a write to rank {}", p.rank());
+                self.await_completion(&c, p.rank(), &what).map(|_| ())
+            }
+            near => self.write_near(near, p, bytes),
+        }
+    }
+
+    /// Writes `bytes` at `p` on a rank reached without messages ([`Route::Local`] or
+    /// [`Route::Direct`]).
+    fn write_near<T: Pod>(&self, route: Route, p: GlobalPtr<T>, bytes: &[u8]) -> Result<()> {
+        if route == Route::Local {
+            self.shared
+                .own
+                .write(p.segment(), p.offset(), bytes)
+                .map_err(|r| GlobalError::refused(self.me, r))
+        } else {
+            self.rma
+                .put(p.segment(), p.offset(), bytes)
+                .map_err(GlobalError::from)
+        }
     }
 
     /// Writes `src` at `p` (blocking, acknowledged).
@@ -176,15 +244,7 @@ impl<'rt> Global<'rt> {
         p.check_fits(src.len())?;
         let bytes: &[u8] = bytemuck::cast_slice(src);
         match self.route(p.rank())? {
-            Route::Local => self
-                .shared
-                .own
-                .write(p.segment(), off, bytes)
-                .map_err(|r| GlobalError::refused(self.me, r)),
-            Route::Direct => self
-                .rma
-                .put(p.segment(), off, bytes)
-                .map_err(GlobalError::from),
+            route @ (Route::Local | Route::Direct) => self.write_near(route, p, bytes),
             Route::Am => {
                 let what = || format!("a write to rank {}", p.rank());
                 if bytes.len() <= self.chunk.get() {

@@ -5,7 +5,8 @@
 //! in the exchange ranks 0 and 1 issue to each other at once. Definitions (seed 004 §5.2,
 //! §10 G):
 //! - **round trip** (latency includes overhead): a null Active Message, a blocking `read`, a
-//!   blocking `write` of one word;
+//!   blocking `write` of one word; the mean over all of each kind, the three timed in turns
+//!   of [`RTT_BLOCK`] so that they see the same moments of the machine;
 //! - **overhead**: the issuer's time per operation in bursts of [`BURST`]: issuing, then (after
 //!   computing long enough for every reply to arrive) completing in `sync`. A store has no
 //!   completion at the issuer;
@@ -28,6 +29,8 @@ use volley_global::{Global, Layout, Strategy};
 
 /// Operations per burst of the overhead measurement.
 const BURST: usize = 16;
+/// Round trips of each kind (null AM, `read`, `write`) per turn of the round-trip loops.
+const RTT_BLOCK: usize = 1000;
 /// Compute per rank and iteration of the granularity curve.
 const WORK: Duration = Duration::from_micros(2000);
 /// Granularities: compute between polls (None: never polls while computing).
@@ -178,26 +181,37 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     for _ in 0..reps {
         let mut f = StrategyFigures::default();
         g.barrier().map_err(e)?;
-        // --- round trips ---
+        // --- round trips: the three loops take turns in blocks, so that a change of the
+        // machine's load while they run reaches each alike ---
         if me == 0 {
             let k = n(20000.0);
-            let t = Instant::now();
-            for i in 0..k as u64 {
-                rt.request_short(1, ping, &[]).map_err(|e| e.to_string())?;
-                rt.wait_on(1, || pongs.load(Ordering::Acquire) > i);
+            let (mut am, mut read, mut write) = (Duration::ZERO, Duration::ZERO, Duration::ZERO);
+            let mut pinged = 0;
+            for lo in (0..k).step_by(RTT_BLOCK) {
+                let block = lo..(lo + RTT_BLOCK).min(k);
+                let t = Instant::now();
+                for _ in block.clone() {
+                    rt.request_short(1, ping, &[]).map_err(|e| e.to_string())?;
+                    rt.wait_on(1, || pongs.load(Ordering::Acquire) > pinged);
+                    pinged += 1;
+                }
+                am += t.elapsed();
+                let t = Instant::now();
+                for i in block.clone() {
+                    std::hint::black_box(g.read(w.ptr_on(1, i % words)).map_err(e)?);
+                }
+                read += t.elapsed();
+                let t = Instant::now();
+                for i in block {
+                    g.write(w.ptr_on(1, i % words), i as u64).map_err(e)?;
+                }
+                write += t.elapsed();
             }
-            f.am_rtt_ns = t.elapsed().as_nanos() as f64 / k as f64;
             pongs.store(0, Ordering::Relaxed);
-            let t = Instant::now();
-            for i in 0..k {
-                std::hint::black_box(g.read(w.ptr_on(1, i % words)).map_err(e)?);
-            }
-            f.read_rtt_ns = t.elapsed().as_nanos() as f64 / k as f64;
-            let t = Instant::now();
-            for i in 0..k {
-                g.write(w.ptr_on(1, i % words), i as u64).map_err(e)?;
-            }
-            f.write_rtt_ns = t.elapsed().as_nanos() as f64 / k as f64;
+            let per = |d: Duration| d.as_nanos() as f64 / k as f64;
+            f.am_rtt_ns = per(am);
+            f.read_rtt_ns = per(read);
+            f.write_rtt_ns = per(write);
         }
         g.barrier().map_err(e)?;
         // --- overhead: bursts, compute while they complete, then sync ---
