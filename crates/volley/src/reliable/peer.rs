@@ -580,8 +580,7 @@ impl Peer {
             // there by the read; nothing else in this process writes that range while the
             // message is placed (see `landing`).
             let data = unsafe { std::slice::from_raw_parts(landing.dst, landed) };
-            if let Some((h, last)) = wire::decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], data)
-            {
+            if let Some((h, last)) = wire::decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], data) {
                 // The same checks `accept` makes of a fragment, so that this path takes
                 // exactly what the copying path would and leaves the rest to it.
                 let fits = if last {
@@ -602,7 +601,10 @@ impl Peer {
                 }
             }
         }
-        assert!(buf.len() >= len, "the datagram's bytes do not fit the buffer");
+        assert!(
+            buf.len() >= len,
+            "the datagram's bytes do not fit the buffer"
+        );
         // SAFETY: `landed <= cap` bytes at `dst` are readable (see above), and `buf` has room
         // for them after the head (`FRAGMENT_HEAD_LEN + landed <= len <= buf.len()` whenever
         // `landed > 0`); the segment and `buf` do not overlap.

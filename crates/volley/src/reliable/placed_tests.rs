@@ -237,7 +237,10 @@ fn stream(wire: Wire, seed: u64) -> Ran {
     }
     // Nothing was written outside the placed messages' ranges, the refused long's included.
     let stray = (0..SEGMENT).find(|&i| !placed[i] && seg[i] != 0);
-    assert_eq!(stray, None, "a byte outside every placed message was written");
+    assert_eq!(
+        stray, None,
+        "a byte outside every placed message was written"
+    );
     Ran {
         segment: seg,
         rx: rx.stats().clone(),
@@ -268,7 +271,10 @@ fn fragments_read_into_place_under_loss_duplication_reordering_corruption_and_sh
     for seed in 1..=4 {
         let ran = stream(wire, seed);
         assert!(ran.rx.fragments_landed > 0, "seed {seed}: nothing landed");
-        assert!(ran.rx.malformed_dropped > 0, "seed {seed}: no corrupt datagram");
+        assert!(
+            ran.rx.malformed_dropped > 0,
+            "seed {seed}: no corrupt datagram"
+        );
     }
     // Without faults beyond loss, duplication and reordering, most fragments land.
     let ran = stream(

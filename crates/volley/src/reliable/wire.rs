@@ -673,7 +673,10 @@ mod tests {
             }
         }
         encode_fragment_head(&mut buf, &h, Fragment::First(1000), &data, true);
-        assert_eq!(decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], &data[4..]), None);
+        assert_eq!(
+            decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], &data[4..]),
+            None
+        );
         let mut body = Vec::new();
         put_complete(&mut body, b"a");
         put_complete(&mut body, &data);

@@ -173,6 +173,9 @@ pub struct UdpTransport {
     last_from: Option<(SocketAddr, usize)>,
     /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
     out: VecDeque<Outgoing>,
+    /// A datagram of this side's full size was read since the socket was last found empty:
+    /// probably bulk, so datagrams are read one at a time (see `receive`).
+    bulk_in: bool,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -277,6 +280,7 @@ impl UdpTransport {
             by_addr: HashMap::new(),
             last_from: None,
             out: VecDeque::new(),
+            bulk_in: false,
             due: Vec::new(),
             pool: Vec::new(),
             faults,
@@ -471,18 +475,25 @@ impl UdpTransport {
         loop {
             let landing = self.landing();
             let connected = self.single.then(|| &self.links[0].raw);
+            // After a full datagram, until the socket is empty, datagrams are read one at a
+            // time: when one starts a long message, its next fragments can then land in place
+            // instead of arriving in the same batch.
+            let want = if self.bulk_in { 1 } else { self.batch };
             let r = match landing {
                 Some(l) => self.recv.recv_landing(fd, l, connected).map(|_| 1),
                 None => match connected {
                     Some(from) => self.recv.recv_one(fd, from),
-                    None => self.recv.recv(fd, self.batch),
+                    None => self.recv.recv(fd, want),
                 },
             };
             self.counters.recv_calls += 1;
             let n = match r {
                 Ok(n) => n,
                 Err(e) => match e.raw_os_error().unwrap_or(0) {
-                    libc::EAGAIN => return Ok(any),
+                    libc::EAGAIN => {
+                        self.bulk_in = false;
+                        return Ok(any);
+                    }
                     // An ICMP error reported on the socket: it says nothing about the
                     // datagrams waiting behind it.
                     libc::EINTR | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH => {
@@ -498,6 +509,7 @@ impl UdpTransport {
             };
             for i in 0..n {
                 self.counters.packets_received += 1;
+                self.bulk_in |= self.recv.datagram_len(i) >= self.datagram_size;
                 let (addr, _, truncated) = self.recv.datagram(i);
                 let slot = match (addr, self.last_from) {
                     (Some(a), Some((b, slot))) if a == b => Some(slot),
@@ -527,7 +539,7 @@ impl UdpTransport {
                 link.dirty = true;
                 any = true;
             }
-            if self.single || (landing.is_none() && n < self.batch) {
+            if self.single || (landing.is_none() && n < want) {
                 return Ok(any);
             }
         }

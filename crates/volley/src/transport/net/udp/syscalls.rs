@@ -146,7 +146,10 @@ impl RecvRing {
     ) -> io::Result<(usize, bool)> {
         // A landing never holds more than a datagram's data, so the rest fits after it.
         let cap = landing.cap();
-        assert!(cap <= RECV_BUF - FRAGMENT_HEAD_LEN, "a landing larger than a datagram");
+        assert!(
+            cap <= RECV_BUF - FRAGMENT_HEAD_LEN,
+            "a landing larger than a datagram"
+        );
         let data = self.data.as_mut_ptr();
         let v = &mut self.msgs.iovs[..3];
         v[0].iov_base = data.cast();
