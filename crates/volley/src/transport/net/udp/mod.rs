@@ -62,6 +62,9 @@ const UNSEQUENCED_BACKLOG: usize = 256;
 /// of them is still in this core's cache (a batch of 32 loopback datagrams is 2 MB).
 const FLUSH_BYTES: usize = 1 << 20;
 
+/// Datagrams read one at a time after one of full size: the default window.
+const BULK_READS_ALONE: usize = 64;
+
 /// Tuning of a [`UdpTransport`].
 #[derive(Debug, Clone)]
 pub struct UdpConfig {
@@ -173,9 +176,9 @@ pub struct UdpTransport {
     last_from: Option<(SocketAddr, usize)>,
     /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
     out: VecDeque<Outgoing>,
-    /// A datagram of this side's full size was read since the socket was last found empty:
-    /// probably bulk, so datagrams are read one at a time (see `receive`).
-    bulk_in: bool,
+    /// Datagrams still to be read one at a time since the last one of this side's full size
+    /// (probably bulk; see `receive`).
+    bulk_in: usize,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -280,7 +283,7 @@ impl UdpTransport {
             by_addr: HashMap::new(),
             last_from: None,
             out: VecDeque::new(),
-            bulk_in: false,
+            bulk_in: 0,
             due: Vec::new(),
             pool: Vec::new(),
             faults,
@@ -475,10 +478,10 @@ impl UdpTransport {
         loop {
             let landing = self.landing();
             let connected = self.single.then(|| &self.links[0].raw);
-            // After a full datagram, until the socket is empty, datagrams are read one at a
+            // For a window's worth of datagrams after a full one, datagrams are read one at a
             // time: when one starts a long message, its next fragments can then land in place
-            // instead of arriving in the same batch.
-            let want = if self.bulk_in { 1 } else { self.batch };
+            // instead of arriving in the same batch. Small messages alone keep their batches.
+            let want = if self.bulk_in > 0 { 1 } else { self.batch };
             let r = match landing {
                 Some(l) => self.recv.recv_landing(fd, l, connected).map(|_| 1),
                 None => match connected {
@@ -490,10 +493,7 @@ impl UdpTransport {
             let n = match r {
                 Ok(n) => n,
                 Err(e) => match e.raw_os_error().unwrap_or(0) {
-                    libc::EAGAIN => {
-                        self.bulk_in = false;
-                        return Ok(any);
-                    }
+                    libc::EAGAIN => return Ok(any),
                     // An ICMP error reported on the socket: it says nothing about the
                     // datagrams waiting behind it.
                     libc::EINTR | libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH => {
@@ -509,7 +509,11 @@ impl UdpTransport {
             };
             for i in 0..n {
                 self.counters.packets_received += 1;
-                self.bulk_in |= self.recv.datagram_len(i) >= self.datagram_size;
+                self.bulk_in = if self.recv.datagram_len(i) >= self.datagram_size {
+                    BULK_READS_ALONE
+                } else {
+                    self.bulk_in.saturating_sub(1)
+                };
                 let (addr, _, truncated) = self.recv.datagram(i);
                 let slot = match (addr, self.last_from) {
                     (Some(a), Some((b, slot))) if a == b => Some(slot),
