@@ -483,7 +483,7 @@ impl UdpTransport {
             // instead of arriving in the same batch. Small messages alone keep their batches.
             let want = if self.bulk_in > 0 { 1 } else { self.batch };
             let r = match landing {
-                Some(l) => self.recv.recv_landing(fd, l, connected).map(|_| 1),
+                Some(l) => self.recv.recv_landing(fd, l, connected),
                 None => match connected {
                     Some(from) => self.recv.recv_one(fd, from),
                     None => self.recv.recv(fd, want),

@@ -134,16 +134,16 @@ impl RecvRing {
 
     /// One non-blocking `recvmsg` of one datagram whose bytes after the first
     /// [`FRAGMENT_HEAD_LEN`] go to `landing` (up to its capacity) and all others to the first
-    /// buffer at their own offsets (see [`Peer::handle_scattered`](crate::reliable::Peer)); the
-    /// source address is filled in unless the socket is connected to `from` (then it is
-    /// `from`). Returns the datagram's length and whether it was truncated; the source is
-    /// [`RecvRing::datagram`]`(0)`'s.
+    /// buffer at their own offsets (the layout `Peer::handle_scattered` takes); the source is
+    /// read unless the socket is `connected` to it. Returns 1, the datagram being datagram 0
+    /// of [`RecvRing::datagram_len`] and [`RecvRing::datagram`] (whose bytes are then only
+    /// its source and truncation).
     pub(super) fn recv_landing(
         &mut self,
         fd: RawFd,
         landing: Landing,
         connected: Option<&RawAddr>,
-    ) -> io::Result<(usize, bool)> {
+    ) -> io::Result<usize> {
         // A landing never holds more than a datagram's data, so the rest fits after it.
         let cap = landing.cap();
         assert!(
@@ -183,7 +183,7 @@ impl RecvRing {
             self.names[0] = from.storage;
             h.msg_hdr.msg_namelen = from.len;
         }
-        Ok((r as usize, h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0))
+        Ok(1)
     }
 
     /// The length of datagram `i` of the last call (its bytes may lie beyond its buffer if
