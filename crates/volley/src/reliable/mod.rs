@@ -55,7 +55,6 @@ mod tests;
 mod unsequenced_tests;
 pub mod wire;
 
-pub(crate) use peer::Landing;
 pub use peer::{Peer, Tail};
 pub use pool::BufferPool;
 
@@ -272,9 +271,4 @@ pub struct Stats {
     /// Unsequenced datagrams refused because their id was seen before, or is too old to
     /// tell (see [`replay`]); valid received datagrams, like `duplicates_dropped`.
     pub unsequenced_duplicates: u64,
-    /// Fragments received straight into place by the socket read
-    /// ([`Peer::handle_scattered`]), never copied.
-    pub fragments_landed: u64,
-    /// Their bytes.
-    pub bytes_landed: u64,
 }

@@ -6,8 +6,7 @@ use std::sync::Arc;
 use super::pool::BufferPool;
 use super::replay::ReplayWindow;
 use super::wire::{
-    self, Fragment, Header, Kind, Record, Records, FIRST_OVERHEAD, FRAGMENT_HEAD_LEN, HEADER_LEN,
-    RECORD_OVERHEAD,
+    self, Fragment, Header, Kind, Record, Records, FIRST_OVERHEAD, HEADER_LEN, RECORD_OVERHEAD,
 };
 use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
 use crate::transport::net::placing::Placing;
@@ -95,31 +94,6 @@ impl Tail {
     /// The bytes.
     pub fn bytes(&self) -> &[u8] {
         &self.msg[self.start..self.end]
-    }
-}
-
-/// Most bytes of fragment data a datagram carries (the largest UDP payload, 65507 bytes, less
-/// a middle fragment's head).
-const MAX_FRAGMENT_DATA: usize = 65507 - FRAGMENT_HEAD_LEN;
-
-/// Where the data of the next in-order fragment of a message being placed may be read
-/// straight into place, from [`Peer::landing`]: `cap` bytes at `dst`, which lie inside that
-/// message's range of the segment and after every byte of it received so far.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Landing {
-    dst: *mut u8,
-    cap: usize,
-}
-
-impl Landing {
-    /// The first byte.
-    pub(crate) fn dst(&self) -> *mut u8 {
-        self.dst
-    }
-
-    /// How many bytes may be written from [`Landing::dst`] (at least one).
-    pub(crate) fn cap(&self) -> usize {
-        self.cap
     }
 }
 
@@ -483,21 +457,6 @@ impl Peer {
                 return Err(e);
             }
         };
-        self.check_header(&h)?;
-        if h.kind == Kind::Unsequenced {
-            self.on_unsequenced(h.seq, body);
-            return Ok(());
-        }
-        self.on_ack(h.ack, h.sack, now);
-        if h.kind == Kind::Data {
-            self.on_data(h.seq, body, now);
-        }
-        Ok(())
-    }
-
-    /// Whether a decoded datagram is this pair's to take (counted as received) or is
-    /// dropped (counted, and the reason returned); notices a restarted peer.
-    fn check_header(&mut self, h: &Header) -> Result<(), DecodeError> {
         if h.job_key != self.job_key {
             self.stats.foreign_dropped += 1;
             return Err(DecodeError::ForeignJob);
@@ -527,129 +486,15 @@ impl Peer {
             Some(_) => {}
         }
         self.stats.datagrams_received += 1;
+        if h.kind == Kind::Unsequenced {
+            self.on_unsequenced(h.seq, body);
+            return Ok(());
+        }
+        self.on_ack(h.ack, h.sack, now);
+        if h.kind == Kind::Data {
+            self.on_data(h.seq, body, now);
+        }
         Ok(())
-    }
-
-    /// Where the data of the next datagram from this peer may be read straight into the
-    /// segment: the place of the next bytes of the message being placed, if one is (and the
-    /// pair works), for at most the bytes it still misses and one datagram holds. A transport
-    /// reads the next datagram with its bytes after the first [`FRAGMENT_HEAD_LEN`] there, up
-    /// to `cap`, and hands it to [`handle_scattered`](Self::handle_scattered).
-    ///
-    /// Why whatever datagram then arrives may be written there: the range is the placed
-    /// message's own, not yet received, which only that message's bytes may fill. The placer
-    /// admitted the whole range for it when its first fragment arrived, and its handler (the
-    /// notice) runs only once every byte is in place, so no one is told to read there before
-    /// then. Each byte of the range is written again, by the fragment that carries it, before
-    /// the message completes: a byte that is not the message's (another peer's datagram, a
-    /// duplicate, a fragment out of order or of another message, a short or corrupt datagram)
-    /// is overwritten when that fragment arrives, which the sender retransmits until it does.
-    /// If the pair fails first, the message never completes, as with a loss on the copying
-    /// path, which writes the range in pieces too.
-    pub(crate) fn landing(&mut self) -> Option<Landing> {
-        if self.state != State::Active {
-            return None;
-        }
-        match &mut self.reassembly {
-            Some(Reassembly::Placed(p)) => Some(Landing {
-                dst: p.next_ptr(),
-                cap: p.missing().min(MAX_FRAGMENT_DATA),
-            }),
-            _ => None,
-        }
-    }
-
-    /// [`handle_datagram`](Self::handle_datagram) of a datagram of `len` bytes read with
-    /// `landing` (this peer's or another's [`landing`](Self::landing), taken since that
-    /// peer's last call) as the place of its bytes after the first [`FRAGMENT_HEAD_LEN`]: up
-    /// to [`Landing::cap`] of them went there, and every other byte to `buf` at its own
-    /// offset in the datagram (at least `len` bytes). If it is this peer's next in-order
-    /// fragment of the message being placed, whole and at the place `landing` names, it stays
-    /// there; anything else is copied back into `buf` and handled as usual.
-    pub(crate) fn handle_scattered(
-        &mut self,
-        buf: &mut [u8],
-        len: usize,
-        landing: Landing,
-        now: u64,
-    ) -> Result<(), DecodeError> {
-        let landed = len.saturating_sub(FRAGMENT_HEAD_LEN).min(landing.cap);
-        if len == FRAGMENT_HEAD_LEN + landed && self.landing() == Some(landing) {
-            // SAFETY: `landing` came from a placing, whose placer lent its range for as long
-            // as the transport lives, and `landed <= cap` of its bytes were just written
-            // there by the read; nothing else in this process writes that range while the
-            // message is placed (see `landing`).
-            let data = unsafe { std::slice::from_raw_parts(landing.dst, landed) };
-            if let Some((h, last)) = wire::decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], data) {
-                // The same checks `accept` makes of a fragment, so that this path takes
-                // exactly what the copying path would and leaves the rest to it.
-                let fits = if last {
-                    landed == self.missing()
-                } else {
-                    landed < self.missing()
-                };
-                if h.seq == self.recv_ack + 1
-                    && self.deliver_bytes < self.config.recv_buffer
-                    && fits
-                {
-                    self.check_header(&h)?;
-                    self.on_ack(h.ack, h.sack, now);
-                    self.accept_landed(landed, last);
-                    self.next_in_order(h.seq);
-                    self.owe_ack(now);
-                    return Ok(());
-                }
-            }
-        }
-        assert!(
-            buf.len() >= len,
-            "the datagram's bytes do not fit the buffer"
-        );
-        // SAFETY: `landed <= cap` bytes at `dst` are readable (see above), and `buf` has room
-        // for them after the head (`FRAGMENT_HEAD_LEN + landed <= len <= buf.len()` whenever
-        // `landed > 0`); the segment and `buf` do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                landing.dst,
-                buf.as_mut_ptr().add(FRAGMENT_HEAD_LEN),
-                landed,
-            )
-        };
-        self.handle_datagram(&buf[..len], now)
-    }
-
-    /// Bytes the message being placed still misses (0 if none is).
-    fn missing(&self) -> usize {
-        match &self.reassembly {
-            Some(Reassembly::Placed(p)) => p.missing(),
-            _ => 0,
-        }
-    }
-
-    /// Takes a fragment of `n` bytes that the read put in place.
-    fn accept_landed(&mut self, n: usize, last: bool) {
-        self.stats.fragments_landed += 1;
-        self.stats.bytes_landed += n as u64;
-        if let Some(Reassembly::Placed(p)) = &mut self.reassembly {
-            p.advance(n);
-        }
-        if last {
-            if let Some(Reassembly::Placed(p)) = self.reassembly.take() {
-                self.finish_placed(p);
-            }
-        }
-    }
-
-    /// Delivers the notice of a placed message whose every byte is in place.
-    fn finish_placed(&mut self, p: Placing) {
-        let notice = p.into_notice();
-        if notice.is_empty() {
-            // In place, and nothing to run.
-            self.stats.messages_delivered += 1;
-            self.pool.give(notice);
-        } else {
-            self.push_delivery(notice);
-        }
     }
 
     /// Delivers an unsequenced datagram's message unless its id was seen (or the delivery
@@ -737,26 +582,16 @@ impl Peer {
                 return;
             }
             self.accept(body);
-            self.next_in_order(seq);
+            self.recv_ack = seq;
+            while let Some(b) = self.out_of_order.remove(&(self.recv_ack + 1)) {
+                self.accept(&b);
+                self.recv_ack += 1;
+                self.pool.give(b);
+            }
         } else {
             let held = self.pool.copy_of(body);
             self.out_of_order.insert(seq, held);
         }
-        self.owe_ack(now);
-    }
-
-    /// After the in-order datagram `seq` was accepted: accepts the held ones that follow it.
-    fn next_in_order(&mut self, seq: u64) {
-        self.recv_ack = seq;
-        while let Some(b) = self.out_of_order.remove(&(self.recv_ack + 1)) {
-            self.accept(&b);
-            self.recv_ack += 1;
-            self.pool.give(b);
-        }
-    }
-
-    /// Counts a data datagram received toward the next ack, and sets when that is due.
-    fn owe_ack(&mut self, now: u64) {
         self.unacked_received += 1;
         if self.unacked_received >= self.config.ack_every {
             self.ack_deadline = Some(now);
@@ -811,7 +646,14 @@ impl Peer {
                     }
                     Some(Reassembly::Placed(mut p)) if d.len() == p.missing() => {
                         p.write(d);
-                        self.finish_placed(p);
+                        let notice = p.into_notice();
+                        if notice.is_empty() {
+                            // In place, and nothing to run.
+                            self.stats.messages_delivered += 1;
+                            self.pool.give(notice);
+                        } else {
+                            self.push_delivery(notice);
+                        }
                         true
                     }
                     _ => false,

@@ -232,58 +232,6 @@ pub fn decode(bytes: &[u8]) -> Result<(Header, &[u8]), DecodeError> {
     Ok((header, body))
 }
 
-/// Bytes of a datagram carrying a middle or last fragment before the fragment's data.
-pub(crate) const FRAGMENT_HEAD_LEN: usize = HEADER_LEN + RECORD_OVERHEAD;
-
-/// Decodes a data datagram received in two pieces, `head` ([`FRAGMENT_HEAD_LEN`] bytes) and
-/// `data` (the rest), if it is one middle or last fragment record holding exactly `data`
-/// with a valid checksum; returns its header and whether the fragment is the last. `None`
-/// for anything else: the caller joins the pieces and calls [`decode`], which then gives the
-/// answer. Whenever this returns `Some`, [`decode`] of the joined datagram returns the same
-/// header and a body of that one record.
-pub(crate) fn decode_fragment_parts(head: &[u8], data: &[u8]) -> Option<(Header, bool)> {
-    if head.len() != FRAGMENT_HEAD_LEN
-        || data.is_empty()
-        || u16::from_le_bytes([head[0], head[1]]) != MAGIC
-        || head[2] != VERSION
-    {
-        return None;
-    }
-    let head_only = match head[3] {
-        1 => false,
-        0x81 => true,
-        _ => return None,
-    };
-    let last = match head[HEADER_LEN] {
-        TAG_MIDDLE => false,
-        TAG_LAST => true,
-        _ => return None,
-    };
-    if read_u32(head, HEADER_LEN + 1)? as usize != data.len() {
-        return None;
-    }
-    let stored = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-    let sum = if head_only {
-        head_checksum(head, data)
-    } else {
-        checksum_parts(head, data)
-    };
-    let seq = read_u64(head, 32);
-    if sum != stored || seq == 0 {
-        return None;
-    }
-    let header = Header {
-        kind: Kind::Data,
-        job_key: read_u64(head, 8),
-        src_incarnation: read_u64(head, 16),
-        dst_incarnation: read_u64(head, 24),
-        seq,
-        ack: read_u64(head, 40),
-        sack: read_u64(head, 48),
-    };
-    Some((header, last))
-}
-
 /// The message of an unsequenced datagram's body: exactly one whole-message record.
 pub(crate) fn unsequenced_message(body: &[u8]) -> Result<&[u8], DecodeError> {
     let mut records = Records::new(body);
@@ -641,47 +589,5 @@ mod tests {
             encode(&mut buf, &h, body);
             assert_eq!(decode(&buf), Err(DecodeError::BadBody));
         }
-    }
-
-    /// A fragment received as head and data decodes from the pieces exactly when the joined
-    /// datagram decodes to that one fragment; any byte changed (the data too, with a full
-    /// checksum), a length that disagrees, a first fragment or two records give `None`.
-    #[test]
-    fn a_fragment_in_two_pieces_decodes_as_the_joined_datagram_does() {
-        let h = data_header();
-        let data: Vec<u8> = (0..300u32).map(|i| (i * 7) as u8).collect();
-        let mut buf = Vec::new();
-        for (which, last) in [(Fragment::Middle, false), (Fragment::Last, true)] {
-            for whole in [true, false] {
-                encode_fragment_head(&mut buf, &h, which, &data, whole);
-                assert_eq!(buf.len(), FRAGMENT_HEAD_LEN);
-                assert_eq!(decode_fragment_parts(&buf, &data), Some((h, last)));
-                let mut joined = buf.clone();
-                joined.extend_from_slice(&data);
-                assert_eq!(decode(&joined).unwrap().0, h);
-                for i in 0..FRAGMENT_HEAD_LEN {
-                    let mut bad = buf.clone();
-                    bad[i] ^= 0x10;
-                    assert_eq!(decode_fragment_parts(&bad, &data), None, "head byte {i}");
-                }
-                let mut bad = data.clone();
-                bad[150] ^= 1;
-                let caught = decode_fragment_parts(&buf, &bad).is_none();
-                assert_eq!(caught, whole, "a data byte, whole checksum {whole}");
-                assert_eq!(decode_fragment_parts(&buf, &data[..299]), None);
-                assert_eq!(decode_fragment_parts(&buf[..60], &data), None);
-            }
-        }
-        encode_fragment_head(&mut buf, &h, Fragment::First(1000), &data, true);
-        assert_eq!(
-            decode_fragment_parts(&buf[..FRAGMENT_HEAD_LEN], &data[4..]),
-            None
-        );
-        let mut body = Vec::new();
-        put_complete(&mut body, b"a");
-        put_complete(&mut body, &data);
-        encode(&mut buf, &h, &body);
-        let (head, rest) = buf.split_at(FRAGMENT_HEAD_LEN);
-        assert_eq!(decode_fragment_parts(head, rest), None);
     }
 }

@@ -98,8 +98,6 @@ pub struct NetStats {
     /// UDP: unsequenced datagrams dropped as duplicates (or too old to tell; also in
     /// `dropped`).
     pub unsequenced_duplicates: u64,
-    /// UDP: bytes of long messages the socket read put straight into place, never copied.
-    pub bytes_landed: u64,
 }
 
 /// Why a network operation did not complete.

@@ -35,7 +35,7 @@ use std::time::Duration;
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{
-    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Landing, Peer, SendError, State, Tail,
+    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State, Tail,
 };
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
@@ -61,9 +61,6 @@ const UNSEQUENCED_BACKLOG: usize = 256;
 /// without waiting for a whole batch: a long stream's bytes then leave while the copy just made
 /// of them is still in this core's cache (a batch of 32 loopback datagrams is 2 MB).
 const FLUSH_BYTES: usize = 1 << 20;
-
-/// Datagrams read one at a time after one of full size: the default window.
-const BULK_READS_ALONE: usize = 64;
 
 /// Tuning of a [`UdpTransport`].
 #[derive(Debug, Clone)]
@@ -176,9 +173,6 @@ pub struct UdpTransport {
     last_from: Option<(SocketAddr, usize)>,
     /// Datagrams to send, in order; what `sendmmsg` refused stays at the front.
     out: VecDeque<Outgoing>,
-    /// Datagrams still to be read one at a time since the last one of this side's full size
-    /// (probably bulk; see `receive`).
-    bulk_in: usize,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -283,7 +277,6 @@ impl UdpTransport {
             by_addr: HashMap::new(),
             last_from: None,
             out: VecDeque::new(),
-            bulk_in: 0,
             due: Vec::new(),
             pool: Vec::new(),
             faults,
@@ -457,37 +450,16 @@ impl UdpTransport {
         Ok(())
     }
 
-    /// Where the next datagram's data may land in the segment: the next fragment's place of a
-    /// message being placed, the last sender's first (see [`Peer::landing`]).
-    fn landing(&mut self) -> Option<Landing> {
-        if let Some((_, slot)) = self.last_from {
-            if let Some(l) = self.links[slot].peer.landing() {
-                return Some(l);
-            }
-        }
-        self.links.iter_mut().find_map(|l| l.peer.landing())
-    }
-
-    /// Reads every datagram waiting on the socket (on a connected socket, one) and hands each
-    /// to its peer. While a message is being placed, datagrams are read one at a time with
-    /// the data of its next fragment going straight into place ([`Peer::handle_scattered`]).
-    /// Returns whether any reached a peer.
+    /// Reads every datagram waiting on the socket and hands each to its peer. Returns whether
+    /// any reached a peer.
     fn receive(&mut self, now: u64) -> Result<bool, NetError> {
         let fd = self.socket.as_raw_fd();
         let mut any = false;
         loop {
-            let landing = self.landing();
-            let connected = self.single.then(|| &self.links[0].raw);
-            // For a window's worth of datagrams after a full one, datagrams are read one at a
-            // time: when one starts a long message, its next fragments can then land in place
-            // instead of arriving in the same batch. Small messages alone keep their batches.
-            let want = if self.bulk_in > 0 { 1 } else { self.batch };
-            let r = match landing {
-                Some(l) => self.recv.recv_landing(fd, l, connected),
-                None => match connected {
-                    Some(from) => self.recv.recv_one(fd, from),
-                    None => self.recv.recv(fd, want),
-                },
+            let r = if self.single {
+                self.recv.recv_one(fd, &self.links[0].raw)
+            } else {
+                self.recv.recv(fd, self.batch)
             };
             self.counters.recv_calls += 1;
             let n = match r {
@@ -509,12 +481,7 @@ impl UdpTransport {
             };
             for i in 0..n {
                 self.counters.packets_received += 1;
-                self.bulk_in = if self.recv.datagram_len(i) >= self.datagram_size {
-                    BULK_READS_ALONE
-                } else {
-                    self.bulk_in.saturating_sub(1)
-                };
-                let (addr, _, truncated) = self.recv.datagram(i);
+                let (addr, bytes, truncated) = self.recv.datagram(i);
                 let slot = match (addr, self.last_from) {
                     (Some(a), Some((b, slot))) if a == b => Some(slot),
                     (Some(a), _) => self.by_addr.get(&a).map(|&slot| {
@@ -532,18 +499,11 @@ impl UdpTransport {
                 };
                 let link = &mut self.links[slot];
                 // A refused datagram is counted in the peer's statistics.
-                let _ = match landing {
-                    Some(l) => {
-                        let len = self.recv.datagram_len(i);
-                        link.peer
-                            .handle_scattered(self.recv.first_buffer(), len, l, now)
-                    }
-                    None => link.peer.handle_datagram(self.recv.datagram(i).1, now),
-                };
+                let _ = link.peer.handle_datagram(bytes, now);
                 link.dirty = true;
                 any = true;
             }
-            if self.single || (landing.is_none() && n < want) {
+            if n < self.batch || self.single {
                 return Ok(any);
             }
         }
@@ -940,7 +900,6 @@ impl NetTransport for UdpTransport {
             s.unsequenced_sent += p.unsequenced_sent;
             s.unsequenced_received += p.unsequenced_delivered;
             s.unsequenced_duplicates += p.unsequenced_duplicates;
-            s.bytes_landed += p.bytes_landed;
             s.dropped += p.malformed_dropped
                 + p.unsequenced_duplicates
                 + p.foreign_dropped

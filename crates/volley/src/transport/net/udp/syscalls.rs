@@ -8,8 +8,6 @@ use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
 use super::addr::{from_raw, RawAddr};
-use crate::reliable::wire::FRAGMENT_HEAD_LEN;
-use crate::reliable::Landing;
 
 /// Bytes of each receive buffer: the largest UDP payload fits.
 pub(super) const RECV_BUF: usize = 65536;
@@ -130,71 +128,6 @@ impl RecvRing {
         self.names[0] = from.storage;
         h.msg_hdr.msg_namelen = from.len;
         Ok(1)
-    }
-
-    /// One non-blocking `recvmsg` of one datagram whose bytes after the first
-    /// [`FRAGMENT_HEAD_LEN`] go to `landing` (up to its capacity) and all others to the first
-    /// buffer at their own offsets (the layout `Peer::handle_scattered` takes); the source is
-    /// read unless the socket is `connected` to it. Returns 1, the datagram being datagram 0
-    /// of [`RecvRing::datagram_len`] and [`RecvRing::datagram`] (whose bytes are then only
-    /// its source and truncation).
-    pub(super) fn recv_landing(
-        &mut self,
-        fd: RawFd,
-        landing: Landing,
-        connected: Option<&RawAddr>,
-    ) -> io::Result<usize> {
-        // A landing never holds more than a datagram's data, so the rest fits after it.
-        let cap = landing.cap();
-        assert!(
-            cap <= RECV_BUF - FRAGMENT_HEAD_LEN,
-            "a landing larger than a datagram"
-        );
-        let data = self.data.as_mut_ptr();
-        let v = &mut self.msgs.iovs[..3];
-        v[0].iov_base = data.cast();
-        v[0].iov_len = FRAGMENT_HEAD_LEN;
-        v[1].iov_base = landing.dst().cast();
-        v[1].iov_len = cap;
-        v[2].iov_base = data.wrapping_add(FRAGMENT_HEAD_LEN + cap).cast();
-        v[2].iov_len = RECV_BUF - FRAGMENT_HEAD_LEN - cap;
-        let h = &mut self.msgs.hdrs[0];
-        h.msg_hdr.msg_name = match connected {
-            Some(_) => std::ptr::null_mut(),
-            None => self.names.as_mut_ptr().cast(),
-        };
-        h.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        h.msg_hdr.msg_iov = self.msgs.iovs.as_mut_ptr();
-        h.msg_hdr.msg_iovlen = 3;
-        h.msg_hdr.msg_control = std::ptr::null_mut();
-        h.msg_hdr.msg_controllen = 0;
-        h.msg_hdr.msg_flags = 0;
-        // SAFETY: the header points at three iovecs: the first FRAGMENT_HEAD_LEN bytes of
-        // `self.data`, `cap` bytes at the landing (lent by a placer for as long as the
-        // transport lives, and free for this read to write, see `Peer::landing`), and the
-        // rest of the first RECV_BUF bytes of `self.data`; and at the first sockaddr_storage
-        // slot with its true size, or at no name. `self` is borrowed mutably for the call.
-        let r = unsafe { libc::recvmsg(fd, &mut h.msg_hdr, libc::MSG_DONTWAIT) };
-        if r < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        h.msg_len = r as libc::c_uint;
-        if let Some(from) = connected {
-            self.names[0] = from.storage;
-            h.msg_hdr.msg_namelen = from.len;
-        }
-        Ok(1)
-    }
-
-    /// The length of datagram `i` of the last call (its bytes may lie beyond its buffer if
-    /// truncated, or in the segment if it was read by [`RecvRing::recv_landing`]).
-    pub(super) fn datagram_len(&self, i: usize) -> usize {
-        self.msgs.hdrs[i].msg_len as usize
-    }
-
-    /// The first [`RECV_BUF`] bytes, where [`RecvRing::recv_landing`] puts what does not land.
-    pub(super) fn first_buffer(&mut self) -> &mut [u8] {
-        &mut self.data[..RECV_BUF]
     }
 
     /// Datagram `i` of the last call: its source (if the kernel gave a usable one), its bytes,
