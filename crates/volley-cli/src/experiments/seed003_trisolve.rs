@@ -71,7 +71,8 @@ struct Others {
 #[derive(Debug, Serialize)]
 struct SignalFloor {
     /// ns per request: `SIGUSR1` raised at the other rank's computing program thread, its
-    /// handler answers, the requester spins (median of the repetitions' means).
+    /// handler answers, the requester spins (median over the repetitions of each one's median
+    /// request).
     round_trip_ns: f64,
     /// `N` such round trips, µs: what B3 would cost with every fetch an interrupt.
     b3_floor_us: f64,

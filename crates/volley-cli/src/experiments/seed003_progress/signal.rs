@@ -376,18 +376,15 @@ pub(super) fn measure(
     let thread = one(p, w, (Server::CommThread, yielding), 1, iters, failures);
     let futex = one(p, w, (Server::Futex, yielding), 2, iters, failures);
     let signal = one(p, w, (Server::Signal, yielding), 3, iters, failures);
-    let (comm_thread_ns, comm_thread_work_per_us) = (thread.mean_ns, thread.work_per_us);
-    let (futex_ns, futex_work_per_us) = (futex.mean_ns, futex.work_per_us);
-    let (signal_ns, signal_work_per_us) = (signal.mean_ns, signal.work_per_us);
     Ok(Figures {
-        comm_thread_ns,
-        futex_ns,
-        signal_ns,
-        comm_thread_work_per_us,
-        futex_work_per_us,
-        signal_work_per_us,
-        signal_over_thread: signal_ns / comm_thread_ns,
-        futex_over_thread: futex_ns / comm_thread_ns,
+        comm_thread_ns: thread.mean_ns,
+        futex_ns: futex.mean_ns,
+        signal_ns: signal.mean_ns,
+        comm_thread_work_per_us: thread.work_per_us,
+        futex_work_per_us: futex.work_per_us,
+        signal_work_per_us: signal.work_per_us,
+        signal_over_thread: signal.mean_ns / thread.mean_ns,
+        futex_over_thread: futex.mean_ns / thread.mean_ns,
     })
 }
 
