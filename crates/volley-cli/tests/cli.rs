@@ -859,6 +859,78 @@ fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
 }
 
 #[test]
+fn bench_coll_reports_every_collective_beside_its_floor_and_open_mpi() {
+    let (code, out, err) = run(
+        &[
+            "bench", "coll", "--reps", "1", "--scale", "0.01", "--ranks", "2,4", "--json", "-",
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(
+        runs.iter().map(|r| r["ranks"].as_u64()).collect::<Vec<_>>(),
+        [Some(2), Some(4)],
+        "{doc}"
+    );
+    // Open MPI's figures are there exactly when it is installed (measured in the same run).
+    let mpi = std::process::Command::new("mpicc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    for r in runs {
+        let mut keys = vec![
+            "barrier_ns",
+            "bcast_8B_ns",
+            "allreduce_8B_ns",
+            "allreduce_1MiB_ns",
+            "alltoall_8B_ns",
+            "alltoall_64KiB_ns",
+            "handoff_ns",
+            "cacheline_rtt_ns",
+            "floor_ns",
+        ];
+        let mpi_keys = [
+            "mpi_barrier_ns",
+            "mpi_allreduce_8B_ns",
+            "mpi_alltoall_8B_ns",
+        ];
+        if mpi {
+            keys.extend(mpi_keys);
+        } else {
+            for k in mpi_keys {
+                assert!(r.get(k).is_none(), "{k} without Open MPI: {doc}");
+            }
+        }
+        for key in keys {
+            let x = r[key].as_f64().unwrap_or(f64::NAN);
+            assert!(x.is_finite() && x > 0.0, "{key} = {} in {doc}", r[key]);
+        }
+        // The floor is the one the table explains, from the hand-off and line of the run.
+        let ranks = r["ranks"].as_u64().unwrap() as usize;
+        let (h, l) = (
+            r["handoff_ns"].as_f64().unwrap(),
+            r["cacheline_rtt_ns"].as_f64().unwrap(),
+        );
+        let want = if ranks > cpus {
+            (ranks.div_ceil(cpus) - 1) as f64 * h
+        } else {
+            l / 2.0
+        };
+        assert!(
+            (r["floor_ns"].as_f64().unwrap() - want).abs() < 1e-6 * want,
+            "{doc}"
+        );
+    }
+    assert!(
+        err.contains("v/floor") && err.contains("floor on 4 ranks"),
+        "{err}"
+    );
+}
+
+#[test]
 fn experiment_am_vs_sendrecv_is_verified_and_reports_the_ratios() {
     let (code, doc, err) = experiment("seed000-am-vs-sendrecv", &[], Duration::from_secs(240));
     assert_eq!(code, Some(0), "{doc}\nstderr:\n{err}");

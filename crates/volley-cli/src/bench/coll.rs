@@ -41,6 +41,17 @@ pub struct CollRun {
     /// changed hands (a count, steady where the times are not).
     #[serde(default)]
     pub yields_per_call: [f64; 3],
+    /// One hand-off of a core between two processes pinned to one CPU, measured right before
+    /// this rank count's run ([`super::floor::handoff_ns`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_ns: Option<f64>,
+    /// The cache-line round trip between two CPUs, measured right before this rank count's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cacheline_rtt_ns: Option<f64>,
+    /// The least a call of a small collective that synchronizes every rank (barrier, 8-byte
+    /// all-reduce and all-to-all) can cost on these ranks here ([`call_floor_ns`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub floor_ns: Option<f64>,
     /// Open MPI's figures on the same ranks, measured right after.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mpi: Option<super::mpi_peer::MpiColl>,
@@ -145,6 +156,9 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             alltoall_8b_ns,
             alltoall_64kib_ns,
             yields_per_call: [barrier_yields, allreduce_8b_yields, alltoall_8b_yields],
+            handoff_ns: None,
+            cacheline_rtt_ns: None,
+            floor_ns: None,
             mpi: None,
         };
         let text = serde_json::to_vec(&r).map_err(|e| e.to_string())?;
@@ -157,9 +171,19 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
 pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollReport, String> {
     let mut runs = Vec::new();
     let mut mpi_note = None;
+    let cpus = crate::affinity::allowed_cpus().len();
     for &ranks in rank_counts {
+        let iters = ((20_000.0 * scale) as u64).max(100);
+        // Absent where they cannot be measured (one CPU has no line to bounce).
+        let handoff = super::floor::handoff_ns(iters, 3).ok();
+        let line = super::floor::cacheline_rtt_ns(iters, 3).ok();
         let mut run: CollRun =
             super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
+        run.handoff_ns = handoff;
+        run.cacheline_rtt_ns = line;
+        run.floor_ns = handoff
+            .zip(line)
+            .map(|(h, l)| call_floor_ns(ranks, cpus, h, l));
         match super::mpi_peer::measure(ranks, scale, reps) {
             Ok(Some(m)) => run.mpi = Some(m),
             Ok(None) => {
@@ -178,6 +202,20 @@ pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollRepor
     })
 }
 
+/// The least one call of a collective that needs every rank to have called it (a barrier, a
+/// small all-reduce or all-to-all) can cost for `ranks` ranks pinned round-robin on `cpus`
+/// CPUs, given a core's hand-off and the cache-line round trip measured in the same run. With
+/// more ranks than CPUs the busiest CPU holds k = ⌈ranks / cpus⌉ ranks, each of which must run
+/// in every call, so that CPU changes hands at least k − 1 times per call; otherwise the last
+/// arrival's line must reach the others, half a round trip.
+pub fn call_floor_ns(ranks: usize, cpus: usize, handoff_ns: f64, line_rtt_ns: f64) -> f64 {
+    if cpus > 0 && ranks > cpus {
+        (ranks.div_ceil(cpus) - 1) as f64 * handoff_ns
+    } else {
+        line_rtt_ns / 2.0
+    }
+}
+
 /// The table: each collective's volley and MPI figures and their ratio, per rank count.
 pub fn print_table(r: &CollReport, w: &mut dyn Write) {
     let _ = writeln!(
@@ -187,52 +225,80 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
     );
     let _ = writeln!(
         w,
-        "{:<18} {:>5} {:>10} {:>10} {:>8}",
-        "collective", "ranks", "volley", "Open MPI", "ratio"
+        "{:<18} {:>5} {:>10} {:>10} {:>8} {:>8} {:>8}",
+        "collective", "ranks", "volley", "Open MPI", "ratio", "v/floor", "MPI/flr"
     );
     for run in &r.runs {
-        let rows: [(&str, f64, Option<f64>); 6] = [
+        // (name, volley, Open MPI, whether the call floor bounds it)
+        let rows: [(&str, f64, Option<f64>, bool); 6] = [
             (
                 "barrier",
                 run.barrier_ns,
                 run.mpi.as_ref().map(|m| m.mpi_barrier_ns),
+                true,
             ),
             (
                 "bcast 8 B",
                 run.bcast_8b_ns,
                 run.mpi.as_ref().map(|m| m.mpi_bcast_8b_ns),
+                false,
             ),
             (
                 "allreduce 8 B",
                 run.allreduce_8b_ns,
                 run.mpi.as_ref().map(|m| m.mpi_allreduce_8b_ns),
+                true,
             ),
             (
                 "allreduce 1 MiB",
                 run.allreduce_1mib_ns,
                 run.mpi.as_ref().map(|m| m.mpi_allreduce_1mib_ns),
+                false,
             ),
             (
                 "alltoall 8 B",
                 run.alltoall_8b_ns,
                 run.mpi.as_ref().map(|m| m.mpi_alltoall_8b_ns),
+                true,
             ),
             (
                 "alltoall 64 KiB",
                 run.alltoall_64kib_ns,
                 run.mpi.as_ref().map(|m| m.mpi_alltoall_64kib_ns),
+                false,
             ),
         ];
-        for (name, v, m) in rows {
-            let (ms, ratio) = match m {
-                Some(m) => (format!("{:.2}", m / 1e3), format!("{:.2}", v / m)),
-                None => ("-".into(), "-".into()),
+        let over = |x: f64, bounded: bool| match run.floor_ns {
+            Some(f) if bounded && f > 0.0 => format!("{:.2}", x / f),
+            _ => "-".into(),
+        };
+        for (name, v, m, bounded) in rows {
+            let (ms, ratio, mf) = match m {
+                Some(m) => (
+                    format!("{:.2}", m / 1e3),
+                    format!("{:.2}", v / m),
+                    over(m, bounded),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
             };
             let _ = writeln!(
                 w,
-                "{name:<18} {:>5} {:>10.2} {ms:>10} {ratio:>8}",
+                "{name:<18} {:>5} {:>10.2} {ms:>10} {ratio:>8} {:>8} {mf:>8}",
                 run.ranks,
-                v / 1e3
+                v / 1e3,
+                over(v, bounded)
+            );
+        }
+    }
+    for run in &r.runs {
+        if let (Some(f), Some(h), Some(l)) = (run.floor_ns, run.handoff_ns, run.cacheline_rtt_ns) {
+            let _ = writeln!(
+                w,
+                "floor on {} ranks: {:.2} µs per call (same run: a core's hand-off {:.2} µs, cache-line round trip {:.3} µs)",
+                run.ranks,
+                f / 1e3,
+                h / 1e3,
+                l / 1e3
             );
         }
     }
@@ -248,4 +314,23 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
         let _ = writeln!(w, "note: {n}");
     }
     let _ = writeln!(w, "ratio = volley / Open MPI (below 1: volley faster). With more ranks than cores the figures include the scheduler's sharing.");
+    let _ = writeln!(w, "v/floor, MPI/flr = each beside the least a call that synchronizes every rank can cost here: with more ranks than CPUs, one hand-off of a core for each extra rank the busiest CPU holds (every rank must run in every call); otherwise half a cache-line round trip.");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::call_floor_ns;
+
+    #[test]
+    fn the_call_floor_counts_one_hand_off_per_extra_rank_on_the_busiest_cpu() {
+        // Not more ranks than CPUs: half the line's round trip.
+        assert_eq!(call_floor_ns(2, 2, 1000.0, 100.0), 50.0);
+        assert_eq!(call_floor_ns(1, 2, 1000.0, 100.0), 50.0);
+        // 4 ranks on 2 CPUs: each CPU holds 2 and changes hands once per call.
+        assert_eq!(call_floor_ns(4, 2, 1000.0, 100.0), 1000.0);
+        // 5 on 2: the busiest holds 3.
+        assert_eq!(call_floor_ns(5, 2, 1000.0, 100.0), 2000.0);
+        assert_eq!(call_floor_ns(8, 2, 1000.0, 100.0), 3000.0);
+        assert_eq!(call_floor_ns(8, 4, 1000.0, 100.0), 1000.0);
+    }
 }

@@ -373,6 +373,62 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
     Ok(super::median(&mut samples))
 }
 
+/// One hand-off of a core between two processes pinned to the same CPU (the first this process
+/// may use), in ns (median of `reps` runs): they pass a counter through a cache line, each
+/// yielding its core (`sched_yield`) until the other has answered, so every step is one
+/// switch from one process to the other. The least a rank sharing its core gives up each time
+/// it must let its core-mate run, whatever the runtime. Forks, like [`cacheline_rtt_ns`].
+pub fn handoff_ns(iters: u64, reps: usize) -> Result<f64, String> {
+    let Some(&cpu) = crate::affinity::allowed_cpus().first() else {
+        return Err("the hand-off floor needs a CPU this process may use".into());
+    };
+    let saved = crate::affinity::current();
+    let iters = iters.max(10);
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let shared = SharedLines::create()?;
+        let lines = shared.lines();
+        let parent = std::process::id();
+        // SAFETY: the child only pins itself, spins on atomics, yields and exits (no
+        // allocation, no lock), so threads of the parent are no hazard.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err("hand-off floor: fork failed".into());
+        }
+        if pid == 0 {
+            die_with_parent(parent);
+            crate::affinity::pin(cpu);
+            for i in 1..=iters {
+                while lines[0].v.load(Ordering::Acquire) != i {
+                    std::thread::yield_now();
+                }
+                lines[1].v.store(i, Ordering::Release);
+            }
+            // SAFETY: leave the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        crate::affinity::pin(cpu);
+        let warm = iters / 10;
+        let mut t0 = Instant::now();
+        for i in 1..=iters {
+            if i == warm + 1 {
+                t0 = Instant::now();
+            }
+            lines[0].v.store(i, Ordering::Release);
+            while lines[1].v.load(Ordering::Acquire) != i {
+                std::thread::yield_now();
+            }
+        }
+        // Each timed round trip is two hand-offs: to the child and back.
+        let ns = t0.elapsed().as_nanos() as f64 / (2 * (iters - warm)) as f64;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        samples.push(ns);
+    }
+    crate::affinity::restore(&saved);
+    Ok(super::median(&mut samples))
+}
+
 /// In a forked floor child: dies with the bench process (whose pid was `parent` before the
 /// fork), so that a bench killed mid-measurement leaves no child spinning on a CPU.
 fn die_with_parent(parent: u32) {
