@@ -83,6 +83,7 @@ impl MsgSetup {
     /// Binds the layer to the built runtime.
     pub fn attach(self, rt: &Runtime) -> Result<Msg<'_>> {
         let limits = self.config.limits(rt.size(), rt.max_medium())?;
+        self.shared.one_thread(rt);
         self.shared.lock().limits = Some(limits);
         Ok(Msg {
             rt,

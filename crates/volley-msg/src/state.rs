@@ -1,6 +1,11 @@
 //! What a rank's sends and receives share with its handlers: the matching engine, the
-//! receives and rendezvous sends in flight, and the flow-control accounts. One mutex guards
-//! it (handlers may run on a progress thread).
+//! receives and rendezvous sends in flight, and the flow-control accounts. Where a progress
+//! thread runs handlers, a spin lock guards it: every hold is a few table operations, and a
+//! spin lock is released with a plain store where a futex mutex's release is a locked
+//! exchange. Where none does, only the program thread ever touches it, and it is taken with
+//! plain stores ([`Shared::lock`]): a locked instruction waits for the stores before it, such
+//! as the ring writes of a message just sent or taken, to reach the other core, and that wait
+//! was most of what a tagged message cost beyond an Active Message.
 //!
 //! Lock discipline: nothing sends an Active Message while holding the lock. A send that finds
 //! no room polls, and the handlers it runs take the lock: the caller collects what to send
@@ -8,10 +13,12 @@
 
 use crate::config::{Limits, ENVELOPE_BYTES};
 use crate::matching::{Matcher, Source, TagSel};
+use spin::mutex::{SpinMutex, SpinMutexGuard};
+use spin::relax::Yield;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Hashes a slot id as itself: ids are handed out in sequence by this rank, so they spread
 /// over the table's buckets without the cost of a keyed hash (two per message otherwise).
@@ -236,33 +243,121 @@ pub(crate) struct State {
 
 /// A handle on the state.
 #[derive(Debug, Clone)]
-pub(crate) struct Shared(Arc<Mutex<State>>);
+pub(crate) struct Shared(Arc<Guarded>);
+
+/// The state and what guards it.
+#[derive(Debug)]
+struct Guarded {
+    mutex: SpinMutex<State, Yield>,
+    /// Set at attach when no progress thread serves the rank: handlers then run only inside
+    /// the program thread's own runtime calls, never while it holds the state (nothing polls
+    /// under the lock), so one thread alone touches the state and the lock's atomic exchange,
+    /// which waits for the stores before it (the ring writes of a message just sent or
+    /// taken) to reach the other core, is left out. Never cleared.
+    one_thread: AtomicBool,
+    /// In one-thread mode, whether a guard is alive (plain loads and stores: only that thread
+    /// reads it); taking the state again while it is would be a bug, caught here.
+    held: AtomicBool,
+}
 
 impl Shared {
     pub(crate) fn new() -> Self {
-        Self(Arc::new(Mutex::new(State {
-            matcher: Matcher::new(0),
-            recvs: Slots::default(),
-            pulling: Vec::new(),
-            sends: Slots::default(),
-            next_id: 1,
-            used: Vec::new(),
-            owed: Vec::new(),
-            unexpected_bytes: 0,
-            limits: None,
-            events: Arc::new(AtomicU64::new(0)),
-        })))
+        Self(Arc::new(Guarded {
+            mutex: SpinMutex::new(State {
+                matcher: Matcher::new(0),
+                recvs: Slots::default(),
+                pulling: Vec::new(),
+                sends: Slots::default(),
+                next_id: 1,
+                used: Vec::new(),
+                owed: Vec::new(),
+                unexpected_bytes: 0,
+                limits: None,
+                events: Arc::new(AtomicU64::new(0)),
+            }),
+            one_thread: AtomicBool::new(false),
+            held: AtomicBool::new(false),
+        }))
     }
 
-    /// Takes the lock (a panic elsewhere leaves the state consistent: every change under
-    /// the lock is made whole before anything can panic).
-    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    /// Takes the state: in one-thread mode at the cost of two plain stores, otherwise under
+    /// the spin lock, yielding the core while another thread holds it. (A panic elsewhere
+    /// leaves the state consistent: every change made while holding it is made whole before
+    /// anything can panic, and the guard lets go as the panic unwinds.)
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        let g = &*self.0;
+        if g.one_thread.load(Ordering::Relaxed) {
+            assert!(
+                !g.held.load(Ordering::Relaxed),
+                "volley-msg: the layer's state taken twice by one thread (a poll while holding it)"
+            );
+            g.held.store(true, Ordering::Relaxed);
+            // SAFETY: in one-thread mode only the program thread touches the state (no
+            // progress thread runs handlers; `Msg` is neither `Send` nor `Sync`, and handlers
+            // run inside that thread's runtime calls), and `held` shows no other guard of
+            // that thread is alive, so this is the only reference to it until the guard drops.
+            let state = unsafe { &mut *g.mutex.as_mut_ptr() };
+            return StateGuard::Alone {
+                state,
+                held: &g.held,
+            };
+        }
+        StateGuard::Locked(g.mutex.lock())
+    }
+
+    /// Leaves out the lock from now on if no progress thread serves `rt`'s rank. Called once,
+    /// by the program thread at attach, while it holds no guard.
+    pub(crate) fn one_thread(&self, rt: &volley::Runtime) {
+        if !rt.has_progress_thread() {
+            self.set_one_thread();
+        }
+    }
+
+    fn set_one_thread(&self) {
+        self.0.one_thread.store(true, Ordering::Relaxed);
     }
 
     /// The event count of [`State::events`].
     pub(crate) fn events(&self) -> Arc<AtomicU64> {
         self.lock().events.clone()
+    }
+}
+
+/// The state, taken (see [`Shared::lock`]).
+pub(crate) enum StateGuard<'a> {
+    /// One-thread mode: the state, and the flag to clear when done.
+    Alone {
+        state: &'a mut State,
+        held: &'a AtomicBool,
+    },
+    /// Under the spin lock.
+    Locked(SpinMutexGuard<'a, State, Yield>),
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        match self {
+            StateGuard::Alone { state, .. } => state,
+            StateGuard::Locked(g) => g,
+        }
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        match self {
+            StateGuard::Alone { state, .. } => state,
+            StateGuard::Locked(g) => g,
+        }
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        if let StateGuard::Alone { held, .. } = self {
+            held.store(false, Ordering::Relaxed);
+        }
     }
 }
 
@@ -276,9 +371,11 @@ fn slot_of<T: Default>(v: &mut Vec<T>, i: usize) -> &mut T {
 impl State {
     /// Something a waiting receive must look at happened.
     fn note(&self) {
-        // Release: a wait that reads the new count and then takes the lock sees the change
-        // (the lock orders it anyway; this keeps the word itself meaningful).
-        self.events.fetch_add(1, Ordering::Release);
+        // Only holders of the lock write the count, so a load and a store count without a
+        // locked add. Release: a wait that reads the new count and then takes the lock sees
+        // the change (the lock orders it anyway; this keeps the word itself meaningful).
+        let n = self.events.load(Ordering::Relaxed);
+        self.events.store(n + 1, Ordering::Release);
     }
 
     pub(crate) fn next_id(&mut self) -> u64 {
@@ -523,12 +620,51 @@ impl State {
 mod tests {
     use super::*;
 
+    #[test]
+    fn one_thread_mode_refuses_a_second_hold_and_allows_the_next() {
+        let shared = Shared::new();
+        shared.set_one_thread();
+        let first = shared.lock();
+        let again = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(shared.lock());
+        }));
+        assert!(
+            again.is_err(),
+            "a second hold by the one thread must be refused"
+        );
+        drop(first);
+        let mut st = shared.lock();
+        assert_eq!(st.next_id(), 1);
+        drop(st);
+        assert_eq!(shared.lock().next_id(), 2);
+    }
+
+    #[test]
+    fn the_lock_serializes_a_handler_thread_and_the_program_thread() {
+        let shared = Shared::new();
+        let n = 100_000;
+        let other = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                for _ in 0..n {
+                    shared.lock().next_id();
+                }
+            })
+        };
+        for _ in 0..n {
+            shared.lock().next_id();
+        }
+        other.join().unwrap();
+        // Ids start at 1: after 2n taken, the next is 2n + 1 (none lost to a race).
+        assert_eq!(shared.lock().next_id(), 2 * n + 1);
+    }
+
     fn state(share: usize) -> State {
         let shared = Shared::new();
         let mut st = std::sync::Arc::try_unwrap(shared.0)
             .expect("one handle")
-            .into_inner()
-            .expect("not poisoned");
+            .mutex
+            .into_inner();
         st.limits = Some(Limits {
             eager: share / 2 - ENVELOPE_BYTES,
             share,
