@@ -26,6 +26,11 @@ use std::time::Instant;
 /// Sends closer together than this share a flush (about the cost of one send system call).
 const FLUSH_INTERVAL_NS: u64 = 2_000;
 
+/// `NetLink::last_flush` before the first flush: the first message leaves at once, however
+/// soon after the link was made (a clock that starts at the link's creation would otherwise
+/// hold it as if a flush had just happened).
+const NEVER_FLUSHED: u64 = u64::MAX;
+
 /// Bytes a network message spends on more than its payload: the frame's words (header,
 /// length, offset, 16 arguments) with room to spare.
 const FRAME_OVERHEAD: usize = 256;
@@ -162,7 +167,7 @@ pub(crate) struct NetLink {
     encode_buf: Cell<Vec<u8>>,
     policy: RefCell<NetPollState>,
     epoch: Instant,
-    /// When queued messages were last pushed out.
+    /// When queued messages were last pushed out ([`NEVER_FLUSHED`] before the first time).
     last_flush: Cell<u64>,
     /// Whether a send since then left its message queued in the transport (a run of sends
     /// shares one flush; the poll that ran the handlers which sent them flushes at its end).
@@ -218,7 +223,7 @@ impl NetLink {
             encode_buf: Cell::new(Vec::new()),
             policy: RefCell::new(NetPollState::new(policy)),
             epoch: Instant::now(),
-            last_flush: Cell::new(0),
+            last_flush: Cell::new(NEVER_FLUSHED),
             unflushed: Cell::new(false),
             polls: Cell::new(0),
             empty_polls: Cell::new(0),
@@ -584,7 +589,8 @@ impl NetLink {
                 Ok(()) => {
                     // A message alone leaves at once; messages sent in a quick run share the
                     // system calls of a flush every FLUSH_INTERVAL_NS (and a poll flushes too).
-                    if now.saturating_sub(self.last_flush.get()) >= FLUSH_INTERVAL_NS {
+                    let last = self.last_flush.get();
+                    if last == NEVER_FLUSHED || now.saturating_sub(last) >= FLUSH_INTERVAL_NS {
                         self.flush_at(now);
                     } else {
                         self.unflushed.set(true);
