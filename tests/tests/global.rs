@@ -114,23 +114,6 @@ fn hub_waits_spin_while_the_awaited_rank_needs_another_core() {
         .assert_stdout_has(&["global hubwait [hw]: ok (300 barriers on 3 ranks"]);
 }
 
-/// A blocking read spins while the owner gives its core up on another CPU, rather than hand
-/// its own CPU to a third rank and back: see the suite's `readwait`.
-#[test]
-fn a_read_spins_while_its_owner_yields_on_another_cpu() {
-    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    if !two_cores || std::env::var_os("VOLLEY_TEST_NET").is_some() {
-        return;
-    }
-    Job::raw(["run", "--bind", "-n", "3", SUITE, "readwait"])
-        .env("VOLLEY_STRATEGY", "proc")
-        .env("VOLLEY_POLITE", "1")
-        .timeout(DEADLINE)
-        .output()
-        .assert_success()
-        .assert_stdout_has(&["global readwait [proc]: ok (20000 reads, rank 0 yielded"]);
-}
-
 /// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
 /// (no message sent), on 2 ranks with cores of their own and 5 polite ones, under every
 /// strategy, every value checked.

@@ -416,12 +416,7 @@ impl<'rt> Global<'rt> {
         cond: impl FnMut() -> bool,
         what: &dyn Fn() -> String,
     ) {
-        let mut cpu = None;
-        let spin = || {
-            self.rt
-                .spin_for(rank, *cpu.get_or_insert_with(Runtime::current_cpu))
-        };
-        self.wait_with(cond, Some(spin), what);
+        self.wait_with(cond, Some(|| self.rt.is_running(rank)), what);
     }
 
     /// [`Global::wait_for`] in a wait for several ranks: `running()` says whether every rank

@@ -25,9 +25,8 @@ const SECTIONS: [&str; 15] = [
 /// `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`), and
 /// `mismatch-bcast` (rank 0 calls a barrier where the others receive its broadcast) and
 /// `mismatch-root` (rank 0 broadcasts where the others call a barrier), and `hubwait` (ranks
-/// at the hub spin while the rank they wait for needs another core), and `readwait` (a
-/// blocking read spins while its owner gives its core up on another CPU).
-const EXTRA: [&str; 9] = [
+/// at the hub spin while the rank they wait for needs another core).
+const EXTRA: [&str; 8] = [
     "late",
     "mismatch",
     "paths",
@@ -36,7 +35,6 @@ const EXTRA: [&str; 9] = [
     "mismatch-bcast",
     "mismatch-root",
     "hubwait",
-    "readwait",
 ];
 
 /// A small struct read and written whole.
@@ -1126,61 +1124,6 @@ impl Suite<'_, '_> {
         );
     }
 
-    /// Rank 0 reads rank 1's memory 20,000 times while rank 1 serves from a polite wait, in
-    /// which it gives its core up again and again (a yield every few empty polls, marked away
-    /// meanwhile). Pinned round-robin, rank 1 has a CPU to itself and rank 0 shares its CPU
-    /// with rank 2: yielding that CPU cannot help rank 1, so rank 0's waits must spin, and
-    /// yield at most now and then (the spin's cap, rank 2's turns): 0-18 times in a run here,
-    /// where the rule that yielded whenever rank 1 was away yielded 900-3800 times.
-    fn readwait(&self) {
-        let (g, me) = (self.g, self.me);
-        let rt = g.runtime();
-        const READS: u64 = 20_000;
-        let a = ok(
-            self,
-            "alloc",
-            g.all_spread_alloc::<u64>(self.p, Layout::Cyclic),
-        );
-        if me == 1 {
-            ok(self, "write", g.write(a.ptr(1), 41));
-        }
-        ok(self, "barrier", g.barrier());
-        let before = rt.stats();
-        if me == 0 {
-            for i in 0..READS {
-                let v = ok(self, "read", g.read(a.ptr(1)));
-                check!(self, v == 41, "read {i} gave {v}");
-            }
-        }
-        let after = rt.stats();
-        let (yields, empty) = (
-            after.yields - before.yields,
-            after.empty_polls - before.empty_polls,
-        );
-        ok(self, "barrier", g.barrier());
-        let spread = (0..self.p).all(|r| rt.is_local(r)) && rt.is_polite();
-        if me == 0 && spread {
-            check!(
-                self,
-                yields * 40 <= READS,
-                "rank 0 yielded {yields} times in {READS} reads of rank 1, which runs on another \
-                 CPU ({empty} empty polls)"
-            );
-        }
-        if me == 1 && spread {
-            let served = rt.stats().yields - before.yields;
-            check!(
-                self,
-                served > 0,
-                "rank 1 served the reads without giving its core up"
-            );
-        }
-        self.done(
-            "readwait",
-            &format!("({READS} reads, rank {me} yielded {yields} times in {empty} empty polls)"),
-        );
-    }
-
     /// Small broadcasts from roots that run ahead of their receivers: 1000 calls from
     /// rotating roots, each root for 40 calls in a row (more than the ring holds) while the
     /// other ranks now and then give up their core, lengths of 1 to 12 words, every value
@@ -1645,7 +1588,6 @@ fn main() {
             "big" => s.big(),
             "bcast" => s.bcast(),
             "hubwait" => s.hubwait(),
-            "readwait" => s.readwait(),
             _ => unreachable!(),
         }
     }

@@ -663,32 +663,11 @@ impl Runtime {
 
     /// Polls until `cond()` is true, like [`Runtime::wait_until`], in a wait for one rank's
     /// answer (a reply, a partner's message): a polite rank (see [`RuntimeBuilder::polite`])
-    /// spins while `rank` is on a CPU, or gives its core up on another CPU than this rank's
-    /// (yielding this one cannot help it), so that an answer within a round trip is seen at
-    /// once, and yields its core at once while `rank` waits for this CPU.
+    /// spins while `rank` is on a CPU, so that an answer within a round trip is seen at once,
+    /// and yields its core at once while `rank` is not.
     #[inline]
     pub fn wait_on(&self, rank: usize, cond: impl FnMut() -> bool) {
-        let mut cpu = None;
-        self.wait_until_awaiting(cond, || {
-            self.spin_for(rank, *cpu.get_or_insert_with(Self::current_cpu))
-        })
-    }
-
-    /// Whether a polite wait on CPU `cpu` (as [`Runtime::current_cpu`] gives it) for an
-    /// answer from `rank` should spin rather than yield: `rank` runs on this node and is on a
-    /// CPU, or gave its core up on another CPU than `cpu` (yielding `cpu` cannot help it; it
-    /// gets its own back from whoever runs there). False for ranks on other nodes. The
-    /// `running` answer that [`Runtime::wait_until_awaiting`] takes, for one awaited rank.
-    #[inline]
-    pub fn spin_for(&self, rank: usize, cpu: u32) -> bool {
-        self.engine().spin_for(rank, cpu)
-    }
-
-    /// One more than the CPU the calling thread runs on now, 0 if the kernel does not say
-    /// (for [`Runtime::spin_for`]).
-    #[inline]
-    pub fn current_cpu() -> u32 {
-        crate::transport::shm::presence::current_cpu()
+        self.wait_until_awaiting(cond, || self.is_running(rank))
     }
 
     /// Polls until `cond()` is true, like [`Runtime::wait_on`], for a wait on several ranks:

@@ -114,15 +114,6 @@ impl Engine {
         self.region_of(rank).is_some_and(|r| r.presence().running())
     }
 
-    /// Whether a polite waiter on CPU `cpu` (as `presence::current_cpu` gives it) should spin for
-    /// `rank`: it is on this node and on a CPU, or gave its core up on another CPU (see
-    /// `presence::Presence::spin_for`). False for ranks on other nodes.
-    #[inline]
-    pub(crate) fn spin_for(&self, rank: usize, cpu: u32) -> bool {
-        self.region_of(rank)
-            .is_some_and(|r| r.presence().spin_for(cpu))
-    }
-
     /// The rest of a wait that spun out: yields (or, in block mode, sleeps) between polls,
     /// checks the job's health, and is published as what this rank does meanwhile. `awaited`:
     /// whether the ranks the wait awaits are on a CPU, if the wait knows them.
