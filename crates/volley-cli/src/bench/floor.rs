@@ -346,31 +346,15 @@ pub fn cacheline_rtt_ns(iters: u64, reps: usize) -> Result<f64, String> {
             cpus.len()
         ));
     }
-    let saved = crate::affinity::current();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
+    forked_median(
+        "the cache-line floor",
+        reps,
+        (Some(cpus[0]), Some(cpus[1])),
         // Fresh lines for each run; the child shares the mapping across fork.
-        let shared = SharedLines::create()?;
-        let lines = shared.lines();
-        let parent = std::process::id();
-        // SAFETY: called before any thread exists; the child only spins on atomics and exits.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed");
-        if pid == 0 {
-            die_with_parent(parent);
-            crate::affinity::pin(cpus[1]);
-            echo(lines, 0, iters);
-            // SAFETY: leave the child without running the parent's atexit handlers.
-            unsafe { libc::_exit(0) };
-        }
-        crate::affinity::pin(cpus[0]);
-        let ns = ping(lines, 0, iters);
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        samples.push(ns);
-    }
-    crate::affinity::restore(&saved);
-    Ok(super::median(&mut samples))
+        SharedLines::create,
+        |shared| echo(shared.lines(), 0, iters),
+        |shared| Ok(ping(shared.lines(), 0, iters)),
+    )
 }
 
 /// One hand-off of a core between two processes pinned to the same CPU (the first this process
@@ -382,51 +366,90 @@ pub fn handoff_ns(iters: u64, reps: usize) -> Result<f64, String> {
     let Some(&cpu) = crate::affinity::allowed_cpus().first() else {
         return Err("the hand-off floor needs a CPU this process may use".into());
     };
-    let saved = crate::affinity::current();
     let iters = iters.max(10);
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let shared = SharedLines::create()?;
-        let lines = shared.lines();
-        let parent = std::process::id();
-        // SAFETY: the child only pins itself, spins on atomics, yields and exits (no
-        // allocation, no lock), so threads of the parent are no hazard.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err("hand-off floor: fork failed".into());
-        }
-        if pid == 0 {
-            die_with_parent(parent);
-            crate::affinity::pin(cpu);
+    forked_median(
+        "the hand-off floor",
+        reps,
+        (Some(cpu), Some(cpu)),
+        SharedLines::create,
+        |shared| {
+            let lines = shared.lines();
             for i in 1..=iters {
                 while lines[0].v.load(Ordering::Acquire) != i {
                     std::thread::yield_now();
                 }
                 lines[1].v.store(i, Ordering::Release);
             }
-            // SAFETY: leave the child without running the parent's atexit handlers.
-            unsafe { libc::_exit(0) };
-        }
-        crate::affinity::pin(cpu);
-        let warm = iters / 10;
-        let mut t0 = Instant::now();
-        for i in 1..=iters {
-            if i == warm + 1 {
-                t0 = Instant::now();
+        },
+        |shared| {
+            let lines = shared.lines();
+            let warm = iters / 10;
+            let mut t0 = Instant::now();
+            for i in 1..=iters {
+                if i == warm + 1 {
+                    t0 = Instant::now();
+                }
+                lines[0].v.store(i, Ordering::Release);
+                while lines[1].v.load(Ordering::Acquire) != i {
+                    std::thread::yield_now();
+                }
             }
-            lines[0].v.store(i, Ordering::Release);
-            while lines[1].v.load(Ordering::Acquire) != i {
-                std::thread::yield_now();
+            // Each timed round trip is two hand-offs: to the child and back.
+            Ok(t0.elapsed().as_nanos() as f64 / (2 * (iters - warm)) as f64)
+        },
+    )
+}
+
+/// `reps` runs of a measurement between this process and a forked child, named `what` in
+/// errors: each run makes a fresh `state`, forks a child that pins itself to the second CPU
+/// of `cpus` (if any), runs `child` on the state and exits, pins this process to the first
+/// (if any) and measures with `parent`; the child is reaped and this process's affinity mask
+/// restored however the run ends. Returns the median. `child` must neither allocate nor take
+/// a lock: this process may have threads.
+fn forked_median<S>(
+    what: &str,
+    reps: usize,
+    cpus: (Option<usize>, Option<usize>),
+    mut state: impl FnMut() -> Result<S, String>,
+    child: impl Fn(&mut S),
+    mut parent: impl FnMut(&mut S) -> Result<f64, String>,
+) -> Result<f64, String> {
+    let saved = crate::affinity::current();
+    let mut samples = Vec::with_capacity(reps);
+    let mut run = || -> Result<(), String> {
+        for _ in 0..reps {
+            let mut s = state()?;
+            let pid = std::process::id();
+            // SAFETY: the child only pins itself, runs `child` (no allocation, no lock) and
+            // exits, so threads of this process are no hazard.
+            let child_pid = unsafe { libc::fork() };
+            if child_pid < 0 {
+                return Err(format!("{what}: fork failed"));
             }
+            if child_pid == 0 {
+                die_with_parent(pid);
+                if let Some(c) = cpus.1 {
+                    crate::affinity::pin(c);
+                }
+                child(&mut s);
+                // SAFETY: leave the child without running the parent's atexit handlers.
+                unsafe { libc::_exit(0) };
+            }
+            if let Some(c) = cpus.0 {
+                crate::affinity::pin(c);
+            }
+            let measured = parent(&mut s);
+            // Dropped before the reaping: a child still reading its end sees this side close.
+            drop(s);
+            // SAFETY: reaping our own child.
+            unsafe { libc::waitpid(child_pid, std::ptr::null_mut(), 0) };
+            samples.push(measured?);
         }
-        // Each timed round trip is two hand-offs: to the child and back.
-        let ns = t0.elapsed().as_nanos() as f64 / (2 * (iters - warm)) as f64;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        samples.push(ns);
-    }
+        Ok(())
+    };
+    let result = run();
     crate::affinity::restore(&saved);
-    Ok(super::median(&mut samples))
+    result.map(|()| super::median(&mut samples))
 }
 
 /// In a forked floor child: dies with the bench process (whose pid was `parent` before the
@@ -456,43 +479,25 @@ pub fn socket_rtt_ns(
 ) -> Result<f64, String> {
     use volley::transport::net::floor;
     let cpus = crate::affinity::allowed_cpus();
-    let saved = crate::affinity::current();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
+    forked_median(
+        "network floor",
+        reps,
+        (cpus.first().copied(), cpus.get(1).copied()),
         // Both ends exist before the fork; each process drives one.
-        let (mut a, mut b) =
-            floor::pair(kind, size).map_err(|e| format!("network floor: sockets: {e}"))?;
-        let parent = std::process::id();
-        // SAFETY: called before any thread exists; the child only uses its socket and exits.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err("network floor: fork failed".into());
-        }
-        if pid == 0 {
-            die_with_parent(parent);
-            if cpus.len() >= 2 {
-                crate::affinity::pin(cpus[1]);
-            }
-            // An error means the measuring side went away: nothing left to answer.
+        || floor::pair(kind, size).map_err(|e| format!("network floor: sockets: {e}")),
+        // An error means the measuring side went away: nothing left to answer.
+        |(_, b)| {
             let _ = b.echo(iters);
-            // SAFETY: leave the child without running the parent's atexit handlers.
-            unsafe { libc::_exit(0) };
-        }
-        if let Some(&c) = cpus.first() {
-            crate::affinity::pin(c);
-        }
-        let ns = a.ping(iters).map_err(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => {
-                "network floor: the echoing process went away".to_string()
-            }
-            _ => format!("network floor: round trip: {e}"),
-        })?;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        samples.push(ns);
-    }
-    crate::affinity::restore(&saved);
-    Ok(super::median(&mut samples))
+        },
+        |(a, _)| {
+            a.ping(iters).map_err(|e| match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => {
+                    "network floor: the echoing process went away".to_string()
+                }
+                _ => format!("network floor: round trip: {e}"),
+            })
+        },
+    )
 }
 
 /// GB/s of a stream of 1 MiB messages over raw loopback sockets
@@ -502,38 +507,26 @@ pub fn socket_rtt_ns(
 pub fn socket_stream_gbps(kind: SocketFloor, count: u64, reps: usize) -> Result<f64, String> {
     use volley::transport::net::stream_floor;
     let cpus = crate::affinity::allowed_cpus();
-    let saved = crate::affinity::current();
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let (mut a, mut b) = stream_floor::stream_pair(kind)
-            .map_err(|e| format!("network stream floor: sockets: {e}"))?;
-        let parent = std::process::id();
-        // SAFETY: called before any thread exists; the child only uses its socket and exits.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err("network stream floor: fork failed".into());
-        }
-        if pid == 0 {
-            die_with_parent(parent);
-            if cpus.len() >= 2 {
-                crate::affinity::pin(cpus[1]);
+    forked_median(
+        "network stream floor",
+        reps,
+        (cpus.first().copied(), cpus.get(1).copied()),
+        || {
+            stream_floor::stream_pair(kind)
+                .map(|(a, b)| (a, Some(b)))
+                .map_err(|e| format!("network stream floor: sockets: {e}"))
+        },
+        // An error means the sending side went away: nothing left to take.
+        |(_, b)| {
+            if let Some(b) = b {
+                let _ = b.sink(count);
             }
-            // An error means the sending side went away: nothing left to take.
-            let _ = b.sink(count);
-            // SAFETY: leave the child without running the parent's atexit handlers.
-            unsafe { libc::_exit(0) };
-        }
-        drop(b);
-        if let Some(&c) = cpus.first() {
-            crate::affinity::pin(c);
-        }
-        let gbps = a
-            .stream(count)
-            .map_err(|e| format!("network stream floor: {e}"))?;
-        // SAFETY: reaping our own child.
-        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
-        samples.push(gbps);
-    }
-    crate::affinity::restore(&saved);
-    Ok(super::median(&mut samples))
+        },
+        |(a, b)| {
+            // This process's copy of the receiving end goes before the stream starts.
+            drop(b.take());
+            a.stream(count)
+                .map_err(|e| format!("network stream floor: {e}"))
+        },
+    )
 }
