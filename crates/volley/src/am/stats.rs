@@ -123,7 +123,7 @@ impl fmt::Display for Stats {
                 f,
                 " | {} sent {} handled {} polls {} empty {} interval {} | syscalls send {} recv \
                  {} | packets {}/{} | retransmits {} | dropped {} | unsequenced sent {} received \
-                 {} duplicates {} | faults {}",
+                 {} duplicates {} | lent {} kept {} B | faults {}",
                 n.transport,
                 n.sent,
                 n.handled,
@@ -139,6 +139,8 @@ impl fmt::Display for Stats {
                 t.unsequenced_sent,
                 t.unsequenced_received,
                 t.unsequenced_duplicates,
+                t.lent_messages,
+                t.lent_bytes_kept,
                 t.faults_injected
             )?;
         }

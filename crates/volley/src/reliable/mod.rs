@@ -44,6 +44,8 @@
 //! datagrams are found by per-datagram timers and selective acks rather than by
 //! resend-request packets and one-at-a-time handshaked retransmission.
 
+#[cfg(test)]
+mod lent_tests;
 mod peer;
 #[cfg(test)]
 mod placed_tests;
@@ -55,7 +57,7 @@ mod tests;
 mod unsequenced_tests;
 pub mod wire;
 
-pub use peer::{Peer, Tail};
+pub use peer::{Lent, LentDatagram, Peer, Tail};
 pub use pool::BufferPool;
 
 /// Tuning of a [`Peer`]. Times are in nanoseconds of the caller's clock.
@@ -271,4 +273,9 @@ pub struct Stats {
     /// Unsequenced datagrams refused because their id was seen before, or is too old to
     /// tell (see [`replay`]); valid received datagrams, like `duplicates_dropped`.
     pub unsequenced_duplicates: u64,
+    /// Messages sent by [`Peer::send_lent`] from the caller's bytes.
+    pub lent_messages: u64,
+    /// Bytes of lent messages copied because they were not acknowledged by the end of their
+    /// send (what [`Peer::send`] would have copied whole).
+    pub lent_bytes_kept: u64,
 }

@@ -1,6 +1,7 @@
 //! The per-pair state machine: sequencing, acks, retransmission, flow control, reassembly.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::ops::Range;
 use std::sync::Arc;
 
 use super::pool::BufferPool;
@@ -12,20 +13,95 @@ use super::{Config, ConfigError, DecodeError, Failure, SendError, State, Stats};
 use crate::transport::net::placing::Placing;
 use crate::transport::net::Placer;
 
-/// A message queued by [`Peer::send`], `offset` bytes of it already packed into datagrams.
+/// A message queued by [`Peer::send`] (or [`Peer::send_lent`]), `offset` bytes of it already
+/// packed into datagrams.
 #[derive(Debug)]
 struct Pending {
-    data: Vec<u8>,
-    /// The message, moved out of `data`, once its first fragment is sent: the datagrams
-    /// of its fragments refer to it instead of holding copies.
-    shared: Option<Arc<Vec<u8>>>,
+    bytes: Queued,
+    /// The message's length.
+    total: usize,
     offset: usize,
 }
 
-impl Pending {
-    fn len(&self) -> usize {
-        self.shared.as_ref().map_or(self.data.len(), |m| m.len())
+/// Where a queued message's bytes are.
+#[derive(Debug)]
+enum Queued {
+    /// The whole message, copied in by [`Peer::send`].
+    Owned(Vec<u8>),
+    /// Shared with the datagrams of its fragments sent so far (it moved there at its first
+    /// fragment, or was lent), so they refer to it instead of holding copies.
+    Shared(Source),
+}
+
+/// Where the bytes of a fragmented message are, for the datagrams that carry it.
+#[derive(Debug, Clone)]
+enum Source {
+    /// A copy of the message from byte `base` on.
+    Kept { msg: Arc<Vec<u8>>, base: usize },
+    /// The sender's own, lent for the duration of one [`Peer::send_lent`]: never read by the
+    /// peer itself, and replaced by a copy of what is still needed in
+    /// [`Peer::retain_lent`].
+    Lent,
+}
+
+/// A message lent by the caller for the duration of one send: `head` followed by `body`
+/// (a transport's frame head and the payload, never joined).
+#[derive(Debug, Clone, Copy)]
+pub struct Lent<'a> {
+    /// The first bytes.
+    pub head: &'a [u8],
+    /// The rest.
+    pub body: &'a [u8],
+}
+
+impl<'a> Lent<'a> {
+    /// Its length.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.body.len()
     }
+
+    /// Whether it has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes at `range` of the message, a range within `head` or within `body`.
+    pub fn slice(&self, range: Range<usize>) -> &'a [u8] {
+        let h = self.head.len();
+        if range.end <= h {
+            &self.head[range]
+        } else {
+            &self.body[range.start - h..range.end - h]
+        }
+    }
+
+    /// Splits bytes `start..end` of the message into what a datagram's head holds and the
+    /// range gathered after it: the range itself when it lies within one piece, else (it
+    /// spans both) the head's bytes and the body's range.
+    fn split(&self, start: usize, end: usize) -> (&'a [u8], Range<usize>) {
+        let h = self.head.len();
+        if start < h && end > h {
+            (&self.head[start..h], h..end)
+        } else {
+            (&[], start..end)
+        }
+    }
+
+    /// The message from byte `from` on, as the part in `head` and the part in `body`.
+    fn from(&self, from: usize) -> (&'a [u8], &'a [u8]) {
+        let h = self.head.len();
+        (&self.head[from.min(h)..], &self.body[from.max(h) - h..])
+    }
+}
+
+/// A datagram of a lent message written by [`Peer::poll_transmit_lent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LentDatagram {
+    /// Its sequence number (see [`Peer::kept_tail`]).
+    pub seq: u64,
+    /// The range of the lent message that follows the datagram's head on the wire (within
+    /// its head or its body: see [`Lent::slice`]).
+    pub tail: Range<usize>,
 }
 
 /// What a data datagram carries after its header.
@@ -33,11 +109,12 @@ impl Pending {
 enum Body {
     /// Whole messages packed into a body of their own.
     Packed(Vec<u8>),
-    /// One fragment: bytes `start..end` of a message larger than a datagram.
+    /// One fragment: bytes `start..end` of a message of `total` bytes larger than a datagram.
     Fragment {
-        msg: Arc<Vec<u8>>,
+        src: Source,
         start: usize,
         end: usize,
+        total: usize,
     },
 }
 
@@ -51,31 +128,48 @@ impl Body {
         }
     }
 
+    /// Which fragment of its message a fragment body is.
+    fn which(start: usize, end: usize, total: usize) -> Fragment {
+        if start == 0 {
+            // The peer limits messages to u32::MAX bytes.
+            Fragment::First(total as u32)
+        } else if end == total {
+            Fragment::Last
+        } else {
+            Fragment::Middle
+        }
+    }
+
     /// Writes the datagram with `header` into `buf`, except a fragment's bytes: those are
     /// returned as the datagram's [`Tail`], to be gathered from the retained message. A
     /// fragment's checksum covers its bytes only if `whole`.
+    ///
+    /// # Panics
+    /// On a fragment of a lent message: only [`Peer::poll_transmit_lent`] writes those.
     fn encode(&self, buf: &mut Vec<u8>, header: &Header, whole: bool) -> Option<Tail> {
         match self {
             Body::Packed(b) => {
                 wire::encode(buf, header, b);
                 None
             }
-            Body::Fragment { msg, start, end } => {
-                let which = if *start == 0 {
-                    // The peer limits messages to u32::MAX bytes.
-                    Fragment::First(msg.len() as u32)
-                } else if *end == msg.len() {
-                    Fragment::Last
-                } else {
-                    Fragment::Middle
-                };
-                wire::encode_fragment_head(buf, header, which, &msg[*start..*end], whole);
+            Body::Fragment {
+                src: Source::Kept { msg, base },
+                start,
+                end,
+                total,
+            } => {
+                let (start, end) = (start - base, end - base);
+                let which = Self::which(start + base, end + base, *total);
+                wire::encode_fragment_head(buf, header, which, &msg[start..end], whole);
                 Some(Tail {
                     msg: Arc::clone(msg),
-                    start: *start,
-                    end: *end,
+                    start,
+                    end,
                 })
             }
+            Body::Fragment {
+                src: Source::Lent, ..
+            } => unreachable!("a lent message's datagram outside its send"),
         }
     }
 }
@@ -177,6 +271,9 @@ pub struct Peer {
     unacked_received: u32,
     /// Buffers of packed, acknowledged and delivered messages, for the next ones.
     pool: BufferPool,
+    /// A message lent by [`Peer::send_lent`] may still be referred to: its send has not
+    /// ended with [`Peer::retain_lent`].
+    lent_open: bool,
 
     // Unsequenced datagrams.
     /// The id of the next one sent.
@@ -219,6 +316,7 @@ impl Peer {
             ack_deadline: None,
             unacked_received: 0,
             pool: BufferPool::default(),
+            lent_open: false,
             next_unsequenced: 1,
             replay: ReplayWindow::default(),
         })
@@ -313,12 +411,164 @@ impl Peer {
         data.extend_from_slice(head);
         data.extend_from_slice(body);
         self.pending.push_back(Pending {
-            data,
-            shared: None,
+            bytes: Queued::Owned(data),
+            total: len,
             offset: 0,
         });
         self.stats.messages_sent += 1;
         Ok(())
+    }
+
+    /// [`send_gather`](Self::send_gather) without the queued copy, for a caller that sends
+    /// the message's datagrams at once: the peer keeps no bytes of `msg` and refers to it
+    /// until [`retain_lent`](Self::retain_lent), which copies only what is then still
+    /// unacknowledged or unsent. In between, write its datagrams with
+    /// [`poll_transmit_lent`](Self::poll_transmit_lent) and take datagrams in with
+    /// [`handle_datagram`](Self::handle_datagram); nothing else may transmit, and
+    /// `retain_lent` must come before `msg`'s bytes change or the send returns. A message
+    /// that fits one datagram is copied at once, as by `send_gather`.
+    pub fn send_lent(&mut self, msg: Lent<'_>, now: u64) -> Result<(), SendError> {
+        let len = msg.len();
+        if RECORD_OVERHEAD + len <= self.config.max_datagram_size - HEADER_LEN {
+            return self.send_gather(msg.head, msg.body, now);
+        }
+        assert!(!self.lent_open, "a lent message's send has not ended");
+        self.check_peer_timeout(now);
+        if let State::Failed(f) = self.state {
+            return Err(SendError::Failed(f));
+        }
+        if len > self.config.max_message_size {
+            return Err(SendError::TooLarge {
+                len,
+                max: self.config.max_message_size,
+            });
+        }
+        let charge = len + RECORD_OVERHEAD;
+        if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
+            self.stats.would_block += 1;
+            return Err(SendError::WouldBlock);
+        }
+        self.pending_bytes += charge;
+        self.pending.push_back(Pending {
+            bytes: Queued::Shared(Source::Lent),
+            total: len,
+            offset: 0,
+        });
+        self.lent_open = true;
+        self.stats.messages_sent += 1;
+        self.stats.lent_messages += 1;
+        Ok(())
+    }
+
+    /// Writes into `buf` (cleared first) the head of the next datagram of the lent message,
+    /// while it is the next to send and the window has room; the datagram is `buf` followed
+    /// by the returned range of `msg.body`. `None` when no such datagram can go now (then
+    /// the rest goes after [`retain_lent`](Self::retain_lent), from its copy).
+    pub fn poll_transmit_lent(
+        &mut self,
+        now: u64,
+        buf: &mut Vec<u8>,
+        msg: Lent<'_>,
+    ) -> Option<LentDatagram> {
+        self.check_peer_timeout(now);
+        if self.state != State::Active
+            || self.inflight.len() >= self.config.window
+            || !matches!(
+                self.pending.front(),
+                Some(Pending {
+                    bytes: Queued::Shared(Source::Lent),
+                    ..
+                })
+            )
+        {
+            return None;
+        }
+        let body = self.pack_fragment(self.config.max_datagram_size - HEADER_LEN);
+        let Body::Fragment {
+            start, end, total, ..
+        } = body
+        else {
+            unreachable!("a lent message is larger than a datagram")
+        };
+        debug_assert_eq!(total, msg.len());
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let h = self.header(Kind::Data, seq);
+        let (inline, tail) = msg.split(start, end);
+        let which = Body::which(start, end, total);
+        let bytes = msg.slice(tail.clone());
+        wire::encode_fragment_head_inline(buf, &h, which, inline, bytes, self.checksum_payloads);
+        self.push_sent(seq, body, now);
+        self.count_sent(buf.len() + tail.len());
+        Some(LentDatagram { seq, tail })
+    }
+
+    /// Ends the send of the lent message: what of it is unacknowledged or not yet sent is
+    /// copied (one copy, from its first such byte to its end), and its datagrams refer to
+    /// the copy from now on. Does nothing when no lent message is open.
+    pub fn retain_lent(&mut self, msg: Lent<'_>) {
+        if !std::mem::take(&mut self.lent_open) {
+            return;
+        }
+        let sent = self.inflight.iter().find_map(|s| match &s.body {
+            Body::Fragment {
+                src: Source::Lent,
+                start,
+                ..
+            } => Some(*start),
+            _ => None,
+        });
+        let queued = self.pending.iter().find_map(|p| match p.bytes {
+            Queued::Shared(Source::Lent) => Some(p.offset),
+            _ => None,
+        });
+        let Some(from) = sent.or(queued) else {
+            return;
+        };
+        let (a, b) = msg.from(from);
+        let mut copy = self.pool.take_for(a.len() + b.len());
+        copy.extend_from_slice(a);
+        copy.extend_from_slice(b);
+        self.stats.lent_bytes_kept += copy.len() as u64;
+        let kept = Source::Kept {
+            msg: Arc::new(copy),
+            base: from,
+        };
+        for s in &mut self.inflight {
+            if let Body::Fragment { src, .. } = &mut s.body {
+                if matches!(src, Source::Lent) {
+                    *src = kept.clone();
+                }
+            }
+        }
+        for p in &mut self.pending {
+            if matches!(p.bytes, Queued::Shared(Source::Lent)) {
+                p.bytes = Queued::Shared(kept.clone());
+            }
+        }
+    }
+
+    /// The tail of lent datagram `d` from the message's retained bytes, for a datagram
+    /// written but unable to leave before [`retain_lent`](Self::retain_lent) (its head,
+    /// already written, stays valid). `None` if `d` is no longer in flight.
+    pub fn kept_tail(&self, d: &LentDatagram) -> Option<Tail> {
+        let first = self.inflight.front()?.seq;
+        let s = self
+            .inflight
+            .get(usize::try_from(d.seq.checked_sub(first)?).ok()?)?;
+        match &s.body {
+            Body::Fragment {
+                src: Source::Kept { msg, base },
+                start,
+                end,
+                ..
+            } if *start <= d.tail.start && d.tail.end <= *end => Some(Tail {
+                msg: Arc::clone(msg),
+                start: d.tail.start - base,
+                end: d.tail.end - base,
+            }),
+            _ => None,
+        }
     }
 
     /// Whether [`Peer::send`] of a message of `len` bytes would be accepted now rather than
@@ -709,6 +959,10 @@ impl Peer {
     /// when nothing is due, else the datagram is `buf` followed by the returned tail's bytes
     /// (if any), to be sent with gather I/O. Holding the tail keeps the message alive.
     pub fn poll_transmit_gather(&mut self, now: u64, buf: &mut Vec<u8>) -> Option<Option<Tail>> {
+        debug_assert!(
+            !self.lent_open,
+            "transmitting while a lent message's send is open"
+        );
         self.check_peer_timeout(now);
         if self.state != State::Active {
             return None;
@@ -734,19 +988,7 @@ impl Peer {
             self.next_seq += 1;
             let h = self.header(Kind::Data, seq);
             let tail = body.encode(buf, &h, self.checksum_payloads);
-            if self.inflight.is_empty() {
-                self.last_progress = now;
-            }
-            self.inflight_bytes += body.len();
-            self.inflight.push_back(Sent {
-                seq,
-                body,
-                sent_at: now,
-                rto: self.rto,
-                retransmits: 0,
-                deferred: false,
-                sacked: false,
-            });
+            self.push_sent(seq, body, now);
             tail
         } else if self.ack_deadline.is_some_and(|t| t <= now) {
             let h = self.header(Kind::Ack, 0);
@@ -756,12 +998,34 @@ impl Peer {
         } else {
             return None;
         };
+        let tail_len = tail.as_ref().map_or(0, |t| t.end - t.start);
+        self.count_sent(buf.len() + tail_len);
+        Some(tail)
+    }
+
+    /// Puts a new data datagram in flight.
+    fn push_sent(&mut self, seq: u64, body: Body, now: u64) {
+        if self.inflight.is_empty() {
+            self.last_progress = now;
+        }
+        self.inflight_bytes += body.len();
+        self.inflight.push_back(Sent {
+            seq,
+            body,
+            sent_at: now,
+            rto: self.rto,
+            retransmits: 0,
+            deferred: false,
+            sacked: false,
+        });
+    }
+
+    /// Counts a datagram of `len` bytes written; it carries the current ack.
+    fn count_sent(&mut self, len: usize) {
         self.ack_deadline = None;
         self.unacked_received = 0;
         self.stats.datagrams_sent += 1;
-        let tail_len = tail.as_ref().map_or(0, |t| t.end - t.start);
-        self.stats.bytes_sent += (buf.len() + tail_len) as u64;
-        Some(tail)
+        self.stats.bytes_sent += len as u64;
     }
 
     /// Panics if the internal bookkeeping is inconsistent; for tests.
@@ -775,7 +1039,7 @@ impl Peer {
         }
         let sum: usize = self.inflight.iter().map(|s| s.body.len()).sum();
         assert_eq!(sum, self.inflight_bytes);
-        let sum: usize = self.pending.iter().map(|p| p.len() + RECORD_OVERHEAD).sum();
+        let sum: usize = self.pending.iter().map(|p| p.total + RECORD_OVERHEAD).sum();
         assert_eq!(sum, self.pending_bytes);
         let sum: usize = self.deliver.iter().map(Vec::len).sum();
         assert_eq!(sum, self.deliver_bytes);
@@ -793,21 +1057,28 @@ impl Peer {
         if self
             .pending
             .front()
-            .is_some_and(|p| p.offset > 0 || RECORD_OVERHEAD + p.len() > cap)
+            .is_some_and(|p| p.offset > 0 || RECORD_OVERHEAD + p.total > cap)
         {
             return self.pack_fragment(cap);
         }
         let mut body = self.pool.take();
         body.reserve(cap.min(self.pending_bytes));
-        // Only the front message can be partly sent, and it is not: every one here is whole.
-        while let Some(front) = self.pending.front() {
-            if RECORD_OVERHEAD + front.data.len() > cap - body.len() {
+        // Only the front message can be partly sent, and it is not: every one here is whole,
+        // and only messages larger than a datagram are shared.
+        while let Some(Pending {
+            bytes: Queued::Owned(data),
+            ..
+        }) = self.pending.front()
+        {
+            if RECORD_OVERHEAD + data.len() > cap - body.len() {
                 break;
             }
-            wire::put_complete(&mut body, &front.data);
+            wire::put_complete(&mut body, data);
             if let Some(done) = self.pending.pop_front() {
-                self.pending_bytes -= done.data.len() + RECORD_OVERHEAD;
-                self.pool.give(done.data);
+                self.pending_bytes -= done.total + RECORD_OVERHEAD;
+                if let Queued::Owned(data) = done.bytes {
+                    self.pool.give(data);
+                }
             }
         }
         Body::Packed(body)
@@ -820,27 +1091,35 @@ impl Peer {
         let Some(front) = self.pending.front_mut() else {
             return Body::Packed(self.pool.take());
         };
-        let msg = match &front.shared {
-            Some(m) => Arc::clone(m),
-            None => {
-                let m = Arc::new(std::mem::take(&mut front.data));
-                front.shared = Some(Arc::clone(&m));
-                m
+        let src = match &mut front.bytes {
+            Queued::Shared(src) => src.clone(),
+            Queued::Owned(data) => {
+                let src = Source::Kept {
+                    msg: Arc::new(std::mem::take(data)),
+                    base: 0,
+                };
+                front.bytes = Queued::Shared(src.clone());
+                src
             }
         };
-        let start = front.offset;
+        let (start, total) = (front.offset, front.total);
         let overhead = if start == 0 {
             FIRST_OVERHEAD
         } else {
             RECORD_OVERHEAD
         };
-        let end = (start + cap - overhead).min(msg.len());
+        let end = (start + cap - overhead).min(total);
         front.offset = end;
-        if end == msg.len() {
-            self.pending_bytes -= msg.len() + RECORD_OVERHEAD;
+        if end == total {
+            self.pending_bytes -= total + RECORD_OVERHEAD;
             self.pending.pop_front();
         }
-        Body::Fragment { msg, start, end }
+        Body::Fragment {
+            src,
+            start,
+            end,
+            total,
+        }
     }
 
     /// After datagram `i` timed out and was sent again: restarts, without sending them, the
@@ -865,12 +1144,18 @@ impl Peer {
     fn release(&mut self, body: Body) {
         match body {
             Body::Packed(b) => self.pool.give(b),
-            Body::Fragment { msg, .. } => {
+            Body::Fragment {
+                src: Source::Kept { msg, .. },
+                ..
+            } => {
                 // The last datagram of the message to go gives its buffer back.
                 if let Ok(m) = Arc::try_unwrap(msg) {
                     self.pool.give(m);
                 }
             }
+            Body::Fragment {
+                src: Source::Lent, ..
+            } => {}
         }
     }
 }

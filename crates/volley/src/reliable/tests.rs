@@ -129,6 +129,21 @@ fn fnv(mut h: u64, bytes: &[u8]) -> u64 {
 /// Runs `n` messages each way at once between two peers until all are delivered and
 /// acknowledged; asserts exactly-once in-order delivery as it goes.
 fn simulate(seed: u64, net: Net, config: Config, n: u64, max_len: usize) -> Outcome {
+    simulate_lending(seed, net, config, n, max_len, false)
+}
+
+/// [`simulate`], where a message larger than a datagram is lent, once nothing is queued
+/// before it, when `lend` ([`Peer::send_lent`]): its datagrams go on the wire during its send, and
+/// its bytes are overwritten once the send has ended, so that whatever is resent must come
+/// from the copy the peer kept.
+fn simulate_lending(
+    seed: u64,
+    net: Net,
+    config: Config,
+    n: u64,
+    max_len: usize,
+    lend: bool,
+) -> Outcome {
     let mut rng = Rng::new(seed);
     let mut peers = [0, 1].map(|i| Peer::new(config.clone(), KEY, INC[i]).unwrap());
     let mut queue: BinaryHeap<Reverse<InTransit>> = BinaryHeap::new();
@@ -140,20 +155,13 @@ fn simulate(seed: u64, net: Net, config: Config, n: u64, max_len: usize) -> Outc
     let deadline = 1_000_000 * MS;
     loop {
         for p in 0..2 {
-            while sent[p] < n {
-                match peers[p].send(&message(p, sent[p], max_len), now) {
-                    Ok(()) => sent[p] += 1,
-                    Err(SendError::WouldBlock) => break,
-                    Err(e) => panic!("peer {p} send: {e}"),
-                }
-            }
-            while let Some(len) = peers[p].poll_transmit(now, &mut buf) {
-                assert!(len <= config.max_datagram_size);
-                transcript = fnv(transcript, &now.to_le_bytes());
-                transcript = fnv(transcript, &[p as u8]);
-                transcript = fnv(transcript, &buf[..len]);
+            let mut emit = |d: &[u8], transcript: &mut u64| {
+                assert!(d.len() <= config.max_datagram_size);
+                *transcript = fnv(*transcript, &now.to_le_bytes());
+                *transcript = fnv(*transcript, &[p as u8]);
+                *transcript = fnv(*transcript, d);
                 if rng.chance(net.loss) {
-                    continue;
+                    return;
                 }
                 let copies = if rng.chance(net.dup) { 2 } else { 1 };
                 for _ in 0..copies {
@@ -162,8 +170,40 @@ fn simulate(seed: u64, net: Net, config: Config, n: u64, max_len: usize) -> Outc
                         at += rng.below(net.reorder_delay + 1);
                     }
                     order += 1;
-                    queue.push(Reverse((at, order, 1 - p, buf[..len].to_vec())));
+                    queue.push(Reverse((at, order, 1 - p, d.to_vec())));
                 }
+            };
+            while sent[p] < n {
+                let mut m = message(p, sent[p], max_len);
+                let fits = m.len() + wire::RECORD_OVERHEAD <= config.max_datagram_size - HEADER_LEN;
+                if lend && !fits {
+                    if peers[p].queued() > 0 {
+                        // Lent once what is queued before it has left.
+                        break;
+                    }
+                    let (head, body) = m.split_at(m.len().min(8));
+                    let lent = Lent { head, body };
+                    match peers[p].send_lent(lent, now) {
+                        Ok(()) => sent[p] += 1,
+                        Err(SendError::WouldBlock) => break,
+                        Err(e) => panic!("peer {p} send: {e}"),
+                    }
+                    while let Some(d) = peers[p].poll_transmit_lent(now, &mut buf, lent) {
+                        buf.extend_from_slice(lent.slice(d.tail));
+                        emit(&buf, &mut transcript);
+                    }
+                    peers[p].retain_lent(lent);
+                    m.fill(0xa5);
+                    continue;
+                }
+                match peers[p].send(&m, now) {
+                    Ok(()) => sent[p] += 1,
+                    Err(SendError::WouldBlock) => break,
+                    Err(e) => panic!("peer {p} send: {e}"),
+                }
+            }
+            while let Some(len) = peers[p].poll_transmit(now, &mut buf) {
+                emit(&buf[..len], &mut transcript);
             }
             while let Some(m) = peers[p].poll_deliver() {
                 let i = received[p];
@@ -276,6 +316,19 @@ fn large_messages_fragment_and_reassemble_under_loss() {
         ..sim_config()
     };
     simulate(5, Net::impaired(0.02), config, 300, 300_000);
+}
+
+#[test]
+fn lent_messages_arrive_whole_from_their_kept_copies_under_loss() {
+    let o = simulate_lending(6, Net::impaired(0.05), sim_config(), 2000, 60_000, true);
+    for s in &o.stats {
+        assert!(s.lent_messages > 10, "{s:?}");
+        assert!(s.lent_bytes_kept > 0, "{s:?}");
+        assert!(s.retransmissions > 0, "{s:?}");
+    }
+    let a = simulate_lending(7, Net::impaired(0.02), sim_config(), 500, 60_000, true);
+    let b = simulate_lending(7, Net::impaired(0.02), sim_config(), 500, 60_000, true);
+    assert_eq!(a, b, "same seed, different run");
 }
 
 #[test]

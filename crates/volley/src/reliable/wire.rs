@@ -308,18 +308,34 @@ pub(crate) fn encode_fragment_head(
     data: &[u8],
     whole: bool,
 ) {
-    put_header(buf, header, FIRST_OVERHEAD);
+    encode_fragment_head_inline(buf, header, fragment, &[], data, whole);
+}
+
+/// [`encode_fragment_head`] of a fragment whose bytes are `inline` followed by `tail`:
+/// `inline` is written into `buf` after the record's words, and `tail` follows on the wire.
+/// The datagram is the same as for one fragment of both joined (a message lent in two
+/// pieces, a short head and its payload, puts the head's bytes here).
+pub(crate) fn encode_fragment_head_inline(
+    buf: &mut Vec<u8>,
+    header: &Header,
+    fragment: Fragment,
+    inline: &[u8],
+    tail: &[u8],
+    whole: bool,
+) {
+    put_header(buf, header, FIRST_OVERHEAD + inline.len());
     let (tag, total) = match fragment {
         Fragment::First(total) => (TAG_FIRST, Some(total)),
         Fragment::Middle => (TAG_MIDDLE, None),
         Fragment::Last => (TAG_LAST, None),
     };
-    put_record_head(buf, tag, total, data.len());
+    put_record_head(buf, tag, total, inline.len() + tail.len());
+    buf.extend_from_slice(inline);
     let c = if whole {
-        checksum_parts(buf, data)
+        checksum_parts(buf, tail)
     } else {
         buf[3] |= HEAD_ONLY;
-        head_checksum(buf, data)
+        head_checksum(buf, tail)
     };
     buf[4..8].copy_from_slice(&c.to_le_bytes());
 }

@@ -98,6 +98,11 @@ pub struct NetStats {
     /// UDP: unsequenced datagrams dropped as duplicates (or too old to tell; also in
     /// `dropped`).
     pub unsequenced_duplicates: u64,
+    /// UDP: messages sent from the caller's bytes, without the queued copy.
+    pub lent_messages: u64,
+    /// UDP: bytes of those copied all the same, being unacknowledged or unsent when their
+    /// send returned.
+    pub lent_bytes_kept: u64,
 }
 
 /// Why a network operation did not complete.

@@ -35,7 +35,7 @@ use std::time::Duration;
 use super::faults::{FaultConfig, FaultInjector};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{
-    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Peer, SendError, State, Tail,
+    self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Lent, LentDatagram, Peer, SendError, State, Tail,
 };
 use addr::{canonical, to_raw, RawAddr};
 use syscalls::{send_batch, MsgVec, RecvRing, MAX_BATCH};
@@ -175,6 +175,8 @@ pub struct UdpTransport {
     out: VecDeque<Outgoing>,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
+    /// Scratch for `send_lent`: datagram heads of a lent message and their tails.
+    lent_batch: Vec<(Vec<u8>, LentDatagram)>,
     /// Spare datagram buffers, so steady traffic allocates none.
     pool: Vec<Vec<u8>>,
     faults: Option<FaultInjector<Outgoing>>,
@@ -184,6 +186,9 @@ pub struct UdpTransport {
     counters: NetStats,
     /// Where fragmented long payloads go as they arrive (given to every peer), if set.
     placer: Option<Arc<dyn Placer>>,
+    /// Datagrams of lent messages the socket takes before it is full, in tests.
+    #[cfg(test)]
+    test_socket_room: Option<usize>,
 }
 
 impl std::fmt::Debug for UdpTransport {
@@ -278,12 +283,15 @@ impl UdpTransport {
             last_from: None,
             out: VecDeque::new(),
             due: Vec::new(),
+            lent_batch: Vec::new(),
             pool: Vec::new(),
             faults,
             send_msgs: MsgVec::new(batch),
             recv: RecvRing::new(batch),
             counters: NetStats::default(),
             placer: None,
+            #[cfg(test)]
+            test_socket_room: None,
         })
     }
 
@@ -380,6 +388,171 @@ impl UdpTransport {
         }
     }
 
+    /// Writes the full datagrams `slot`'s window has room for and sends them once a batch or
+    /// [`FLUSH_BYTES`] of them waits. The message is queued whatever happens here; an error
+    /// stays with the queued datagrams and is reported by the next progress.
+    fn send_full(&mut self, slot: usize, now: u64) {
+        self.transmit_full(slot, now);
+        if self.out.len() >= self.batch || self.out.len() * self.datagram_size >= FLUSH_BYTES {
+            let _ = self.flush();
+        }
+    }
+
+    /// Whether a message of `len` bytes to `slot` can leave from the caller's bytes: it is
+    /// larger than a datagram, no faults are injected (the injector holds datagrams past the
+    /// send), and, once the acks waiting and the datagrams queued have been taken care of,
+    /// nothing waits before it and the window has room.
+    fn may_lend(&mut self, slot: usize, len: usize, now: u64) -> bool {
+        let payload = self.datagram_size - HEADER_LEN;
+        if self.faults.is_some()
+            || len + RECORD_OVERHEAD <= payload
+            || self.links[slot].peer.queued() > 0
+        {
+            return false;
+        }
+        self.take_acks(slot, now);
+        if !self.out.is_empty() {
+            // An error stays with the queued datagrams for the next progress.
+            let _ = self.flush();
+        }
+        let p = &self.links[slot].peer;
+        self.out.is_empty() && p.in_flight() < p.config().window
+    }
+
+    /// Sends `msg`, larger than a datagram, without the queued copy: its datagrams are
+    /// written and handed to the kernel (which copies them) while the window has room, the
+    /// window reopened by acks that came meanwhile, and only then does the peer copy what is
+    /// still unacknowledged or unsent ([`Peer::retain_lent`]), where it used to copy the
+    /// whole message before any of it left. That copy was a quarter of a loopback stream's
+    /// sender time. Datagrams the socket refused leave with the next flush, from the copy.
+    fn send_lent(&mut self, slot: usize, msg: Lent<'_>, now: u64) -> Result<(), NetError> {
+        let rank = self.links[slot].rank;
+        if let Err(e) = self.links[slot].peer.send_lent(msg, now) {
+            self.counters.would_block += u64::from(e == SendError::WouldBlock);
+            return Err(send_error(rank, e));
+        }
+        self.counters.messages_sent += 1;
+        self.links[slot].dirty = true;
+        let mut batch = std::mem::take(&mut self.lent_batch);
+        let mut unsent = 0;
+        loop {
+            while batch.len() < self.batch {
+                let mut buf = self.pool.pop().unwrap_or_default();
+                match self.links[slot].peer.poll_transmit_lent(now, &mut buf, msg) {
+                    Some(d) => batch.push((buf, d)),
+                    None => {
+                        self.pool.push(buf);
+                        break;
+                    }
+                }
+            }
+            if batch.is_empty() {
+                // The window is full, or the message written. Acks that came while it left
+                // may reopen the window.
+                let p = &self.links[slot].peer;
+                if p.queued() == 0 || !self.take_acks_now(slot, now) {
+                    break;
+                }
+                continue;
+            }
+            let (sent, stopped) = self.send_lent_batch(slot, &batch, msg);
+            for (buf, _) in batch.drain(..sent) {
+                self.pool.push(buf);
+            }
+            if stopped {
+                unsent = batch.len();
+                break;
+            }
+        }
+        self.take_acks_now(slot, now);
+        let link = &mut self.links[slot];
+        link.peer.retain_lent(msg);
+        for (buf, d) in batch.drain(..unsent) {
+            let tail = link.peer.kept_tail(&d);
+            debug_assert!(
+                tail.is_some(),
+                "an unsent datagram of a lent message is kept"
+            );
+            self.out.push_back(Outgoing { slot, buf, tail });
+        }
+        self.lent_batch = batch;
+        if self.links[slot].peer.queued_bytes() >= self.datagram_size - HEADER_LEN {
+            self.send_full(slot, now);
+        }
+        Ok(())
+    }
+
+    /// Hands the lent datagrams `batch` (heads here, tails in `msg`) to the kernel; returns
+    /// how many are done with (sent, or lost on a refused path) and whether the socket
+    /// stopped taking them (full, or an error that the next flush reports).
+    fn send_lent_batch(
+        &mut self,
+        slot: usize,
+        batch: &[(Vec<u8>, LentDatagram)],
+        msg: Lent<'_>,
+    ) -> (usize, bool) {
+        let fd = self.socket.as_raw_fd();
+        let raw = self.links[slot].raw;
+        let mut done = 0;
+        while done < batch.len() {
+            let room = self.socket_room(batch.len() - done);
+            if room == 0 {
+                return (done, true);
+            }
+            let r = send_batch(
+                self.single,
+                &mut self.send_msgs,
+                fd,
+                batch[done..done + room]
+                    .iter()
+                    .map(|(h, d)| (&raw, h.as_slice(), msg.slice(d.tail.clone()))),
+            );
+            self.counters.send_calls += 1;
+            match r {
+                Ok(k) => {
+                    for (h, d) in &batch[done..done + k] {
+                        self.counters.packets_sent += 1;
+                        self.counters.bytes_sent += (h.len() + d.tail.len()) as u64;
+                    }
+                    done += k;
+                }
+                Err(e) => match refusal(&e) {
+                    Refused::Interrupted => {}
+                    Refused::Lost => {
+                        self.counters.dropped += 1;
+                        done += 1;
+                    }
+                    Refused::Full | Refused::Failed => return (done, true),
+                },
+            }
+        }
+        (done, false)
+    }
+
+    /// How many of `n` lent datagrams to offer the socket: all of them, unless a test
+    /// makes the socket full sooner (loopback hardly ever refuses a datagram).
+    fn socket_room(&mut self, n: usize) -> usize {
+        #[cfg(test)]
+        if let Some(room) = &mut self.test_socket_room {
+            let k = n.min(*room);
+            *room -= k;
+            return k;
+        }
+        n
+    }
+
+    /// Reads the datagrams waiting, at most a window's worth; returns whether `slot`'s
+    /// window has room afterwards. An error stays with the socket for the next progress.
+    fn take_acks_now(&mut self, slot: usize, now: u64) -> bool {
+        let window = self.links[slot].peer.config().window;
+        for _ in 0..window {
+            if !matches!(self.receive(now), Ok(true)) {
+                break;
+            }
+        }
+        self.links[slot].peer.in_flight() < window
+    }
+
     /// Sends the queued datagrams, `batch` per system call, until the queue is empty or the
     /// socket's buffer is full (the rest stays queued for the next call). On an unexpected
     /// error the datagrams stay queued too, so the error comes back on the next call.
@@ -419,26 +592,16 @@ impl UdpTransport {
                         self.pool.push(d.buf);
                     }
                 }
-                Err(e) => match e.raw_os_error().unwrap_or(0) {
-                    libc::EINTR => {}
-                    libc::EAGAIN | libc::ENOBUFS => return Ok(()),
-                    // The path to this one destination is refused or down: the datagram is
-                    // lost as if on the wire, and the reliable layer retransmits it.
-                    libc::ECONNREFUSED
-                    | libc::EHOSTUNREACH
-                    | libc::ENETUNREACH
-                    | libc::EHOSTDOWN
-                    | libc::ENETDOWN
-                    | libc::EMSGSIZE
-                    | libc::EPERM
-                    | libc::EACCES
-                    | libc::EADDRNOTAVAIL => {
+                Err(e) => match refusal(&e) {
+                    Refused::Interrupted => {}
+                    Refused::Full => return Ok(()),
+                    Refused::Lost => {
                         if let Some(d) = self.out.pop_front() {
                             self.counters.dropped += 1;
                             self.pool.push(d.buf);
                         }
                     }
-                    _ => {
+                    Refused::Failed => {
                         return Err(NetError::Io {
                             what: "sendmmsg",
                             source: e,
@@ -553,6 +716,48 @@ impl UdpTransport {
             }),
             State::Active => None,
         })
+    }
+}
+
+/// A peer's refusal of a message, as the transport reports it.
+fn send_error(peer: usize, e: SendError) -> NetError {
+    match e {
+        SendError::WouldBlock => NetError::WouldBlock,
+        SendError::TooLarge { len, max } => NetError::TooLarge { len, max },
+        SendError::Failed(f) => NetError::PeerFailed {
+            peer,
+            why: f.to_string(),
+        },
+    }
+}
+
+/// Why the socket refused datagrams.
+enum Refused {
+    /// A signal came first: try again.
+    Interrupted,
+    /// Its buffer is full: the datagrams wait for the next flush.
+    Full,
+    /// The path to the first datagram's destination is refused or down: that datagram is
+    /// lost as if on the wire, and the reliable layer retransmits it.
+    Lost,
+    /// Anything else: reported.
+    Failed,
+}
+
+fn refusal(e: &io::Error) -> Refused {
+    match e.raw_os_error().unwrap_or(0) {
+        libc::EINTR => Refused::Interrupted,
+        libc::EAGAIN | libc::ENOBUFS => Refused::Full,
+        libc::ECONNREFUSED
+        | libc::EHOSTUNREACH
+        | libc::ENETUNREACH
+        | libc::EHOSTDOWN
+        | libc::ENETDOWN
+        | libc::EMSGSIZE
+        | libc::EPERM
+        | libc::EACCES
+        | libc::EADDRNOTAVAIL => Refused::Lost,
+        _ => Refused::Failed,
     }
 }
 
@@ -674,14 +879,7 @@ impl NetTransport for UdpTransport {
         let link = &mut self.links[slot];
         if let Err(e) = link.peer.send_unsequenced(msg, now, &mut buf) {
             self.pool.push(buf);
-            return Err(match e {
-                SendError::TooLarge { len, max } => NetError::TooLarge { len, max },
-                SendError::Failed(f) => NetError::PeerFailed {
-                    peer,
-                    why: f.to_string(),
-                },
-                SendError::WouldBlock => NetError::WouldBlock,
-            });
+            return Err(send_error(peer, e));
         }
         self.counters.messages_sent += 1;
         let d = Outgoing {
@@ -708,10 +906,12 @@ impl NetTransport for UdpTransport {
         }
     }
 
-    /// Queues `msg`; when the peer's queue fills a datagram, the acks that have arrived are
-    /// read if the window is full and `msg` fills a datagram itself, the full datagrams the
-    /// window has room for are written at once, and sent once a batch or [`FLUSH_BYTES`] of
-    /// them is ready, so a long run of sends without progress still leaves in full datagrams.
+    /// Sends a message larger than a datagram from the caller's bytes when nothing waits
+    /// before it (see [`UdpTransport::send_lent`]). Otherwise queues a copy of it; when the
+    /// peer's queue fills a datagram, the acks that have arrived are read if the window is full
+    /// and `msg` fills a datagram itself, the full datagrams the window has room for are
+    /// written at once, and sent once a batch or [`FLUSH_BYTES`] of them is ready, so a long
+    /// run of sends without progress still leaves in full datagrams.
     fn send_gather(
         &mut self,
         peer: usize,
@@ -727,20 +927,13 @@ impl NetTransport for UdpTransport {
                 max: MAX_MESSAGE,
             });
         }
+        if self.may_lend(slot, len, now) {
+            return self.send_lent(slot, Lent { head, body }, now);
+        }
         let link = &mut self.links[slot];
-        match link.peer.send_gather(head, body, now) {
-            Ok(()) => {}
-            Err(SendError::WouldBlock) => {
-                self.counters.would_block += 1;
-                return Err(NetError::WouldBlock);
-            }
-            Err(SendError::TooLarge { len, max }) => return Err(NetError::TooLarge { len, max }),
-            Err(SendError::Failed(f)) => {
-                return Err(NetError::PeerFailed {
-                    peer,
-                    why: f.to_string(),
-                })
-            }
+        if let Err(e) = link.peer.send_gather(head, body, now) {
+            self.counters.would_block += u64::from(e == SendError::WouldBlock);
+            return Err(send_error(peer, e));
         }
         self.counters.messages_sent += 1;
         link.dirty = true;
@@ -751,12 +944,7 @@ impl NetTransport for UdpTransport {
                 // a full window would pay a system call per message for it.
                 self.take_acks(slot, now);
             }
-            self.transmit_full(slot, now);
-            if self.out.len() >= self.batch || self.out.len() * self.datagram_size >= FLUSH_BYTES {
-                // The message is queued whatever happens here; an error stays with the
-                // queued datagrams and is reported by the next progress.
-                let _ = self.flush();
-            }
+            self.send_full(slot, now);
         }
         Ok(())
     }
@@ -900,6 +1088,8 @@ impl NetTransport for UdpTransport {
             s.unsequenced_sent += p.unsequenced_sent;
             s.unsequenced_received += p.unsequenced_delivered;
             s.unsequenced_duplicates += p.unsequenced_duplicates;
+            s.lent_messages += p.lent_messages;
+            s.lent_bytes_kept += p.lent_bytes_kept;
             s.dropped += p.malformed_dropped
                 + p.unsequenced_duplicates
                 + p.foreign_dropped

@@ -283,6 +283,145 @@ fn a_megabyte_of_datagrams_leaves_before_a_whole_batch() {
     assert_message(&inbox[0].1, 1, len);
 }
 
+/// Long messages leave from the caller's bytes, without the queued copy, and arrive as they
+/// were when sent, though the caller rewrites its buffer after every send and nothing was
+/// acknowledged when the sends returned: what the receiver's socket could not hold is
+/// resent from the copies kept of the unacknowledged datagrams.
+#[test]
+fn long_messages_sent_from_the_callers_bytes_arrive_as_they_were_sent() {
+    let mut ts = cluster(2, &UdpConfig::default());
+    const LEN: usize = 600_000;
+    const N: u64 = 10;
+    let mut buf = vec![0u8; LEN];
+    let mut sent = 0;
+    let mut inbox = Inbox::new();
+    // Rank 1 takes nothing in until rank 0's send buffer refuses.
+    while sent < N {
+        buf.copy_from_slice(&message(sent, LEN));
+        match ts[0].send(1, &buf, now()) {
+            Ok(()) => sent += 1,
+            Err(NetError::WouldBlock) => break,
+            Err(e) => panic!("send: {e}"),
+        }
+    }
+    buf.fill(0xee);
+    let early = ts[0].stats();
+    assert!(early.lent_messages >= 2, "{early:?}");
+    assert!(early.lent_bytes_kept > 0, "{early:?}");
+    let mut got = Vec::new();
+    let start = Instant::now();
+    while got.len() < N as usize {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{} of {N}",
+            got.len()
+        );
+        if sent < N {
+            buf.copy_from_slice(&message(sent, LEN));
+            if ts[0].send(1, &buf, now()).is_ok() {
+                sent += 1;
+            }
+            buf.fill(0xee);
+        }
+        ts[0].progress(now(), &mut inbox).unwrap();
+        assert!(inbox.is_empty());
+        ts[1].progress(now(), &mut inbox).unwrap();
+        got.append(&mut inbox);
+    }
+    for (i, (src, m)) in got.iter().enumerate() {
+        assert_eq!(*src, 0);
+        assert_message(m, i as u64, LEN);
+    }
+}
+
+/// Datagrams of a lent message that the socket refused leave with the next flush, from the
+/// copy kept when the send ended (not by a retransmission timeout: none comes due here).
+#[test]
+fn datagrams_of_a_lent_message_the_socket_refused_leave_from_its_copy() {
+    let mut config = UdpConfig::default();
+    config.reliable.min_rto = 5_000 * MS;
+    config.reliable.initial_rto = 5_000 * MS;
+    config.reliable.max_rto = 5_000 * MS;
+    let mut ts = cluster(2, &config);
+    let len = 6 * ts[0].datagram_size();
+    let mut buf = message(1, len);
+    ts[0].test_socket_room = Some(3);
+    ts[0].send(1, &buf, now()).unwrap();
+    buf.fill(0);
+    let s = ts[0].stats();
+    assert_eq!(s.packets_sent, 3);
+    assert_eq!(s.lent_messages, 1);
+    assert!(s.lent_bytes_kept > (len / 2) as u64, "{s:?}");
+    assert!(!ts[0].out.is_empty(), "the refused datagrams are queued");
+    ts[0].test_socket_room = None;
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    while inbox.is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(20), "not delivered");
+        ts[0].progress(now(), &mut inbox).unwrap();
+        ts[1].progress(now(), &mut inbox).unwrap();
+    }
+    assert_message(&inbox[0].1, 1, len);
+    assert_eq!(ts[0].stats().retransmissions, 0);
+}
+
+/// The same with the receiver on its own thread, so that acks arrive while a send is under
+/// way and each send copies only what they left unacknowledged.
+#[test]
+fn long_messages_sent_from_the_callers_bytes_to_a_receiver_that_keeps_up() {
+    let mut ts = cluster(2, &UdpConfig::default());
+    const LEN: usize = 1 << 20;
+    const N: u64 = 40;
+    let mut receiver = ts.pop().unwrap();
+    let mut sender = ts.pop().unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let finished = done.clone();
+    let rx = std::thread::spawn(move || {
+        let mut inbox = Inbox::new();
+        let mut got = 0;
+        let start = Instant::now();
+        while got < N {
+            assert!(start.elapsed() < Duration::from_secs(60), "{got} of {N}");
+            receiver.progress(now(), &mut inbox).unwrap();
+            for (src, m) in inbox.drain(..) {
+                assert_eq!(src, 0);
+                assert_message(&m, got, LEN);
+                got += 1;
+            }
+        }
+        // Acks for the last datagrams, until the sender has them all.
+        while !finished.load(Ordering::Relaxed) {
+            receiver.progress(now(), &mut inbox).unwrap();
+            std::thread::yield_now();
+        }
+    });
+    let mut buf = vec![0u8; LEN];
+    let mut inbox = Inbox::new();
+    let start = Instant::now();
+    for i in 0..N {
+        buf.copy_from_slice(&message(i, LEN));
+        loop {
+            assert!(start.elapsed() < Duration::from_secs(60), "sending {i}");
+            match sender.send(1, &buf, now()) {
+                Ok(()) => break,
+                Err(NetError::WouldBlock) => sender.progress(now(), &mut inbox).unwrap(),
+                Err(e) => panic!("send: {e}"),
+            };
+        }
+        buf.fill(0xee);
+    }
+    while !sender.is_idle() {
+        assert!(start.elapsed() < Duration::from_secs(60), "acks");
+        sender.progress(now(), &mut inbox).unwrap();
+        std::thread::yield_now();
+    }
+    done.store(true, Ordering::Relaxed);
+    rx.join().unwrap();
+    let s = sender.stats();
+    assert!(s.lent_messages > 0, "{s:?}");
+    assert!(s.lent_bytes_kept <= s.lent_messages * LEN as u64, "{s:?}");
+}
+
 #[test]
 fn three_ranks_all_to_all_demultiplexed_by_address() {
     let mut ts = cluster(3, &lan());
