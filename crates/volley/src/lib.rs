@@ -26,6 +26,8 @@ pub mod am;
 #[cfg(not(loom))]
 pub mod bootstrap;
 #[cfg(not(loom))]
+pub mod copy;
+#[cfg(not(loom))]
 pub(crate) mod counter;
 /// The critical-section word alone, for the loom model (the rest of `am` is not built then).
 #[cfg(loom)]

@@ -48,7 +48,7 @@ impl Mailbox {
         let p = &mut parcels[i];
         let range = (off as usize)..(off as usize).saturating_add(bytes.len());
         if let Some(dst) = p.data.get_mut(range) {
-            dst.copy_from_slice(bytes);
+            volley::copy::copy_bytes(dst, bytes);
             p.got += bytes.len();
         } else {
             // Cannot be placed: make the parcel complete and mismatched so the receiver

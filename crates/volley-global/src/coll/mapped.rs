@@ -6,7 +6,7 @@
 //! arrived in its own. No message per byte: the medium messages of the AM path cost a copy
 //! into a mailbox and one out.
 
-use super::{combine_in_order, reduce_chunk};
+use super::{combine_in_order, copy_pod, reduce_chunk};
 use crate::error::Result;
 use crate::global::Global;
 use crate::strategy::Strategy;
@@ -55,7 +55,7 @@ impl Global<'_> {
             mine.start * size,
             bytemuck::cast_slice(&acc),
         )?;
-        data[mine].copy_from_slice(&acc);
+        copy_pod(&mut data[mine], &acc);
         // Every rank's result chunk is in its scratch.
         self.barrier()?;
         for src in (0..p).filter(|&s| s != me) {
@@ -93,7 +93,7 @@ impl Global<'_> {
             let from = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
             self.rma.put(scratch.on(j), half + me * block, from)?;
         }
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        copy_pod(&mut recv[me * n..(me + 1) * n], &send[me * n..(me + 1) * n]);
         // Every rank's blocks are in their receivers' scratch.
         self.barrier()?;
         for k in 1..p {

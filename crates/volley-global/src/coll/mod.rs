@@ -16,6 +16,7 @@ use crate::reduce::{Op, Reducible};
 use bytemuck::Pod;
 use std::sync::atomic::Ordering;
 use std::sync::PoisonError;
+use volley::copy::copy_bytes;
 
 mod cma;
 mod direct;
@@ -264,7 +265,7 @@ impl Global<'_> {
                 }
             }
         }
-        data[mine.clone()].copy_from_slice(&acc);
+        copy_pod(&mut data[mine.clone()], &acc);
         for k in 1..p {
             let j = (me + k) % p;
             self.send_parcel(j, epoch, 1, what, bytemuck::cast_slice(&acc))?;
@@ -302,7 +303,7 @@ impl Global<'_> {
             }
             mask <<= 1;
         }
-        data.copy_from_slice(&acc);
+        copy_pod(data, &acc);
         Ok(())
     }
 
@@ -373,7 +374,7 @@ impl Global<'_> {
         for src in 0..self.procs {
             let dst = &mut out[src * n..(src + 1) * n];
             if src == root {
-                dst.copy_from_slice(mine);
+                copy_pod(dst, mine);
             } else {
                 self.recv_into(src, epoch, 0, what, dst)?;
             }
@@ -391,7 +392,7 @@ impl Global<'_> {
         for k in 1..p {
             self.send_parcel((me + k) % p, epoch, 0, what, bytemuck::cast_slice(mine))?;
         }
-        out[me * n..(me + 1) * n].copy_from_slice(mine);
+        copy_pod(&mut out[me * n..(me + 1) * n], mine);
         for k in 1..p {
             let src = (me + p - k) % p;
             self.recv_into(src, epoch, 0, what, &mut out[src * n..(src + 1) * n])?;
@@ -431,7 +432,7 @@ impl Global<'_> {
             let bytes = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
             self.send_fast(lane, j, epoch, step, what, bytes)?;
         }
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
+        copy_pod(&mut recv[me * n..(me + 1) * n], &send[me * n..(me + 1) * n]);
         for k in 1..p {
             let src = (me + p - k) % p;
             let step = if fast { k as u64 } else { 0 };
@@ -495,7 +496,7 @@ impl Global<'_> {
         let mut at = 0;
         for b in blocks {
             let n = b.len() / size;
-            bytemuck::cast_slice_mut::<T, u8>(&mut out[at..at + n]).copy_from_slice(&b);
+            copy_bytes(bytemuck::cast_slice_mut::<T, u8>(&mut out[at..at + n]), &b);
             at += n;
             self.shared.mailbox.recycle(b);
         }
@@ -568,6 +569,13 @@ impl Global<'_> {
 
 /// The elements of a `len`-element all-reduce that rank `j` of `p` reduces: `len / p` each,
 /// the first `len % p` ranks one more.
+/// `dst.copy_from_slice(src)` at full speed whatever the two blocks' relative alignment
+/// ([`volley::copy`]): large collectives copy blocks between buffers a program allocated one
+/// after the other, the slow case of this CPU family's `rep movsb`.
+fn copy_pod<T: Pod>(dst: &mut [T], src: &[T]) {
+    copy_bytes(bytemuck::cast_slice_mut(dst), bytemuck::cast_slice(src));
+}
+
 fn reduce_chunk(len: usize, p: usize, j: usize) -> std::ops::Range<usize> {
     let (base, extra) = (len / p, len % p);
     let start = j * base + j.min(extra);

@@ -127,7 +127,7 @@ impl Global<'_> {
         dst: &mut [T],
     ) -> Result<()> {
         let data = self.recv_parcel(src, epoch, step, what, Some(std::mem::size_of_val(dst)))?;
-        bytemuck::cast_slice_mut::<T, u8>(dst).copy_from_slice(&data);
+        volley::copy::copy_bytes(bytemuck::cast_slice_mut::<T, u8>(dst), &data);
         self.shared.mailbox.recycle(data);
         Ok(())
     }

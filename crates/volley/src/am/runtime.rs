@@ -751,7 +751,7 @@ impl Runtime {
         self.segment_range(offset, buf.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::copy::copy_nonoverlapping(
                 self.engine().own().segment_ptr().add(offset),
                 buf.as_mut_ptr(),
                 buf.len(),
@@ -767,7 +767,7 @@ impl Runtime {
         self.segment_range(offset, data.len())?;
         // SAFETY: range checked; the segment is mapped for the runtime's life.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::copy::copy_nonoverlapping(
                 data.as_ptr(),
                 self.engine().own().segment_ptr().add(offset),
                 data.len(),

@@ -181,7 +181,9 @@ impl Event<'_> {
                         // SAFETY: `src..src + buf.len()` lies in the target's mapped segment
                         // (checked when the get was issued, and accepted by the target);
                         // `buf` is the caller's, borrowed until now.
-                        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+                        unsafe {
+                            crate::copy::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len())
+                        };
                     }
                     (None, Some(buf), None) => shared.take_data(slot, buf),
                     _ => {}

@@ -72,7 +72,7 @@ impl Rma<'_> {
         }
         // SAFETY: `dst..dst + len` lies in the target's mapped segment (checked). Concurrent
         // writers to one range race by the program's choice, as with any remote write.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         // Release: the request published next makes the data visible to its handler.
         fence(Ordering::Release);
         true

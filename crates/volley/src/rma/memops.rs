@@ -225,7 +225,7 @@ impl Frag {
             }
             // SAFETY: base..base+total lies in our segment (checked) and start+len <= total.
             unsafe {
-                std::ptr::copy_nonoverlapping(
+                crate::copy::copy_nonoverlapping(
                     payload.as_ptr(),
                     base.add(self.start as usize),
                     payload.len(),
@@ -309,7 +309,7 @@ pub(crate) fn register(
             let r = unsafe { word(rp) };
             if r.load(Ordering::Acquire) > ref_val {
                 // SAFETY: dp..dp+len lies in our segment (checked).
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dp, data.len()) };
+                unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), dp, data.len()) };
                 r.store(ref_val, Ordering::Release);
                 Ok((1, data_off, data.len() as u64))
             } else {
@@ -517,7 +517,7 @@ impl<'rt> Rma<'rt> {
             // SAFETY: `dst..dst+len` and the 8-aligned flag word lie in the target's segment
             // (checked). The release store orders the copy before the flag.
             unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len());
+                crate::copy::copy_nonoverlapping(data.as_ptr(), dst, data.len());
                 word(flag).store(flag_value, Ordering::Release);
             }
             return Ok(());
@@ -583,7 +583,7 @@ impl<'rt> Rma<'rt> {
             let _e = self.rt.enter_local();
             let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
             // SAFETY: `dst..dst+len` lies in the target's segment (checked).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+            unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
             // Release: the request published next makes the data visible to the handler.
             fence(Ordering::Release);
             true

@@ -424,7 +424,7 @@ impl<'rt> Rma<'rt> {
         let dst = self.check_direct(target, off, data.len() as u64, Perms::WRITE)?;
         // SAFETY: `dst..dst+len` was checked to lie in the target's segment. Concurrent
         // writers to one range race by the program's choice, as with any remote write.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
         // Release: a flag or message published after this makes the data visible.
         fence(Ordering::Release);
         Ok(())
@@ -447,7 +447,7 @@ impl<'rt> Rma<'rt> {
         // Acquire: pairs with the writer's release (fence or flag) before our reads.
         fence(Ordering::Acquire);
         // SAFETY: `src..src+len` lies in the target's segment (checked); `buf` is ours.
-        unsafe { std::ptr::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(src, buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 

@@ -61,7 +61,7 @@ impl OwnSegments {
         fence(Ordering::Acquire);
         // SAFETY: the range was checked to lie inside this rank's segment area, mapped for
         // the runtime's life; `buf` is ours and cannot overlap shared memory we do not own.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), buf.len()) };
         Ok(())
     }
 
@@ -70,7 +70,7 @@ impl OwnSegments {
         let dst = self.range(seg, offset, data.len(), Perms::WRITE)?;
         // SAFETY: as in `read`; concurrent writers of one range race by the program's choice,
         // as with any remote write.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
+        unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), dst.as_ptr(), data.len()) };
         // Release: a flag or counter published after this makes the data visible.
         fence(Ordering::Release);
         Ok(())

@@ -179,13 +179,13 @@ fn execute(c: &Cmd<'_>, at: Checked) -> Result<CmdStatus, Refused> {
     Ok(match c.kind {
         Kind::Put => {
             // SAFETY: at..at+len lies in our segment (checked).
-            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at.at, data.len()) };
+            unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), at.at, data.len()) };
             CmdStatus::Done
         }
         Kind::PutFlag => {
             // SAFETY: as for a put; the flag word is 8-aligned inside our segment (checked).
             unsafe {
-                std::ptr::copy_nonoverlapping(data.as_ptr(), at.at, data.len());
+                crate::copy::copy_nonoverlapping(data.as_ptr(), at.at, data.len());
                 // Release: whoever acquires the flag sees the data.
                 word(at.second).store(c.w[2], Ordering::Release);
             }
@@ -247,7 +247,7 @@ fn execute(c: &Cmd<'_>, at: Checked) -> Result<CmdStatus, Refused> {
             let r = unsafe { word(at.second) };
             if r.load(Ordering::Acquire) > c.w[1] {
                 // SAFETY: as above.
-                unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), at.at, data.len()) };
+                unsafe { crate::copy::copy_nonoverlapping(data.as_ptr(), at.at, data.len()) };
                 r.store(c.w[1], Ordering::Release);
                 CmdStatus::Written(true)
             } else {

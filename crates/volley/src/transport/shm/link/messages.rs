@@ -201,7 +201,7 @@ impl Links {
         // SAFETY: `idx` is a buffer we just claimed, so no receiver reads it until the frame
         // naming it is published; MEDIUM_MAX >= payload.len() bytes follow byte `at` < 4096.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::copy::copy_nonoverlapping(
                 payload.as_ptr(),
                 self.regions[self.me].pool_buf(ch, idx, at),
                 payload.len(),
@@ -299,7 +299,7 @@ impl Links {
         // race to avoid, as with any remote write; they cannot touch memory outside the
         // segment.
         unsafe {
-            std::ptr::copy_nonoverlapping(
+            crate::copy::copy_nonoverlapping(
                 payload.as_ptr(),
                 target.segment_ptr().add(offset),
                 payload.len(),
