@@ -447,10 +447,10 @@ impl UdpTransport {
                 }
             }
             if batch.is_empty() {
-                // The window is full, or the message written. Acks that came while it left
-                // may reopen the window.
+                // The window is full, the message written, or the pair failed. Acks that came
+                // while it left may reopen the window.
                 let p = &self.links[slot].peer;
-                if p.queued() == 0 || !self.take_acks_now(slot, now) {
+                if p.queued() == 0 || p.state() != State::Active || !self.take_acks_now(slot, now) {
                     break;
                 }
                 continue;
