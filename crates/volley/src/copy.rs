@@ -32,13 +32,9 @@ pub fn is_slow_pair(src: *const u8, dst: *const u8) -> bool {
 #[inline]
 pub fn copy_bytes(dst: &mut [u8], src: &[u8]) {
     assert_eq!(dst.len(), src.len(), "copy_bytes: lengths differ");
-    if src.len() < SPLIT_MIN || !is_slow_pair(src.as_ptr(), dst.as_ptr()) {
-        dst.copy_from_slice(src);
-        return;
-    }
-    for (d, s) in dst.chunks_mut(PIECE).zip(src.chunks(PIECE)) {
-        d.copy_from_slice(s);
-    }
+    // SAFETY: both slices are live for their common length, and a shared and a mutable
+    // borrow cannot overlap.
+    unsafe { copy_nonoverlapping(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
 }
 
 /// [`copy_bytes`] between raw pointers.

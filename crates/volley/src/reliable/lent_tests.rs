@@ -23,6 +23,16 @@ fn joined(head: &[u8], body: &[u8]) -> Vec<u8> {
     [head, body].concat()
 }
 
+/// Lends [`HEAD`] followed by `payload` to `a` at time 0.
+fn lend<'a>(a: &mut Peer, payload: &'a [u8]) -> Lent<'a> {
+    let lent = Lent {
+        head: &HEAD,
+        body: payload,
+    };
+    a.send_lent(lent, 0).unwrap();
+    lent
+}
+
 /// Writes every datagram the lent message can send now, each whole (head and tail joined).
 fn transmit_lent(a: &mut Peer, lent: Lent<'_>, now: u64) -> Vec<(Vec<u8>, LentDatagram)> {
     let mut out = Vec::new();
@@ -82,11 +92,7 @@ fn settle(a: &mut Peer, b: &mut Peer, mut now: u64) -> Vec<Vec<u8>> {
 fn a_lent_message_acknowledged_before_its_send_ends_is_never_copied() {
     let (mut a, mut b) = pair();
     let payload = body(20_000, 1);
-    let lent = Lent {
-        head: &HEAD,
-        body: &payload,
-    };
-    a.send_lent(lent, 0).unwrap();
+    let lent = lend(&mut a, &payload);
     let sent = transmit_lent(&mut a, lent, 0);
     assert!(sent.len() > 10, "{} datagrams", sent.len());
     for (d, _) in &sent {
@@ -106,11 +112,7 @@ fn only_what_is_unacknowledged_when_a_lent_send_ends_is_copied_and_resent_from_t
     let (mut a, mut b) = pair();
     let mut payload = body(20_000, 2);
     let original = joined(&HEAD, &payload);
-    let lent = Lent {
-        head: &HEAD,
-        body: &payload,
-    };
-    a.send_lent(lent, 0).unwrap();
+    let lent = lend(&mut a, &payload);
     let sent = transmit_lent(&mut a, lent, 0);
     assert!(sent.len() > 8);
     // Datagram 2 is lost and 6.. are still on the way: the ack covers 0 and 1, and 3..=5
@@ -136,11 +138,7 @@ fn a_lent_message_larger_than_the_window_keeps_its_unsent_rest() {
     let window = sim_config().window;
     let mut payload = body(60_000, 3);
     let original = joined(&HEAD, &payload);
-    let lent = Lent {
-        head: &HEAD,
-        body: &payload,
-    };
-    a.send_lent(lent, 0).unwrap();
+    let lent = lend(&mut a, &payload);
     let sent = transmit_lent(&mut a, lent, 0);
     assert_eq!(sent.len(), window, "a full window, then nothing");
     assert_eq!(a.in_flight(), window);
@@ -187,11 +185,7 @@ fn a_lent_message_behind_a_queued_one_is_kept_whole_and_delivered_after_it() {
     a.send(&first, 0).unwrap();
     let mut payload = body(9000, 5);
     let original = joined(&HEAD, &payload);
-    let lent = Lent {
-        head: &HEAD,
-        body: &payload,
-    };
-    a.send_lent(lent, 0).unwrap();
+    let lent = lend(&mut a, &payload);
     assert!(
         transmit_lent(&mut a, lent, 0).is_empty(),
         "the lent message went before the one queued ahead of it"
@@ -208,11 +202,7 @@ fn a_lent_message_that_fits_a_datagram_is_copied_at_once() {
     let (mut a, mut b) = pair();
     let mut payload = body(500, 6);
     let original = joined(&HEAD, &payload);
-    let lent = Lent {
-        head: &HEAD,
-        body: &payload,
-    };
-    a.send_lent(lent, 0).unwrap();
+    let lent = lend(&mut a, &payload);
     assert!(transmit_lent(&mut a, lent, 0).is_empty());
     a.retain_lent(lent);
     assert_eq!(a.stats().lent_messages, 0);

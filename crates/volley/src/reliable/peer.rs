@@ -391,6 +391,23 @@ impl Peer {
     /// the only one made of either.
     pub fn send_gather(&mut self, head: &[u8], body: &[u8], now: u64) -> Result<(), SendError> {
         let len = head.len() + body.len();
+        self.enqueue(len, now, |pool| {
+            let mut data = pool.take_for(len);
+            data.extend_from_slice(head);
+            data.extend_from_slice(body);
+            Queued::Owned(data)
+        })
+    }
+
+    /// Queues a message of `len` bytes after the checks every send makes (a failed pair, a
+    /// message too large, a full send buffer); `bytes` gives where its bytes are, once it is
+    /// accepted.
+    fn enqueue(
+        &mut self,
+        len: usize,
+        now: u64,
+        bytes: impl FnOnce(&mut BufferPool) -> Queued,
+    ) -> Result<(), SendError> {
         self.check_peer_timeout(now);
         if let State::Failed(f) = self.state {
             return Err(SendError::Failed(f));
@@ -407,11 +424,8 @@ impl Peer {
             return Err(SendError::WouldBlock);
         }
         self.pending_bytes += charge;
-        let mut data = self.pool.take_for(len);
-        data.extend_from_slice(head);
-        data.extend_from_slice(body);
         self.pending.push_back(Pending {
-            bytes: Queued::Owned(data),
+            bytes: bytes(&mut self.pool),
             total: len,
             offset: 0,
         });
@@ -433,29 +447,8 @@ impl Peer {
             return self.send_gather(msg.head, msg.body, now);
         }
         assert!(!self.lent_open, "a lent message's send has not ended");
-        self.check_peer_timeout(now);
-        if let State::Failed(f) = self.state {
-            return Err(SendError::Failed(f));
-        }
-        if len > self.config.max_message_size {
-            return Err(SendError::TooLarge {
-                len,
-                max: self.config.max_message_size,
-            });
-        }
-        let charge = len + RECORD_OVERHEAD;
-        if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
-            self.stats.would_block += 1;
-            return Err(SendError::WouldBlock);
-        }
-        self.pending_bytes += charge;
-        self.pending.push_back(Pending {
-            bytes: Queued::Shared(Source::Lent),
-            total: len,
-            offset: 0,
-        });
+        self.enqueue(len, now, |_| Queued::Shared(Source::Lent))?;
         self.lent_open = true;
-        self.stats.messages_sent += 1;
         self.stats.lent_messages += 1;
         Ok(())
     }

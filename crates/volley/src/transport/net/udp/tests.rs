@@ -52,7 +52,11 @@ fn lan() -> UdpConfig {
 /// [`lan`] where no retransmission may come due while a test runs, however slowly it is
 /// scheduled.
 fn lan_without_retransmission() -> UdpConfig {
-    let mut config = lan();
+    without_retransmission(lan())
+}
+
+/// `config` where no retransmission may come due while a test runs.
+fn without_retransmission(mut config: UdpConfig) -> UdpConfig {
     config.reliable.min_rto = 5_000 * MS;
     config.reliable.initial_rto = 5_000 * MS;
     config.reliable.max_rto = 5_000 * MS;
@@ -338,11 +342,7 @@ fn long_messages_sent_from_the_callers_bytes_arrive_as_they_were_sent() {
 /// copy kept when the send ended (not by a retransmission timeout: none comes due here).
 #[test]
 fn datagrams_of_a_lent_message_the_socket_refused_leave_from_its_copy() {
-    let mut config = UdpConfig::default();
-    config.reliable.min_rto = 5_000 * MS;
-    config.reliable.initial_rto = 5_000 * MS;
-    config.reliable.max_rto = 5_000 * MS;
-    let mut ts = cluster(2, &config);
+    let mut ts = cluster(2, &without_retransmission(UdpConfig::default()));
     let len = 6 * ts[0].datagram_size();
     let mut buf = message(1, len);
     ts[0].test_socket_room = Some(3);
