@@ -451,10 +451,17 @@ fn bench_am_over_each_network_reports_its_floor() {
             "raw_stream_gbps",
             "long_stream_gbps_1MiB",
             "short_rtt_idle_ns",
+            "bulk_send_return_ns",
         ] {
             let v = doc[key].as_f64().unwrap_or(f64::NAN);
             assert!(v.is_finite() && v > 0.0, "{key} = {v} in {doc}");
         }
+        let share = doc["short_rtt_overlap_share"].as_f64().unwrap_or(f64::NAN);
+        assert!(
+            (0.0..=1.0).contains(&share),
+            "overlap share {share} in {doc}"
+        );
+        assert!(err.contains("bulk_send_return_ns"), "{err}");
         // Counted only for pings answered before the 16 MiB transfer: null if none was.
         for key in [
             "short_rtt_during_bulk_ns",

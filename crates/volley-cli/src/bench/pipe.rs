@@ -3,11 +3,15 @@
 //! 16 MiB long messages to rank 1.
 //!
 //! - idle: rank 0 pings rank 2 (a short request answered by a short reply) and waits for the
-//!   answer, one at a time; the median over the pings.
+//!   answer (`wait_on(2, ..)`, the wait for one rank's answer), one at a time; the median over
+//!   the pings.
 //! - during the bulk: rank 0 sends a 16 MiB long request to rank 1 (it returns once the whole
-//!   payload is queued), pings rank 2 at once, and waits for the ping's answer and then for
-//!   rank 1's answer to the long one. The round trip of a ping is counted only if its answer
-//!   came before rank 1's (the transfer was still in flight); the median over those.
+//!   payload is queued; how long that takes is `bulk_send_return_ns`), pings rank 2 at once,
+//!   and waits for the ping's answer and then for rank 1's answer to the long one. The round
+//!   trip of a ping is counted only if its answer came before rank 1's (the transfer was still
+//!   in flight); the median over those, and the share of pings that were
+//!   (`short_rtt_overlap_share`: a send that held the caller until the transfer was over
+//!   leaves no ping to count).
 
 use super::{median, write_reps, Medians};
 use serde::{Deserialize, Serialize};
@@ -27,6 +31,10 @@ pub struct PipeRep {
     /// Median short round trip to rank 2 while a 16 MiB long message to rank 1 is in flight,
     /// ns (none if no ping's answer came before the transfer's).
     pub short_rtt_during_bulk_ns: Option<f64>,
+    /// Median time the 16 MiB long request took to return, ns.
+    pub bulk_send_return_ns: f64,
+    /// Share of the pings whose answer came while the transfer was in flight.
+    pub short_rtt_overlap_share: f64,
 }
 
 impl Medians for PipeRep {
@@ -35,6 +43,10 @@ impl Medians for PipeRep {
             short_rtt_idle_ns: super::median_present(reps.iter().map(|r| r.short_rtt_idle_ns)),
             short_rtt_during_bulk_ns: super::median_opt(
                 reps.iter().map(|r| r.short_rtt_during_bulk_ns),
+            ),
+            bulk_send_return_ns: super::median_present(reps.iter().map(|r| r.bulk_send_return_ns)),
+            short_rtt_overlap_share: super::median_present(
+                reps.iter().map(|r| r.short_rtt_overlap_share),
             ),
         }
     }
@@ -87,14 +99,16 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
                 let target = pongs.load(Ordering::Relaxed) + 1;
                 let t0 = Instant::now();
                 rt.request_short(2, ping, &[1]).expect("ping");
-                rt.wait_until(|| pongs.load(Ordering::Relaxed) >= target);
+                rt.wait_on(2, || pongs.load(Ordering::Relaxed) >= target);
                 t0.elapsed().as_nanos() as f64
             };
             let mut idle: Vec<f64> = (0..pings).map(|_| round_trip(&rt)).collect();
-            let mut during = Vec::new();
+            let (mut during, mut returns) = (Vec::new(), Vec::new());
             for _ in 0..transfers {
                 let target = bulks.load(Ordering::Relaxed) + 1;
+                let t0 = Instant::now();
                 rt.request_long(1, bulk, &[], &payload, 0).expect("bulk");
+                returns.push(t0.elapsed().as_nanos() as f64);
                 let ns = round_trip(&rt);
                 if bulks.load(Ordering::Relaxed) < target {
                     during.push(ns);
@@ -103,7 +117,9 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             }
             out_reps.push(PipeRep {
                 short_rtt_idle_ns: median(&mut idle),
+                short_rtt_overlap_share: during.len() as f64 / transfers as f64,
                 short_rtt_during_bulk_ns: Some(median(&mut during)).filter(|x| !x.is_nan()),
+                bulk_send_return_ns: median(&mut returns),
             });
             for dest in [1, 2] {
                 rt.request_short(dest, end, &[]).expect("end");

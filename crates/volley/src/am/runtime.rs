@@ -600,10 +600,13 @@ impl Runtime {
     /// other nodes that follow each other within microseconds share system calls, and the
     /// last of such a run leaves at the next runtime call: a rank that sends and then
     /// computes for long without calling the runtime (or waits outside it) flushes first.
+    /// A long message's payload beyond what the network takes at once moves on in later
+    /// runtime calls (over TCP, a quantum per poll, so that it never holds up this rank's
+    /// other traffic); `flush` writes as much of it as the network takes now.
     /// Shared-memory sends are visible at once and need no flush.
     pub fn flush(&self) {
         let _e = self.enter();
-        self.engine().flush_net();
+        self.engine().flush_net_out();
     }
 
     /// Runs the handlers of every message that has arrived; returns how many ran.

@@ -504,6 +504,8 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         short_rtt_during_bulk_over_idle: pipe
             .as_ref()
             .and_then(|p| over(p.short_rtt_during_bulk_ns, Some(p.short_rtt_idle_ns))),
+        short_rtt_overlap_share: pipe.as_ref().map(|p| p.short_rtt_overlap_share),
+        bulk_send_return_ns: pipe.as_ref().map(|p| p.bulk_send_return_ns),
         o_recv_ns: m.o_recv_ns,
         o_send_ns: m.o_send_ns,
         l_ns: m.o_recv_ns.map(|or| rtt / 2.0 - m.o_send_ns - or),

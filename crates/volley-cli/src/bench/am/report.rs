@@ -211,6 +211,13 @@ pub struct AmReport {
     /// `short_rtt_during_bulk_ns` over `short_rtt_idle_ns` (target: small, about 3 at most).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub short_rtt_during_bulk_over_idle: Option<f64>,
+    /// Share of those pings answered while the 16 MiB transfer was still in flight (the
+    /// others are not counted in `short_rtt_during_bulk_ns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub short_rtt_overlap_share: Option<f64>,
+    /// How long the 16 MiB long request took to return to its caller, ns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bulk_send_return_ns: Option<f64>,
     /// LogP receive overhead (absent when no repetition kept a sample).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub o_recv_ns: Option<f64>,

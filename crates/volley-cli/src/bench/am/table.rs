@@ -165,4 +165,13 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
             "short_rtt_idle_ns", "short_rtt_during_bulk_ns"
         );
     }
+    if let (Some(share), Some(ret)) = (r.short_rtt_overlap_share, r.bulk_send_return_ns) {
+        let _ = writeln!(
+            w,
+            "  {:<28} {:>9.1} us    the 16 MiB long request's return to its caller; {:.0} % of the pings overlapped the transfer",
+            "bulk_send_return_ns",
+            ret / 1e3,
+            share * 100.0
+        );
+    }
 }

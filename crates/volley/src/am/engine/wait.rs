@@ -262,11 +262,19 @@ impl Engine {
         }
     }
 
-    /// Pushes out what the network transport has queued.
+    /// Pushes out what the network transport has queued (bulk transfers move on in polls).
     #[inline]
     pub(crate) fn flush_net(&self) {
         if let Some(net) = &self.net {
             net.flush();
+        }
+    }
+
+    /// Pushes out everything the network transport has queued, bulk transfers included, as
+    /// far as the network takes it now.
+    pub(crate) fn flush_net_out(&self) {
+        if let Some(net) = &self.net {
+            net.flush_out();
         }
     }
 }

@@ -40,6 +40,17 @@ const FRAME_OVERHEAD: usize = 256;
 /// sender's other traffic and for the handlers it runs while it waits.
 const LONG_PART: usize = 1 << 20;
 
+/// How a network message goes to the transport.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FrameKind {
+    /// A message of its own, or the first part of a long one.
+    First,
+    /// A later part of a long message (see [`NetTransport::send_gather_part`]).
+    Later,
+    /// Outside the transport's sequencing (`body` empty).
+    Unsequenced,
+}
+
 /// The largest payload of one network message.
 const WHOLE_MAX: usize = MAX_MESSAGE - FRAME_OVERHEAD;
 
@@ -318,6 +329,17 @@ impl NetLink {
         self.unflushed.get()
     }
 
+    /// Hands the transport everything queued, bulk transfers included, as far as the network
+    /// takes it now (a rank about to compute for long; see [`NetTransport::flush_out`]).
+    pub(crate) fn flush_out(&self) {
+        let result = self.transport.borrow_mut().flush_out(self.now());
+        self.last_flush.set(self.now());
+        self.unflushed.set(false);
+        if let Err(e) = result {
+            self.peer_failed(e);
+        }
+    }
+
     fn flush_at(&self, now: u64) {
         let result = self.transport.borrow_mut().flush(now);
         // From the flush's end: a flush that takes longer than the interval must not make
@@ -484,7 +506,14 @@ impl NetLink {
         let mut buf = self.encode_buf.take();
         frame::encode_medium_with(&mut buf, ch, handler, args, len, fill);
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, false);
+        let sent = self.send_frame(
+            dest,
+            &buf,
+            &[],
+            &mut blocked,
+            &mut attempt,
+            FrameKind::First,
+        );
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, Class::Medium, attempt, &mut blocked);
@@ -545,7 +574,14 @@ impl NetLink {
             0,
         );
         let mut attempt = 0;
-        let sent = self.send_frame(dest, &buf, &[], &mut blocked, &mut attempt, true);
+        let sent = self.send_frame(
+            dest,
+            &buf,
+            &[],
+            &mut blocked,
+            &mut attempt,
+            FrameKind::Unsequenced,
+        );
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, msg.ch, msg.class, attempt, &mut blocked);
@@ -561,9 +597,8 @@ impl NetLink {
             .min(WHOLE_MAX)
     }
 
-    /// Hands one network message, `head` followed by `body`, to the transport
-    /// (`unsequenced`: outside its sequencing, `body` empty), waiting as `blocked` says while
-    /// the transport cannot take it.
+    /// Hands one network message, `head` followed by `body`, to the transport as `kind`
+    /// says, waiting as `blocked` says while the transport cannot take it.
     fn send_frame<B: OnBlocked>(
         &self,
         dest: usize,
@@ -571,20 +606,20 @@ impl NetLink {
         body: &[u8],
         blocked: &mut B,
         attempt: &mut u32,
-        unsequenced: bool,
+        kind: FrameKind,
     ) -> Result<(), SendRefused> {
         loop {
             let now = self.now();
-            let sent = if unsequenced {
-                debug_assert!(body.is_empty());
-                self.transport
-                    .borrow_mut()
-                    .send_unsequenced(dest, head, now)
-            } else {
-                self.transport
-                    .borrow_mut()
-                    .send_gather(dest, head, body, now)
+            let mut transport = self.transport.borrow_mut();
+            let sent = match kind {
+                FrameKind::First => transport.send_gather(dest, head, body, now),
+                FrameKind::Later => transport.send_gather_part(dest, head, body, now),
+                FrameKind::Unsequenced => {
+                    debug_assert!(body.is_empty());
+                    transport.send_unsequenced(dest, head, now)
+                }
             };
+            drop(transport);
             match sent {
                 Ok(()) => {
                     // A message alone leaves at once; messages sent in a quick run share the
@@ -666,7 +701,12 @@ impl Transport for NetLink {
             for (i, part) in msg.payload.chunks(LONG_PART).take(parts).enumerate() {
                 let offset = (msg.offset + i * LONG_PART) as u64;
                 frame::encode_part_head(&mut buf, ch, part.len(), offset);
-                let sent = self.send_frame(dest, &buf, part, &mut blocked, &mut attempt, false);
+                let kind = if i == 0 {
+                    FrameKind::First
+                } else {
+                    FrameKind::Later
+                };
+                let sent = self.send_frame(dest, &buf, part, &mut blocked, &mut attempt, kind);
                 if let Err(e) = sent {
                     self.encode_buf.set(buf);
                     return Err(e);
@@ -682,7 +722,12 @@ impl Transport for NetLink {
             );
             &msg.payload[parts * LONG_PART..]
         };
-        let sent = self.send_frame(dest, &buf, body, &mut blocked, &mut attempt, false);
+        let kind = if whole {
+            FrameKind::First
+        } else {
+            FrameKind::Later
+        };
+        let sent = self.send_frame(dest, &buf, body, &mut blocked, &mut attempt, kind);
         self.encode_buf.set(buf);
         sent?;
         self.sent_one(dest, ch, class, attempt, &mut blocked);

@@ -189,6 +189,21 @@ pub trait NetTransport: std::fmt::Debug + Send {
         now: u64,
     ) -> Result<(), NetError>;
 
+    /// [`NetTransport::send_gather`] of a later part of a message whose first part was just
+    /// sent (a long message larger than one network message): the transport may queue it
+    /// behind the first rather than hand it to the network at once, so that sending a large
+    /// message returns once it is queued instead of once most of it has gone (TCP copies
+    /// such parts). Defaults to [`NetTransport::send_gather`].
+    fn send_gather_part(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError> {
+        self.send_gather(peer, head, body, now)
+    }
+
     /// Queues `msg` for `peer` outside any sequencing of the transport's own (seed 002's "no
     /// flow control"): UDP sends it as one unsequenced datagram, never acknowledged or
     /// retransmitted, delivered on arrival and at most once, possibly before messages sent
@@ -228,8 +243,16 @@ pub trait NetTransport: std::fmt::Debug + Send {
     }
 
     /// Transmits what is queued (and, UDP, what timers made due) without receiving: one
-    /// system call when something is queued, none otherwise.
+    /// system call when something is queued, none otherwise. A bulk transfer's queue may be
+    /// left to `progress`, which moves it a quantum per call so that it never holds up the
+    /// rank's other traffic (TCP).
     fn flush(&mut self, now: u64) -> Result<(), NetError>;
+
+    /// Transmits everything queued that the network takes now, bulk transfers included, for
+    /// a rank about to stop calling the runtime for a while. Defaults to [`NetTransport::flush`].
+    fn flush_out(&mut self, now: u64) -> Result<(), NetError> {
+        self.flush(now)
+    }
 
     /// Whether everything sent has left this rank for good: UDP: acknowledged by every peer;
     /// TCP: written to the kernel.

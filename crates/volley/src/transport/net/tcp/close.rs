@@ -36,7 +36,7 @@ impl TcpTransport {
             let conn = &mut self.conns[idx];
             conn.rx.reset();
             if matches!(conn.state, State::Open | State::Leaving) {
-                conn.tx.enqueue_goodbye();
+                conn.tx.enqueue_goodbye(&mut self.chunks);
                 self.mark_dirty(idx);
             }
         }

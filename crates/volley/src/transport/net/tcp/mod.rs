@@ -32,6 +32,8 @@
 //! `send_queue` and `receive` are a connection's two directions, and `close` is the orderly
 //! departure.
 
+#[cfg(test)]
+mod bulk_tests;
 mod close;
 #[cfg(test)]
 mod placed_tests;
@@ -53,7 +55,7 @@ use nix::sys::socket::{self as sock, Backlog};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
-use send_queue::SendQueue;
+use send_queue::{ChunkPool, SendQueue};
 
 /// Bytes in a frame's length prefix.
 const PREFIX: usize = 4;
@@ -79,6 +81,16 @@ pub struct TcpConfig {
     /// them at `wmem_max`/`rmem_max`). Setting them turns off the kernel's buffer autotuning for
     /// the socket; 0 leaves the kernel's defaults and autotuning alone.
     pub socket_buffer: usize,
+    /// Most bytes of a bulk transfer one poll writes toward one peer (a queue longer than
+    /// this is a bulk transfer): the transfer then returns to the progress loop, and to the
+    /// rank's other peers, every few tens of microseconds instead of once the receiver has
+    /// drained it all.
+    pub write_quantum: usize,
+    /// Most bytes a send writes straight from the caller's bytes when nothing is queued ahead
+    /// of its message; the rest of the message is copied into the queue and the send returns.
+    /// The default, one long-message part (1 MiB) and its header, lets a stream of such parts
+    /// leave without a copy.
+    pub direct_write: usize,
 }
 
 impl Default for TcpConfig {
@@ -88,6 +100,8 @@ impl Default for TcpConfig {
             flush_threshold: 64 << 10,
             max_queued: 64 << 20,
             socket_buffer: 4 << 20,
+            write_quantum: 64 << 10,
+            direct_write: (1 << 20) + (4 << 10),
         }
     }
 }
@@ -167,6 +181,8 @@ pub struct TcpTransport {
     closed: bool,
     /// Buffers of delivered messages given back by `recycle`, for the next ones.
     pool: BufferPool,
+    /// Chunks of the output queues.
+    chunks: ChunkPool,
     /// Where large frames' long payloads go as they arrive, if set.
     placer: Option<Arc<dyn Placer>>,
 }
@@ -216,6 +232,7 @@ impl TcpTransport {
             stats: NetStats::default(),
             closed: false,
             pool: BufferPool::default(),
+            chunks: ChunkPool::default(),
             placer: None,
         })
     }
@@ -224,7 +241,7 @@ impl TcpTransport {
     fn fail(&mut self, idx: usize, why: String) -> NetError {
         let conn = &mut self.conns[idx];
         conn.state = State::Failed;
-        conn.tx.clear();
+        conn.tx.clear(&mut self.chunks);
         if conn.dirty {
             conn.dirty = false;
             self.dirty.retain(|&i| i != idx);
@@ -261,13 +278,44 @@ impl TcpTransport {
         }
     }
 
-    /// Writes every non-empty queue. On a broken connection, stops and reports it.
+    /// Writes every non-empty queue, as much as the kernel takes. On a broken connection,
+    /// stops and reports it.
     fn flush_all(&mut self) -> Result<(), NetError> {
+        self.flush_short()?;
+        self.flush_where(usize::MAX, |_| true)
+    }
+
+    /// Writes the queues that one quantum empties: the short messages, which must not wait
+    /// behind a bulk transfer.
+    fn flush_short(&mut self) -> Result<(), NetError> {
+        let quantum = self.config.write_quantum;
+        self.flush_where(quantum, |queued| queued <= quantum)
+    }
+
+    /// Writes one quantum of every longer queue: a bulk transfer's share of one `progress`.
+    fn flush_bulk(&mut self) -> Result<(), NetError> {
+        let quantum = self.config.write_quantum;
+        self.flush_where(quantum, |queued| queued > quantum)
+    }
+
+    /// Writes up to `quantum` bytes of each non-empty queue whose length `pick` accepts.
+    fn flush_where(
+        &mut self,
+        quantum: usize,
+        pick: impl Fn(usize) -> bool,
+    ) -> Result<(), NetError> {
         let mut i = 0;
         while i < self.dirty.len() {
             let idx = self.dirty[i];
             let conn = &mut self.conns[idx];
-            if let Err(e) = conn.tx.flush(&conn.stream, &mut self.stats) {
+            if !pick(conn.tx.queued()) {
+                i += 1;
+                continue;
+            }
+            if let Err(e) = conn
+                .tx
+                .flush(&conn.stream, quantum, &mut self.chunks, &mut self.stats)
+            {
                 let why = write_failure(conn.state, &e);
                 return Err(self.fail(idx, why));
             }
@@ -344,6 +392,79 @@ fn write_failure(state: State, e: &io::Error) -> String {
     }
 }
 
+impl TcpTransport {
+    /// Sends one frame of `head` followed by `body` to `peer`, writing up to `direct` bytes
+    /// of it from the caller's bytes when nothing is queued ahead of it.
+    fn send_frame(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        direct: usize,
+    ) -> Result<(), NetError> {
+        let len = head.len() + body.len();
+
+        if len > MAX_MESSAGE {
+            return Err(NetError::TooLarge {
+                len,
+                max: MAX_MESSAGE,
+            });
+        }
+        let idx = match self.slot.get(peer) {
+            Some(&i) if i != NO_CONN => i,
+            _ => return Err(NetError::NotAPeer { peer }),
+        };
+        if self.closed {
+            return Err(NetError::PeerFailed {
+                peer,
+                why: "this transport is closed".into(),
+            });
+        }
+        let conn = &mut self.conns[idx];
+        let why = match conn.state {
+            State::Open => None,
+            State::Leaving | State::Finished => Some("the peer has left the job"),
+            State::Failed => Some("the connection failed earlier"),
+        };
+        if let Some(why) = why {
+            return Err(NetError::PeerFailed {
+                peer,
+                why: why.into(),
+            });
+        }
+        let queued = conn.tx.queued();
+        if queued > 0 && queued + PREFIX + len > self.config.max_queued {
+            self.stats.would_block += 1;
+            return Err(NetError::WouldBlock);
+        }
+        if let Err(e) = conn.tx.send(
+            &conn.stream,
+            head,
+            body,
+            direct,
+            &mut self.chunks,
+            &mut self.stats,
+        ) {
+            let why = write_failure(conn.state, &e);
+            return Err(self.fail(idx, why));
+        }
+        self.stats.messages_sent += 1;
+        if conn.tx.queued() > self.config.flush_threshold {
+            if let Err(e) = conn.tx.flush(
+                &conn.stream,
+                self.config.write_quantum,
+                &mut self.chunks,
+                &mut self.stats,
+            ) {
+                let why = write_failure(conn.state, &e);
+                return Err(self.fail(idx, why));
+            }
+        }
+        self.mark_dirty(idx);
+        Ok(())
+    }
+}
+
 impl NetTransport for TcpTransport {
     fn kind(&self) -> NetKind {
         NetKind::Tcp
@@ -385,56 +506,19 @@ impl NetTransport for TcpTransport {
         body: &[u8],
         _now: u64,
     ) -> Result<(), NetError> {
-        let len = head.len() + body.len();
-        if len > MAX_MESSAGE {
-            return Err(NetError::TooLarge {
-                len,
-                max: MAX_MESSAGE,
-            });
-        }
-        let idx = match self.slot.get(peer) {
-            Some(&i) if i != NO_CONN => i,
-            _ => return Err(NetError::NotAPeer { peer }),
-        };
-        if self.closed {
-            return Err(NetError::PeerFailed {
-                peer,
-                why: "this transport is closed".into(),
-            });
-        }
-        let conn = &mut self.conns[idx];
-        let why = match conn.state {
-            State::Open => None,
-            State::Leaving | State::Finished => Some("the peer has left the job"),
-            State::Failed => Some("the connection failed earlier"),
-        };
-        if let Some(why) = why {
-            return Err(NetError::PeerFailed {
-                peer,
-                why: why.into(),
-            });
-        }
-        let queued = conn.tx.queued();
-        if queued > 0 && queued + PREFIX + len > self.config.max_queued {
-            self.stats.would_block += 1;
-            return Err(NetError::WouldBlock);
-        }
-        if let Err(e) = conn
-            .tx
-            .send_large(&conn.stream, head, body, &mut self.stats)
-        {
-            let why = write_failure(conn.state, &e);
-            return Err(self.fail(idx, why));
-        }
-        self.stats.messages_sent += 1;
-        if conn.tx.queued() > self.config.flush_threshold {
-            if let Err(e) = conn.tx.flush(&conn.stream, &mut self.stats) {
-                let why = write_failure(conn.state, &e);
-                return Err(self.fail(idx, why));
-            }
-        }
-        self.mark_dirty(idx);
-        Ok(())
+        self.send_frame(peer, head, body, self.config.direct_write)
+    }
+
+    /// Queues a later part of a long message behind its first: copied, never written from the
+    /// caller's bytes, so that the send returns before the message has gone.
+    fn send_gather_part(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        _now: u64,
+    ) -> Result<(), NetError> {
+        self.send_frame(peer, head, body, 0)
     }
 
     /// Large frames (over [`receive::BIG_FRAME`]) are read straight into place.
@@ -446,7 +530,15 @@ impl NetTransport for TcpTransport {
         self.pool.give(buf);
     }
 
+    /// Writes the short queues; bulk transfers move in `progress`.
     fn flush(&mut self, _now: u64) -> Result<(), NetError> {
+        if self.closed {
+            return Ok(());
+        }
+        self.flush_short()
+    }
+
+    fn flush_out(&mut self, _now: u64) -> Result<(), NetError> {
         if self.closed {
             return Ok(());
         }
@@ -462,7 +554,9 @@ impl NetTransport for TcpTransport {
         if self.closed {
             return Ok(0);
         }
-        self.flush_all()?;
+        // Short messages leave first and what arrived is read next; a bulk transfer's quantum
+        // comes last, so neither waits behind it.
+        self.flush_short()?;
         match self.epoll.as_ref().map(|ep| ep.as_raw_fd()) {
             None if self.conns.len() == 1 => self.receive(0, inbox)?,
             None => {}
@@ -483,6 +577,7 @@ impl NetTransport for TcpTransport {
                 }
             }
         }
+        self.flush_bulk()?;
         Ok(inbox.len() - before)
     }
 

@@ -1,6 +1,14 @@
-//! A connection's output queue: frames copied in by `send`, written out with one gathering
-//! `sendmsg` per attempt. A large frame with nothing queued ahead of it is written straight
-//! from the caller's bytes, and only its unwritten rest is copied in.
+//! A connection's output queue: frames copied into chunks of [`CHUNK`] bytes, written out
+//! with gathering `sendmsg` calls of at most a quantum each. A large frame with nothing queued
+//! ahead of it is written straight from the caller's bytes, up to a limit, and only its
+//! unwritten rest is copied in.
+//!
+//! Why a quantum: one `sendmsg` on loopback (or to a fast receiver) lasts as long as the
+//! receiver keeps draining, milliseconds for a 16 MiB transfer, and meanwhile the rank reads
+//! nothing from its other peers and sends them nothing. Writing at most a quantum per call
+//! returns to the progress loop every few tens of microseconds. Why fixed-size chunks: every
+//! chunk serves any frame, so a stream of large messages reuses the same (already mapped)
+//! memory instead of mapping and faulting in a buffer per message.
 
 use std::collections::VecDeque;
 use std::io;
@@ -11,35 +19,59 @@ use std::os::fd::AsRawFd;
 use super::{GOODBYE, PREFIX};
 use crate::transport::net::NetStats;
 
-/// Messages up to this size are copied into shared chunks with their neighbours; larger ones
-/// get a buffer of their own, so a chunk never needs to grow.
+/// Frames longer than this, with nothing queued ahead of them, are written from the caller's
+/// bytes; shorter ones are always copied (with their neighbours, one system call for many).
 pub(super) const SMALL_MESSAGE: usize = 16 << 10;
-/// Capacity of a shared output chunk.
-const CHUNK: usize = 64 << 10;
+/// Bytes of one output chunk.
+pub(super) const CHUNK: usize = 64 << 10;
+/// Spare chunks a transport keeps for reuse at most (16 MiB): what a burst of large messages
+/// needed stays mapped for the next one, up to this much.
+const MAX_SPARE_CHUNKS: usize = 256;
 /// Linux's limit on iovecs per call (`UIO_MAXIOV`).
 const IOV_MAX: usize = 1024;
 
-/// One output buffer of a connection's queue.
-struct OutBuf {
+/// Empty chunks shared by a transport's connections.
+#[derive(Default)]
+pub(super) struct ChunkPool {
+    spare: Vec<Vec<u8>>,
+}
+
+impl ChunkPool {
+    fn take(&mut self) -> Vec<u8> {
+        self.spare
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(CHUNK))
+    }
+
+    fn give(&mut self, mut chunk: Vec<u8>) {
+        if self.spare.len() < MAX_SPARE_CHUNKS {
+            chunk.clear();
+            self.spare.push(chunk);
+        }
+    }
+
+    /// Chunks held for reuse.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.spare.len()
+    }
+}
+
+/// One chunk of a connection's queue.
+struct Chunk {
     data: Vec<u8>,
-    /// Frames that end in this buffer (for [`NetStats::packets_sent`]).
+    /// Frames that end in this chunk (for [`NetStats::packets_sent`]).
     frames: u64,
-    /// Whether later small messages may be appended (a shared chunk rather than one large
-    /// message's own buffer).
-    shared: bool,
 }
 
 /// The bytes queued toward one peer and not yet taken by the kernel.
 #[derive(Default)]
 pub(super) struct SendQueue {
-    out: VecDeque<OutBuf>,
+    out: VecDeque<Chunk>,
     /// Bytes of `out.front()` already written.
     head: usize,
     /// Bytes queued and not yet written.
     queued: usize,
-    /// A written shared chunk kept for reuse, so a steady stream of small sends allocates
-    /// nothing.
-    spare: Option<Vec<u8>>,
 }
 
 impl SendQueue {
@@ -48,181 +80,129 @@ impl SendQueue {
         self.queued
     }
 
-    /// Appends one frame: the prefix and the message `head` followed by `body`.
-    pub(super) fn enqueue(&mut self, head: &[u8], body: &[u8]) {
-        let len = head.len() + body.len();
-        let prefix = (len as u32).to_le_bytes();
-        if len <= SMALL_MESSAGE {
-            self.append_shared(&[&prefix, head, body], 1);
-        } else {
-            // The copy that takes ownership is unavoidable (the caller keeps its slices); the
-            // prefix rides along for free and the buffer is written as one iovec.
-            self.push_own(&[&prefix, head, body]);
-        }
-    }
-
-    /// Queues `parts`, joined, as a buffer of their own.
-    fn push_own(&mut self, parts: &[&[u8]]) {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let mut data = Vec::with_capacity(len);
-        for p in parts {
-            data.extend_from_slice(p);
-        }
-        self.queued += len;
-        self.out.push_back(OutBuf {
-            data,
-            frames: 1,
-            shared: false,
-        });
-    }
-
-    /// Sends one large frame of `head` followed by `body`: with nothing queued ahead of it,
-    /// it is written straight from them (prefix, head and body gathered in one `sendmsg`),
-    /// and only what the kernel does not take is copied into the queue; otherwise it is
-    /// queued like any other.
-    pub(super) fn send_large(
+    /// Sends one frame of `head` followed by `body`: a large one with nothing queued ahead of
+    /// it is written straight from them (prefix, head and body gathered in one `sendmsg` of at
+    /// most `direct` bytes, none when it is 0), and what the kernel does not take is copied
+    /// into the queue; any other frame is queued whole.
+    pub(super) fn send(
         &mut self,
         stream: &TcpStream,
         head: &[u8],
         body: &[u8],
+        direct: usize,
+        pool: &mut ChunkPool,
         stats: &mut NetStats,
     ) -> io::Result<()> {
         let len = head.len() + body.len();
-        if self.queued > 0 || len <= SMALL_MESSAGE {
-            self.enqueue(head, body);
-            return Ok(());
-        }
         let prefix = (len as u32).to_le_bytes();
         let parts: [&[u8]; 3] = [&prefix, head, body];
-        let iov = parts.map(|p| libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
+        if self.queued > 0 || len <= SMALL_MESSAGE || direct == 0 {
+            self.append(&parts, 1, pool);
+            return Ok(());
+        }
+        let mut budget = direct;
+        let iov = parts.map(|p| {
+            let take = p.len().min(budget);
+            budget -= take;
+            libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: take,
+            }
         });
-        let n = loop {
-            // SAFETY: msghdr is plain old data; all zeroes is a valid, empty header.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
-            hdr.msg_iovlen = iov.len() as _;
-            // SAFETY: the iovecs point at live byte slices (`prefix`, `head`, `body`) with
-            // their exact lengths, which outlive the call; the kernel only reads them.
-            let n = unsafe {
-                libc::sendmsg(
-                    stream.as_raw_fd(),
-                    &hdr,
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                )
-            };
-            stats.send_calls += 1;
-            if n >= 0 {
-                break n as usize;
-            }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => break 0,
-                io::ErrorKind::Interrupted => continue,
-                _ => return Err(e),
-            }
-        };
+        let n = send_iov(stream, &iov, stats)?;
         stats.bytes_sent += n as u64;
         if n == PREFIX + len {
             stats.packets_sent += 1;
             return Ok(());
         }
-        // The rest, as the queue's only (own) buffer.
+        // The rest goes into the queue.
         let mut skip = n;
         let rest = parts.map(|p| {
             let cut = skip.min(p.len());
             skip -= cut;
             &p[cut..]
         });
-        self.push_own(&rest);
+        self.append(&rest, 1, pool);
         Ok(())
     }
 
     /// Appends the goodbye, the last thing a connection carries.
-    pub(super) fn enqueue_goodbye(&mut self) {
-        self.append_shared(&[&GOODBYE.to_le_bytes()], 0);
+    pub(super) fn enqueue_goodbye(&mut self, pool: &mut ChunkPool) {
+        self.append(&[&GOODBYE.to_le_bytes()], 0, pool);
     }
 
-    /// Appends `parts` to the last shared chunk, or to a new one if it does not fit.
-    fn append_shared(&mut self, parts: &[&[u8]], frames: u64) {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        let fits = matches!(self.out.back(), Some(b) if b.shared && b.data.len() + len <= CHUNK);
-        if !fits {
-            let data = self
-                .spare
-                .take()
-                .unwrap_or_else(|| Vec::with_capacity(CHUNK));
-            self.out.push_back(OutBuf {
-                data,
-                frames: 0,
-                shared: true,
-            });
+    /// Appends `parts`, joined, filling the last chunk and then fresh ones; `frames` frames
+    /// end with them.
+    fn append(&mut self, parts: &[&[u8]], frames: u64, pool: &mut ChunkPool) {
+        for part in parts {
+            let mut rest: &[u8] = part;
+            while !rest.is_empty() {
+                if self.out.back().is_none_or(|c| c.data.len() == CHUNK) {
+                    self.out.push_back(Chunk {
+                        data: pool.take(),
+                        frames: 0,
+                    });
+                }
+                let chunk = &mut self.out.back_mut().expect("a chunk was just ensured").data;
+                let n = rest.len().min(CHUNK - chunk.len());
+                append_bytes(chunk, &rest[..n]);
+                self.queued += n;
+                rest = &rest[n..];
+            }
         }
-        let b = self.out.back_mut().expect("a chunk was just ensured");
-        for p in parts {
-            b.data.extend_from_slice(p);
+        if let Some(last) = self.out.back_mut() {
+            last.frames += frames;
         }
-        b.frames += frames;
-        self.queued += len;
     }
 
     /// Drops everything queued (the connection is gone).
-    pub(super) fn clear(&mut self) {
-        self.out.clear();
+    pub(super) fn clear(&mut self, pool: &mut ChunkPool) {
+        for c in self.out.drain(..) {
+            pool.give(c.data);
+        }
         self.queued = 0;
         self.head = 0;
     }
 
-    /// Writes as much of the queue to `stream` as the kernel takes. Stops after a partial
-    /// write, since the next attempt would almost surely find the socket full: one call per
-    /// progress.
-    pub(super) fn flush(&mut self, stream: &TcpStream, stats: &mut NetStats) -> io::Result<()> {
-        while self.queued > 0 {
+    /// Writes up to `quantum` bytes of the queue to `stream`, as many as the kernel takes.
+    /// Stops after a partial write, since the next attempt would almost surely find the socket
+    /// full: one call per progress.
+    pub(super) fn flush(
+        &mut self,
+        stream: &TcpStream,
+        quantum: usize,
+        pool: &mut ChunkPool,
+        stats: &mut NetStats,
+    ) -> io::Result<()> {
+        let mut left = quantum;
+        while self.queued > 0 && left > 0 {
             let mut iov = [const { MaybeUninit::<libc::iovec>::uninit() }; IOV_MAX];
             let mut count = 0;
             let mut offered = 0;
-            debug_assert!(!self.out.is_empty(), "queued bytes live in buffers");
-            for (i, b) in self.out.iter().take(IOV_MAX).enumerate() {
+            debug_assert!(!self.out.is_empty(), "queued bytes live in chunks");
+            for (i, c) in self.out.iter().take(IOV_MAX).enumerate() {
                 let bytes = if i == 0 {
-                    &b.data[self.head..]
+                    &c.data[self.head..]
                 } else {
-                    &b.data[..]
+                    &c.data[..]
                 };
+                let take = bytes.len().min(left - offered);
                 iov[i].write(libc::iovec {
                     iov_base: bytes.as_ptr() as *mut libc::c_void,
-                    iov_len: bytes.len(),
+                    iov_len: take,
                 });
                 count += 1;
-                offered += bytes.len();
-            }
-            // SAFETY: msghdr is plain old data (pointers and integers); all zeroes is a valid,
-            // empty header, and zeroing also covers the private padding fields some libcs have.
-            let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-            hdr.msg_iov = iov.as_mut_ptr().cast();
-            hdr.msg_iovlen = count as _;
-            // SAFETY: the first `count` iovecs are initialised and each points into a buffer of
-            // `self.out` with its exact remaining length; those buffers are neither moved nor
-            // freed during the call, and the kernel only reads from them.
-            let n = unsafe {
-                libc::sendmsg(
-                    stream.as_raw_fd(),
-                    &hdr,
-                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
-                )
-            };
-            stats.send_calls += 1;
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                match e.kind() {
-                    io::ErrorKind::WouldBlock => return Ok(()),
-                    io::ErrorKind::Interrupted => continue,
-                    _ => return Err(e),
+                offered += take;
+                if offered == left {
+                    break;
                 }
             }
-            let n = n as usize;
+            // SAFETY: the first `count` iovecs were initialised just above.
+            let iov = unsafe { std::slice::from_raw_parts(iov.as_ptr().cast(), count) };
+            let n = send_iov(stream, iov, stats)?;
             stats.bytes_sent += n as u64;
-            self.consume(n, stats);
+            self.consume(n, pool, stats);
+            left -= n;
             if n < offered {
                 return Ok(());
             }
@@ -231,7 +211,7 @@ impl SendQueue {
     }
 
     /// Drops the first `n` queued bytes, which the kernel has taken.
-    fn consume(&mut self, mut n: usize, stats: &mut NetStats) {
+    fn consume(&mut self, mut n: usize, pool: &mut ChunkPool, stats: &mut NetStats) {
         self.queued -= n;
         while n > 0 {
             let left = self
@@ -247,13 +227,53 @@ impl SendQueue {
             }
             n -= left;
             self.head = 0;
-            let b = self.out.pop_front().expect("checked above");
-            stats.packets_sent += b.frames;
-            if b.shared && self.spare.is_none() {
-                let mut data = b.data;
-                data.clear();
-                self.spare = Some(data);
-            }
+            let c = self.out.pop_front().expect("checked above");
+            stats.packets_sent += c.frames;
+            pool.give(c.data);
+        }
+    }
+}
+
+/// Appends `src` to `chunk`, which has room for it, at full speed whatever their alignment.
+fn append_bytes(chunk: &mut Vec<u8>, src: &[u8]) {
+    let at = chunk.len();
+    assert!(chunk.capacity() - at >= src.len(), "the chunk has room");
+    // SAFETY: the chunk's spare capacity holds `src.len()` bytes (checked), which `src`, a
+    // separate live borrow, cannot overlap; after the copy they are initialised.
+    unsafe {
+        crate::copy::copy_nonoverlapping(src.as_ptr(), chunk.as_mut_ptr().add(at), src.len());
+        chunk.set_len(at + src.len());
+    }
+}
+
+/// One non-blocking gathering `sendmsg` of `iov`: the bytes the kernel took (0 when the socket
+/// is full), retried when interrupted.
+fn send_iov(stream: &TcpStream, iov: &[libc::iovec], stats: &mut NetStats) -> io::Result<usize> {
+    loop {
+        // SAFETY: msghdr is plain old data (pointers and integers); all zeroes is a valid,
+        // empty header, and zeroing also covers the private padding fields some libcs have.
+        let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+        hdr.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        hdr.msg_iovlen = iov.len() as _;
+        // SAFETY: every iovec points at live bytes of its exact length (the caller's slices or
+        // the queue's chunks), which are neither moved nor freed during the call; the kernel
+        // only reads them.
+        let n = unsafe {
+            libc::sendmsg(
+                stream.as_raw_fd(),
+                &hdr,
+                libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+            )
+        };
+        stats.send_calls += 1;
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.kind() {
+            io::ErrorKind::WouldBlock => return Ok(0),
+            io::ErrorKind::Interrupted => continue,
+            _ => return Err(e),
         }
     }
 }

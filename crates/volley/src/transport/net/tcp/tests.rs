@@ -19,18 +19,18 @@ use crate::transport::net::floor;
 
 const KEY: u64 = 0x0123_4567_89ab_cdef;
 
-fn config() -> TcpConfig {
+pub(super) fn config() -> TcpConfig {
     TcpConfig {
         connect_timeout: Duration::from_secs(10),
         ..TcpConfig::default()
     }
 }
 
-fn bind_with(config: &TcpConfig) -> TcpTransport {
+pub(super) fn bind_with(config: &TcpConfig) -> TcpTransport {
     TcpTransport::bind(LOCAL, KEY, config.clone()).expect("bind")
 }
 
-fn mesh(n: usize) -> Vec<TcpTransport> {
+pub(super) fn mesh(n: usize) -> Vec<TcpTransport> {
     Tcp::mesh(n, Setup::Default)
 }
 
@@ -192,7 +192,12 @@ fn reset_peer_is_reported_and_the_others_carry_on() {
 
 /// A transport as rank 0 whose rank 1 is a raw socket in the test's hands.
 fn with_raw_peer() -> (TcpTransport, TcpStream) {
-    let mut t = bind_with(&config());
+    with_raw_peer_config(&config())
+}
+
+/// [`with_raw_peer`] with settings of the test's own.
+pub(super) fn with_raw_peer_config(config: &TcpConfig) -> (TcpTransport, TcpStream) {
+    let mut t = bind_with(config);
     let mut raw = TcpStream::connect(t.local_addr()).unwrap();
     raw.write_all(&handshake(KEY, 1)).unwrap();
     // Rank 0 accepts from rank 1 and never dials it, so its address is not used.

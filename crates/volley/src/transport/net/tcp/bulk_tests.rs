@@ -1,0 +1,156 @@
+//! Bulk transfers over TCP: a quantum per poll, short messages ahead of them, later parts of a
+//! long message queued rather than written from the caller's bytes, and reused chunks.
+
+use std::io::Read;
+use std::net::TcpStream;
+use std::thread;
+
+use super::tests::{config, mesh, with_raw_peer_config};
+use super::*;
+use crate::transport::net::contract_tests::{
+    assert_message, give_up_after, inboxes, message, now, Inbox,
+};
+
+/// A byte pattern that shows a misplaced or repeated chunk.
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 7 + i / 4093) as u8).collect()
+}
+
+/// Reads one frame of `len` bytes (after its prefix) from `raw` on a thread of its own.
+fn read_frame(mut raw: TcpStream, len: usize) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut prefix = [0u8; PREFIX];
+        raw.read_exact(&mut prefix).unwrap();
+        assert_eq!(
+            u32::from_le_bytes(prefix) as usize,
+            len,
+            "the frame's length"
+        );
+        let mut body = vec![0u8; len];
+        raw.read_exact(&mut body).unwrap();
+        body
+    })
+}
+
+/// Progresses `t` until nothing is queued.
+fn drain(t: &mut TcpTransport) {
+    let mut inbox: Inbox = Vec::new();
+    let check = give_up_after(10);
+    while !t.is_idle() {
+        t.progress(now(), &mut inbox).unwrap();
+        check("the queue to drain");
+    }
+}
+
+#[test]
+fn a_bulk_queue_moves_a_quantum_per_poll_and_flush_out_moves_more() {
+    let cfg = config();
+    let (mut t, raw) = with_raw_peer_config(&cfg);
+    let body = pattern(4 << 20);
+    // A later part: queued, not written from the caller's bytes; the send's own flush writes
+    // one quantum at most.
+    t.send_gather_part(1, b"head", &body, now()).unwrap();
+    let sent = |t: &TcpTransport| t.stats().bytes_sent as usize;
+    assert!(sent(&t) <= cfg.write_quantum, "the send wrote {}", sent(&t));
+    // Nothing reads yet: a poll writes one more quantum at most.
+    let before = sent(&t);
+    t.progress(now(), &mut Vec::new()).unwrap();
+    let by_poll = sent(&t) - before;
+    assert!(
+        by_poll <= cfg.write_quantum,
+        "one poll wrote {by_poll} bytes"
+    );
+    // `flush` writes short queues only; `flush_out` as much as the kernel takes.
+    let before = sent(&t);
+    t.flush(now()).unwrap();
+    assert_eq!(sent(&t), before, "flush leaves the bulk queue to the polls");
+    t.flush_out(now()).unwrap();
+    assert!(
+        sent(&t) - before > cfg.write_quantum,
+        "flush_out wrote only {} bytes",
+        sent(&t) - before
+    );
+    let reader = read_frame(raw, 4 + body.len());
+    drain(&mut t);
+    let got = reader.join().unwrap();
+    assert_eq!(&got[..4], b"head");
+    assert!(got[4..] == body[..], "the bytes arrive whole and in order");
+}
+
+#[test]
+fn a_first_frame_is_written_from_the_callers_bytes_up_to_the_direct_limit() {
+    let cfg = TcpConfig {
+        direct_write: 100_000,
+        ..config()
+    };
+    let (mut t, raw) = with_raw_peer_config(&cfg);
+    let mut body = pattern(1 << 20);
+    t.send_gather(1, b"h", &body, now()).unwrap();
+    let sent = t.stats().bytes_sent as usize;
+    assert!(
+        sent > 0 && sent <= cfg.direct_write + cfg.write_quantum,
+        "wrote {sent} bytes"
+    );
+    assert!(t.conns[0].tx.queued() > 0, "the rest is queued");
+    // The rest was copied: the caller may reuse its buffer at once.
+    let expected = body.clone();
+    body.fill(0);
+    let reader = read_frame(raw, 1 + expected.len());
+    drain(&mut t);
+    let got = reader.join().unwrap();
+    assert!(got[1..] == expected[..], "the queued rest is a copy");
+}
+
+#[test]
+fn a_short_message_leaves_ahead_of_a_bulk_transfer() {
+    let mut ts = mesh(3);
+    let mut ins = inboxes(3);
+    let bulk = message(1, 4 << 20);
+    ts[0].send_gather_part(1, &bulk, &[], now()).unwrap();
+    ts[0].send(2, &message(2, 100), now()).unwrap();
+    ts[0].flush(now()).unwrap();
+    let check = give_up_after(5);
+    while ins[2].is_empty() {
+        ts[2].progress(now(), &mut ins[2]).unwrap();
+        check("the short message");
+    }
+    assert_message(&ins[2][0].1, 2, 100);
+    let queued = ts[0].conns[ts[0].slot[1]].tx.queued();
+    assert!(
+        queued > bulk.len() - 4 * ts[0].config.write_quantum,
+        "the bulk transfer waited: {queued} bytes still queued"
+    );
+    // And it arrives whole once rank 0 polls.
+    while ins[1].is_empty() {
+        ts[0].progress(now(), &mut ins[0]).unwrap();
+        ts[1].progress(now(), &mut ins[1]).unwrap();
+        check("the bulk transfer");
+    }
+    assert_message(&ins[1][0].1, 1, 4 << 20);
+}
+
+#[test]
+fn chunks_are_reused_from_one_transfer_to_the_next() {
+    const LEN: usize = 2 << 20;
+    let (mut t, mut raw) = with_raw_peer_config(&config());
+    let body = pattern(LEN);
+    let reader = thread::spawn(move || {
+        let mut sink = vec![0u8; 1 << 20];
+        let mut left = 2 * (PREFIX + LEN);
+        while left > 0 {
+            left -= raw.read(&mut sink[..left.min(1 << 20)]).unwrap();
+        }
+    });
+    t.send_gather_part(1, &[], &body, now()).unwrap();
+    drain(&mut t);
+    let kept = t.chunks.len();
+    assert!(kept > LEN / send_queue::CHUNK, "kept {kept} chunks");
+    t.send_gather_part(1, &[], &body, now()).unwrap();
+    assert!(
+        t.chunks.len() < kept,
+        "the second transfer takes the kept chunks"
+    );
+    drain(&mut t);
+    assert_eq!(t.chunks.len(), kept, "and gives them back, no more");
+    reader.join().unwrap();
+}
