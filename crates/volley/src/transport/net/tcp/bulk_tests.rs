@@ -3,6 +3,7 @@
 
 use std::io::Read;
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 use std::thread;
 
 use super::tests::{config, mesh, with_raw_peer_config};
@@ -16,8 +17,9 @@ fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4093) as u8).collect()
 }
 
-/// Reads one frame of `len` bytes (after its prefix) from `raw` on a thread of its own.
-fn read_frame(mut raw: TcpStream, len: usize) -> thread::JoinHandle<Vec<u8>> {
+/// Reads one frame of `len` bytes (after its prefix) from `raw` on a thread of its own; the
+/// socket comes back with the bytes, open (the transport must not see the peer leave).
+fn read_frame(mut raw: TcpStream, len: usize) -> thread::JoinHandle<(Vec<u8>, TcpStream)> {
     thread::spawn(move || {
         let mut prefix = [0u8; PREFIX];
         raw.read_exact(&mut prefix).unwrap();
@@ -28,7 +30,7 @@ fn read_frame(mut raw: TcpStream, len: usize) -> thread::JoinHandle<Vec<u8>> {
         );
         let mut body = vec![0u8; len];
         raw.read_exact(&mut body).unwrap();
-        body
+        (body, raw)
     })
 }
 
@@ -72,7 +74,7 @@ fn a_bulk_queue_moves_a_quantum_per_poll_and_flush_out_moves_more() {
     );
     let reader = read_frame(raw, 4 + body.len());
     drain(&mut t);
-    let got = reader.join().unwrap();
+    let (got, _raw) = reader.join().unwrap();
     assert_eq!(&got[..4], b"head");
     assert!(got[4..] == body[..], "the bytes arrive whole and in order");
 }
@@ -97,7 +99,7 @@ fn a_first_frame_is_written_from_the_callers_bytes_up_to_the_direct_limit() {
     body.fill(0);
     let reader = read_frame(raw, 1 + expected.len());
     drain(&mut t);
-    let got = reader.join().unwrap();
+    let (got, _raw) = reader.join().unwrap();
     assert!(got[1..] == expected[..], "the queued rest is a copy");
 }
 
@@ -140,6 +142,7 @@ fn chunks_are_reused_from_one_transfer_to_the_next() {
         while left > 0 {
             left -= raw.read(&mut sink[..left.min(1 << 20)]).unwrap();
         }
+        raw
     });
     t.send_gather_part(1, &[], &body, now()).unwrap();
     drain(&mut t);
@@ -152,5 +155,47 @@ fn chunks_are_reused_from_one_transfer_to_the_next() {
     );
     drain(&mut t);
     assert_eq!(t.chunks.len(), kept, "and gives them back, no more");
-    reader.join().unwrap();
+    let _raw = reader.join().unwrap();
+}
+
+#[test]
+fn a_poll_that_delivers_defers_the_bulk_quantum_once() {
+    let mut ts = mesh(3);
+    let mut ins = inboxes(3);
+    ts[0]
+        .send_gather_part(1, &message(1, 4 << 20), &[], now())
+        .unwrap();
+    let sent = |t: &TcpTransport| t.stats().bytes_sent;
+    let arrive = |ts: &mut Vec<TcpTransport>, tag: u64| {
+        ts[2].send(0, &message(tag, 64), now()).unwrap();
+        ts[2].flush(now()).unwrap();
+        let check = give_up_after(5);
+        // Wait until the message is readable at rank 0 without polling rank 0.
+        let fd = ts[0].conns[ts[0].slot[2]].stream.as_raw_fd();
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for a descriptor rank 0 owns.
+        while unsafe { libc::poll(&mut pfd, 1, 10) } == 0 {
+            check("the small message");
+        }
+    };
+    arrive(&mut ts, 2);
+    let before = sent(&ts[0]);
+    assert_eq!(ts[0].progress(now(), &mut ins[0]).unwrap(), 1);
+    assert_eq!(
+        sent(&ts[0]),
+        before,
+        "the poll that delivered wrote no bulk"
+    );
+    arrive(&mut ts, 3);
+    assert_eq!(ts[0].progress(now(), &mut ins[0]).unwrap(), 1);
+    assert!(
+        sent(&ts[0]) > before,
+        "the next poll writes its quantum even though it delivered too"
+    );
+    assert_message(&ins[0][0].1, 2, 64);
+    assert_message(&ins[0][1].1, 3, 64);
 }

@@ -183,6 +183,8 @@ pub struct TcpTransport {
     pool: BufferPool,
     /// Chunks of the output queues.
     chunks: ChunkPool,
+    /// Whether the last `progress` left its bulk quantum for this one.
+    bulk_deferred: bool,
     /// Where large frames' long payloads go as they arrive, if set.
     placer: Option<Arc<dyn Placer>>,
 }
@@ -233,6 +235,7 @@ impl TcpTransport {
             closed: false,
             pool: BufferPool::default(),
             chunks: ChunkPool::default(),
+            bulk_deferred: false,
             placer: None,
         })
     }
@@ -577,8 +580,17 @@ impl NetTransport for TcpTransport {
                 }
             }
         }
-        self.flush_bulk()?;
-        Ok(inbox.len() - before)
+        // A poll that delivered something lets their handlers run before the next quantum
+        // (an answer waited for ends the wait a quantum sooner), but never twice in a row, so
+        // that a steady stream of small messages cannot starve a transfer.
+        let delivered = inbox.len() - before;
+        if delivered == 0 || self.bulk_deferred {
+            self.bulk_deferred = false;
+            self.flush_bulk()?;
+        } else if !self.dirty.is_empty() {
+            self.bulk_deferred = true;
+        }
+        Ok(delivered)
     }
 
     fn is_idle(&self) -> bool {
