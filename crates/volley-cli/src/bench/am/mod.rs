@@ -299,7 +299,8 @@ impl Bench {
             }
             r.am_long_rtt_ns = long;
             let payload = vec![9u8; 1 << 20];
-            let n = self.iters(300);
+            // As many as the raw stream floor sends (at least 64, see `run`).
+            let n = self.iters(300).max(64);
             r.long_stream_gbps_1mib = Some(self.long_stream(&payload, n));
             self.end_phase();
         } else {
@@ -426,8 +427,9 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
             let iters = ((50_000.0 * scale) as u64).max(100);
             // 8 bytes: the payload of a one-argument short message.
             let ns = floor::socket_rtt_ns(kind, 8, iters, reps.max(3))?;
-            // 1 MiB messages, as many as the long stream sends.
-            let count = ((300.0 * scale * NETWORK_SCALE) as u64).max(10);
+            // 1 MiB messages, as many as the long stream sends: at least 64, since a shorter
+            // stream measures its start more than the sockets.
+            let count = ((300.0 * scale * NETWORK_SCALE) as u64).max(64);
             let stream = floor::socket_stream_gbps(kind, count, reps.max(3))?;
             let runs = super::run_ranks::<Reps<AmRep>>(
                 "am",
