@@ -46,29 +46,47 @@ fn drain(t: &mut TcpTransport) {
 
 #[test]
 fn a_bulk_queue_moves_a_quantum_per_poll_and_flush_out_moves_more() {
-    let cfg = config();
+    // Small enough that all of it fits even the smallest socket buffers Linux grants
+    // (2 x 208 KiB per end) before anyone reads.
+    let cfg = TcpConfig {
+        write_quantum: 16 << 10,
+        direct_write: 64 << 10,
+        ..config()
+    };
     let (mut t, raw) = with_raw_peer_config(&cfg);
-    let body = pattern(4 << 20);
+    let body = pattern(8 << 20);
     // A later part: queued, not written from the caller's bytes; the send's own flush writes
     // one quantum at most.
-    t.send_gather_part(1, b"head", &body, now()).unwrap();
+    let t0 = now();
+    t.send_gather_part(1, b"head", &body, t0).unwrap();
     let sent = |t: &TcpTransport| t.stats().bytes_sent as usize;
     assert!(sent(&t) <= cfg.write_quantum, "the send wrote {}", sent(&t));
-    // Nothing reads yet: a poll writes one more quantum at most.
-    let before = sent(&t);
-    t.progress(now(), &mut Vec::new()).unwrap();
-    let by_poll = sent(&t) - before;
+    // With other traffic just now (a short message sent), a poll writes one more quantum at
+    // most; nothing reads yet.
+    t.last_traffic = t0;
+    let poll = |t: &mut TcpTransport, at: u64| {
+        let before = sent(t);
+        t.progress(at, &mut Vec::new()).unwrap();
+        sent(t) - before
+    };
+    let busy = poll(&mut t, t0 + 1);
     assert!(
-        by_poll <= cfg.write_quantum,
-        "one poll wrote {by_poll} bytes"
+        busy > 0 && busy <= cfg.write_quantum,
+        "a poll in busy times wrote {busy} bytes"
+    );
+    // In quiet times a poll writes more, up to a direct write's worth.
+    let quiet = poll(&mut t, t0 + QUIET_NS);
+    assert!(
+        quiet > cfg.write_quantum && quiet <= cfg.direct_write,
+        "a poll in quiet times wrote {quiet} bytes"
     );
     // `flush` writes short queues only; `flush_out` as much as the kernel takes.
     let before = sent(&t);
-    t.flush(now()).unwrap();
+    t.flush(t0).unwrap();
     assert_eq!(sent(&t), before, "flush leaves the bulk queue to the polls");
-    t.flush_out(now()).unwrap();
+    t.flush_out(t0).unwrap();
     assert!(
-        sent(&t) - before > cfg.write_quantum,
+        sent(&t) - before > cfg.direct_write,
         "flush_out wrote only {} bytes",
         sent(&t) - before
     );

@@ -55,7 +55,7 @@ use nix::sys::socket::{self as sock, Backlog};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
-use send_queue::{ChunkPool, SendQueue};
+use send_queue::{ChunkPool, SendQueue, SMALL_MESSAGE};
 
 /// Bytes in a frame's length prefix.
 const PREFIX: usize = 4;
@@ -64,6 +64,10 @@ const PREFIX: usize = 4;
 const GOODBYE: u32 = u32::MAX;
 /// `slot` value of a rank that has no connection.
 const NO_CONN: usize = usize::MAX;
+
+/// How long after this rank's last short send or delivered message a poll keeps writing a
+/// bulk transfer in [`TcpConfig::write_quantum`]s.
+pub const QUIET_NS: u64 = 250_000;
 
 /// Settings of a [`TcpTransport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,9 +86,11 @@ pub struct TcpConfig {
     /// the socket; 0 leaves the kernel's defaults and autotuning alone.
     pub socket_buffer: usize,
     /// Most bytes of a bulk transfer one poll writes toward one peer (a queue longer than
-    /// this is a bulk transfer): the transfer then returns to the progress loop, and to the
-    /// rank's other peers, every few tens of microseconds instead of once the receiver has
-    /// drained it all.
+    /// this is a bulk transfer) while the rank has other traffic (a short message sent or any
+    /// message delivered within the last [`QUIET_NS`]): the transfer then returns to the
+    /// progress loop, and to the rank's other peers, every few tens of microseconds instead of
+    /// once the receiver has drained it all. In quiet times a poll writes up to
+    /// `direct_write` bytes, which costs fewer system calls.
     pub write_quantum: usize,
     /// Most bytes a send writes straight from the caller's bytes when nothing is queued ahead
     /// of its message; the rest of the message is copied into the queue and the send returns.
@@ -185,6 +191,8 @@ pub struct TcpTransport {
     chunks: ChunkPool,
     /// Whether the last `progress` left its bulk quantum for this one.
     bulk_deferred: bool,
+    /// When this rank last sent a short message or had one delivered (see [`QUIET_NS`]).
+    last_traffic: u64,
     /// Where large frames' long payloads go as they arrive, if set.
     placer: Option<Arc<dyn Placer>>,
 }
@@ -236,6 +244,7 @@ impl TcpTransport {
             pool: BufferPool::default(),
             chunks: ChunkPool::default(),
             bulk_deferred: false,
+            last_traffic: 0,
             placer: None,
         })
     }
@@ -295,10 +304,16 @@ impl TcpTransport {
         self.flush_where(quantum, |queued| queued <= quantum)
     }
 
-    /// Writes one quantum of every longer queue: a bulk transfer's share of one `progress`.
-    fn flush_bulk(&mut self) -> Result<(), NetError> {
-        let quantum = self.config.write_quantum;
-        self.flush_where(quantum, |queued| queued > quantum)
+    /// Writes one quantum of every longer queue: a bulk transfer's share of one `progress`
+    /// at time `now` (a small one while the rank has other traffic, see [`QUIET_NS`]).
+    fn flush_bulk(&mut self, now: u64) -> Result<(), NetError> {
+        let short = self.config.write_quantum;
+        let quantum = if now.saturating_sub(self.last_traffic) < QUIET_NS {
+            short
+        } else {
+            self.config.direct_write.max(short)
+        };
+        self.flush_where(quantum, |queued| queued > short)
     }
 
     /// Writes up to `quantum` bytes of each non-empty queue whose length `pick` accepts.
@@ -507,8 +522,11 @@ impl NetTransport for TcpTransport {
         peer: usize,
         head: &[u8],
         body: &[u8],
-        _now: u64,
+        now: u64,
     ) -> Result<(), NetError> {
+        if head.len() + body.len() <= SMALL_MESSAGE {
+            self.last_traffic = now;
+        }
         self.send_frame(peer, head, body, self.config.direct_write)
     }
 
@@ -548,11 +566,7 @@ impl NetTransport for TcpTransport {
         self.flush_all()
     }
 
-    fn progress(
-        &mut self,
-        _now: u64,
-        inbox: &mut Vec<(usize, Vec<u8>)>,
-    ) -> Result<usize, NetError> {
+    fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError> {
         let before = inbox.len();
         if self.closed {
             return Ok(0);
@@ -584,9 +598,12 @@ impl NetTransport for TcpTransport {
         // (an answer waited for ends the wait a quantum sooner), but never twice in a row, so
         // that a steady stream of small messages cannot starve a transfer.
         let delivered = inbox.len() - before;
+        if delivered > 0 {
+            self.last_traffic = now;
+        }
         if delivered == 0 || self.bulk_deferred {
             self.bulk_deferred = false;
-            self.flush_bulk()?;
+            self.flush_bulk(now)?;
         } else if !self.dirty.is_empty() {
             self.bulk_deferred = true;
         }
