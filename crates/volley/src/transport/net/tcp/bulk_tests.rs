@@ -12,6 +12,9 @@ use crate::transport::net::contract_tests::{
     assert_message, give_up_after, inboxes, message, now, Inbox,
 };
 
+/// The index of a connection to another peer, for a transport whose only connection is 0.
+const OTHER_CONN: usize = 1;
+
 /// A byte pattern that shows a misplaced or repeated chunk.
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 7 + i / 4093) as u8).collect()
@@ -55,15 +58,15 @@ fn a_bulk_queue_moves_a_quantum_per_poll_and_flush_out_moves_more() {
     };
     let (mut t, raw) = with_raw_peer_config(&cfg);
     let body = pattern(8 << 20);
-    // A later part: queued, not written from the caller's bytes; the send's own flush writes
-    // one quantum at most.
+    // With traffic on another connection just now (a short message sent to another peer), a
+    // later part is queued, not written from the caller's bytes, and the send's own flush
+    // writes one quantum at most.
     let t0 = now();
+    t.traffic.note(OTHER_CONN, t0);
     t.send_gather_part(1, b"head", &body, t0).unwrap();
     let sent = |t: &TcpTransport| t.stats().bytes_sent as usize;
     assert!(sent(&t) <= cfg.write_quantum, "the send wrote {}", sent(&t));
-    // With other traffic just now (a short message sent), a poll writes one more quantum at
-    // most; nothing reads yet.
-    t.last_traffic = t0;
+    // A poll then writes one more quantum at most; nothing reads yet.
     let poll = |t: &mut TcpTransport, at: u64| {
         let before = sent(t);
         t.progress(at, &mut Vec::new()).unwrap();
@@ -105,7 +108,11 @@ fn a_first_frame_is_written_from_the_callers_bytes_up_to_the_direct_limit() {
     };
     let (mut t, raw) = with_raw_peer_config(&cfg);
     let mut body = pattern(1 << 20);
-    t.send_gather(1, b"h", &body, now()).unwrap();
+    // Traffic with another peer just now: the send's own flush of the rest writes one quantum
+    // at most.
+    let t0 = now();
+    t.traffic.note(OTHER_CONN, t0);
+    t.send_gather(1, b"h", &body, t0).unwrap();
     let sent = t.stats().bytes_sent as usize;
     assert!(
         sent > 0 && sent <= cfg.direct_write + cfg.write_quantum,
@@ -127,6 +134,7 @@ fn a_short_message_leaves_ahead_of_a_bulk_transfer() {
     let mut ins = inboxes(3);
     let bulk = message(1, 4 << 20);
     ts[0].send_gather_part(1, &bulk, &[], now()).unwrap();
+    let bulk_queued = ts[0].conns[ts[0].slot[1]].tx.queued();
     ts[0].send(2, &message(2, 100), now()).unwrap();
     ts[0].flush(now()).unwrap();
     let check = give_up_after(5);
@@ -135,10 +143,10 @@ fn a_short_message_leaves_ahead_of_a_bulk_transfer() {
         check("the short message");
     }
     assert_message(&ins[2][0].1, 2, 100);
-    let queued = ts[0].conns[ts[0].slot[1]].tx.queued();
-    assert!(
-        queued > bulk.len() - 4 * ts[0].config.write_quantum,
-        "the bulk transfer waited: {queued} bytes still queued"
+    assert_eq!(
+        ts[0].conns[ts[0].slot[1]].tx.queued(),
+        bulk_queued,
+        "the short message's send and flush wrote none of the bulk transfer"
     );
     // And it arrives whole once rank 0 polls.
     while ins[1].is_empty() {
@@ -162,6 +170,8 @@ fn chunks_are_reused_from_one_transfer_to_the_next() {
         }
         raw
     });
+    // Traffic with another peer: the parts are queued, in chunks.
+    t.traffic.note(OTHER_CONN, now());
     t.send_gather_part(1, &[], &body, now()).unwrap();
     drain(&mut t);
     let kept = t.chunks.len();
@@ -171,6 +181,7 @@ fn chunks_are_reused_from_one_transfer_to_the_next() {
         t.chunks.len() < kept,
         "the second transfer takes the kept chunks"
     );
+    t.traffic.note(OTHER_CONN, now());
     drain(&mut t);
     assert_eq!(t.chunks.len(), kept, "and gives them back, no more");
     let _raw = reader.join().unwrap();
@@ -216,4 +227,35 @@ fn a_poll_that_delivers_defers_the_bulk_quantum_once() {
     );
     assert_message(&ins[0][0].1, 2, 64);
     assert_message(&ins[0][1].1, 3, 64);
+}
+
+#[test]
+fn a_later_part_is_copied_only_while_the_rank_talks_with_other_peers() {
+    let cfg = config();
+    let (mut t, raw) = with_raw_peer_config(&cfg);
+    let body = pattern(1 << 20);
+    let reader = read_frame(raw, body.len());
+    // Nobody else to serve: the part leaves from the caller's bytes, past one quantum.
+    let t0 = now();
+    t.send_gather_part(1, &[], &body, t0).unwrap();
+    let direct = t.stats().bytes_sent as usize;
+    assert!(direct > cfg.write_quantum, "wrote only {direct} bytes");
+    drain(&mut t);
+    let (got, raw) = reader.join().unwrap();
+    assert!(got == body);
+    // A short message to another peer just now: the part is queued, one quantum written.
+    let reader = read_frame(raw, body.len());
+    t.traffic.note(OTHER_CONN, t0);
+    let before = t.stats().bytes_sent as usize;
+    t.send_gather_part(1, &[], &body, t0 + PIPELINE_NS - 1)
+        .unwrap();
+    let queued = t.stats().bytes_sent as usize - before;
+    assert!(queued <= cfg.write_quantum, "wrote {queued} bytes");
+    drain(&mut t);
+    let (got, _raw) = reader.join().unwrap();
+    assert!(got == body);
+    // Once that traffic is older than the window, straight from the caller's bytes again.
+    let before = t.stats().bytes_sent as usize;
+    t.send_gather_part(1, &[], &body, t0 + PIPELINE_NS).unwrap();
+    assert!(t.stats().bytes_sent as usize - before > cfg.write_quantum);
 }

@@ -42,6 +42,7 @@ mod send_queue;
 mod setup;
 #[cfg(test)]
 mod tests;
+mod traffic;
 
 use std::fmt;
 use std::io;
@@ -56,6 +57,7 @@ use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
 use send_queue::{ChunkPool, SendQueue, SMALL_MESSAGE};
+use traffic::{RecentTraffic, NEVER};
 
 /// Bytes in a frame's length prefix.
 const PREFIX: usize = 4;
@@ -65,9 +67,15 @@ const GOODBYE: u32 = u32::MAX;
 /// `slot` value of a rank that has no connection.
 const NO_CONN: usize = usize::MAX;
 
-/// How long after this rank's last short send or delivered message a poll keeps writing a
-/// bulk transfer in [`TcpConfig::write_quantum`]s.
+/// How long after this rank's last short traffic with other peers (a short message sent to
+/// one, or any message delivered from one) a bulk transfer keeps moving in
+/// [`TcpConfig::write_quantum`]s.
 pub const QUIET_NS: u64 = 250_000;
+
+/// How long after this rank's last short traffic with other peers the later parts of a long
+/// message are queued (copied) rather than written from the caller's bytes: a rank in a phase
+/// of talking with several peers gets its send back early.
+pub const PIPELINE_NS: u64 = 10_000_000;
 
 /// Settings of a [`TcpTransport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,11 +94,12 @@ pub struct TcpConfig {
     /// the socket; 0 leaves the kernel's defaults and autotuning alone.
     pub socket_buffer: usize,
     /// Most bytes of a bulk transfer one poll writes toward one peer (a queue longer than
-    /// this is a bulk transfer) while the rank has other traffic (a short message sent or any
-    /// message delivered within the last [`QUIET_NS`]): the transfer then returns to the
-    /// progress loop, and to the rank's other peers, every few tens of microseconds instead of
-    /// once the receiver has drained it all. In quiet times a poll writes up to
-    /// `direct_write` bytes, which costs fewer system calls.
+    /// this is a bulk transfer) while the rank has traffic with its other peers (see
+    /// [`QUIET_NS`]): the transfer then returns to the progress loop, and to those peers, every
+    /// few tens of microseconds instead of once the receiver has drained it all. Otherwise a
+    /// poll writes up to `direct_write` bytes, which costs fewer system calls. A later part of
+    /// a long message is always queued with at most one quantum written, so that the send
+    /// returns once the message is queued.
     pub write_quantum: usize,
     /// Most bytes a send writes straight from the caller's bytes when nothing is queued ahead
     /// of its message; the rest of the message is copied into the queue and the send returns.
@@ -123,6 +132,17 @@ enum State {
     Finished,
     /// Broken for good; already reported.
     Failed,
+}
+
+/// Which queues a flush writes, and how much of each.
+#[derive(Debug, Clone, Copy)]
+enum Pass {
+    /// Those a quantum empties, whole.
+    Short,
+    /// The longer ones, one bulk quantum each at time `.0`.
+    Bulk(u64),
+    /// All, as much as the kernel takes.
+    All,
 }
 
 /// Turns an OS error into [`NetError::Io`] naming what was being done.
@@ -191,8 +211,8 @@ pub struct TcpTransport {
     chunks: ChunkPool,
     /// Whether the last `progress` left its bulk quantum for this one.
     bulk_deferred: bool,
-    /// When this rank last sent a short message or had one delivered (see [`QUIET_NS`]).
-    last_traffic: u64,
+    /// When each connection last had short traffic (see [`QUIET_NS`]).
+    traffic: RecentTraffic,
     /// Where large frames' long payloads go as they arrive, if set.
     placer: Option<Arc<dyn Placer>>,
 }
@@ -244,7 +264,7 @@ impl TcpTransport {
             pool: BufferPool::default(),
             chunks: ChunkPool::default(),
             bulk_deferred: false,
-            last_traffic: 0,
+            traffic: RecentTraffic::default(),
             placer: None,
         })
     }
@@ -294,42 +314,50 @@ impl TcpTransport {
     /// stops and reports it.
     fn flush_all(&mut self) -> Result<(), NetError> {
         self.flush_short()?;
-        self.flush_where(usize::MAX, |_| true)
+        self.flush_where(Pass::All)
     }
 
     /// Writes the queues that one quantum empties: the short messages, which must not wait
     /// behind a bulk transfer.
     fn flush_short(&mut self) -> Result<(), NetError> {
-        let quantum = self.config.write_quantum;
-        self.flush_where(quantum, |queued| queued <= quantum)
+        self.flush_where(Pass::Short)
     }
 
-    /// Writes one quantum of every longer queue: a bulk transfer's share of one `progress`
-    /// at time `now` (a small one while the rank has other traffic, see [`QUIET_NS`]).
+    /// Writes one quantum of every longer queue at time `now`: a bulk transfer's share of one
+    /// `progress`.
     fn flush_bulk(&mut self, now: u64) -> Result<(), NetError> {
+        self.flush_where(Pass::Bulk(now))
+    }
+
+    /// Most bytes one write of a bulk transfer on connection `idx` takes at time `now`: a
+    /// quantum while the rank has short traffic with its other peers, a direct write's worth
+    /// otherwise (see [`QUIET_NS`]).
+    fn bulk_quantum(&self, idx: usize, now: u64) -> usize {
         let short = self.config.write_quantum;
-        let quantum = if now.saturating_sub(self.last_traffic) < QUIET_NS {
+        if now.saturating_sub(self.traffic.latest_other_than(idx)) < QUIET_NS {
             short
         } else {
             self.config.direct_write.max(short)
-        };
-        self.flush_where(quantum, |queued| queued > short)
+        }
     }
 
-    /// Writes up to `quantum` bytes of each non-empty queue whose length `pick` accepts.
-    fn flush_where(
-        &mut self,
-        quantum: usize,
-        pick: impl Fn(usize) -> bool,
-    ) -> Result<(), NetError> {
+    /// Writes the non-empty queues `pass` picks, as much of each as it allows.
+    fn flush_where(&mut self, pass: Pass) -> Result<(), NetError> {
+        let short = self.config.write_quantum;
         let mut i = 0;
         while i < self.dirty.len() {
             let idx = self.dirty[i];
+            let queued = self.conns[idx].tx.queued();
+            let quantum = match pass {
+                Pass::Short if queued <= short => short,
+                Pass::Bulk(now) if queued > short => self.bulk_quantum(idx, now),
+                Pass::All => usize::MAX,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
             let conn = &mut self.conns[idx];
-            if !pick(conn.tx.queued()) {
-                i += 1;
-                continue;
-            }
             if let Err(e) = conn
                 .tx
                 .flush(&conn.stream, quantum, &mut self.chunks, &mut self.stats)
@@ -345,6 +373,21 @@ impl TcpTransport {
             }
         }
         Ok(())
+    }
+
+    /// [`TcpTransport::receive`], noting the connection's traffic at `now` if it delivered.
+    fn receive_noting(
+        &mut self,
+        idx: usize,
+        now: u64,
+        inbox: &mut Vec<(usize, Vec<u8>)>,
+    ) -> Result<(), NetError> {
+        let before = inbox.len();
+        let result = self.receive(idx, inbox);
+        if inbox.len() > before {
+            self.traffic.note(idx, now);
+        }
+        result
     }
 
     /// Reads what connection `idx` has and delivers its complete frames.
@@ -411,14 +454,15 @@ fn write_failure(state: State, e: &io::Error) -> String {
 }
 
 impl TcpTransport {
-    /// Sends one frame of `head` followed by `body` to `peer`, writing up to `direct` bytes
-    /// of it from the caller's bytes when nothing is queued ahead of it.
+    /// Sends one frame of `head` followed by `body` to `peer` at time `now`, writing up to
+    /// `direct` bytes of it from the caller's bytes when nothing is queued ahead of it.
     fn send_frame(
         &mut self,
         peer: usize,
         head: &[u8],
         body: &[u8],
         direct: usize,
+        now: u64,
     ) -> Result<(), NetError> {
         let len = head.len() + body.len();
 
@@ -468,12 +512,17 @@ impl TcpTransport {
         }
         self.stats.messages_sent += 1;
         if conn.tx.queued() > self.config.flush_threshold {
-            if let Err(e) = conn.tx.flush(
-                &conn.stream,
-                self.config.write_quantum,
-                &mut self.chunks,
-                &mut self.stats,
-            ) {
+            // A later part writes one quantum at most: the send returns once it is queued.
+            let quantum = if direct == 0 {
+                self.config.write_quantum
+            } else {
+                self.bulk_quantum(idx, now)
+            };
+            let conn = &mut self.conns[idx];
+            if let Err(e) = conn
+                .tx
+                .flush(&conn.stream, quantum, &mut self.chunks, &mut self.stats)
+            {
                 let why = write_failure(conn.state, &e);
                 return Err(self.fail(idx, why));
             }
@@ -525,21 +574,34 @@ impl NetTransport for TcpTransport {
         now: u64,
     ) -> Result<(), NetError> {
         if head.len() + body.len() <= SMALL_MESSAGE {
-            self.last_traffic = now;
+            if let Some(&idx) = self.slot.get(peer).filter(|&&i| i != NO_CONN) {
+                self.traffic.note(idx, now);
+            }
         }
-        self.send_frame(peer, head, body, self.config.direct_write)
+        self.send_frame(peer, head, body, self.config.direct_write, now)
     }
 
-    /// Queues a later part of a long message behind its first: copied, never written from the
-    /// caller's bytes, so that the send returns before the message has gone.
+    /// A later part of a long message: while the rank talks with other peers (within the
+    /// last [`PIPELINE_NS`]) it is queued behind the first, copied, so that the send returns
+    /// before the message has gone and those peers are served meanwhile; a rank with no
+    /// other peer to serve sends it like any frame, from the caller's bytes, without a copy.
     fn send_gather_part(
         &mut self,
         peer: usize,
         head: &[u8],
         body: &[u8],
-        _now: u64,
+        now: u64,
     ) -> Result<(), NetError> {
-        self.send_frame(peer, head, body, 0)
+        let others = match self.slot.get(peer) {
+            Some(&idx) if idx != NO_CONN => self.traffic.latest_other_than(idx),
+            _ => NEVER,
+        };
+        let direct = if others != NEVER && now.saturating_sub(others) < PIPELINE_NS {
+            0
+        } else {
+            self.config.direct_write
+        };
+        self.send_frame(peer, head, body, direct, now)
     }
 
     /// Large frames (over [`receive::BIG_FRAME`]) are read straight into place.
@@ -575,7 +637,7 @@ impl NetTransport for TcpTransport {
         // comes last, so neither waits behind it.
         self.flush_short()?;
         match self.epoll.as_ref().map(|ep| ep.as_raw_fd()) {
-            None if self.conns.len() == 1 => self.receive(0, inbox)?,
+            None if self.conns.len() == 1 => self.receive_noting(0, now, inbox)?,
             None => {}
             Some(ep) => {
                 // SAFETY: `events` is a valid writable array of its length, which is at least 1.
@@ -590,7 +652,7 @@ impl NetTransport for TcpTransport {
                 }
                 for k in 0..n.max(0) as usize {
                     let idx = self.events[k].u64 as usize;
-                    self.receive(idx, inbox)?;
+                    self.receive_noting(idx, now, inbox)?;
                 }
             }
         }
@@ -598,9 +660,6 @@ impl NetTransport for TcpTransport {
         // (an answer waited for ends the wait a quantum sooner), but never twice in a row, so
         // that a steady stream of small messages cannot starve a transfer.
         let delivered = inbox.len() - before;
-        if delivered > 0 {
-            self.last_traffic = now;
-        }
         if delivered == 0 || self.bulk_deferred {
             self.bulk_deferred = false;
             self.flush_bulk(now)?;
