@@ -98,8 +98,8 @@ pub struct TcpConfig {
     /// [`QUIET_NS`]): the transfer then returns to the progress loop, and to those peers, every
     /// few tens of microseconds instead of once the receiver has drained it all. Otherwise a
     /// poll writes up to `direct_write` bytes, which costs fewer system calls. A later part of
-    /// a long message is always queued with at most one quantum written, so that the send
-    /// returns once the message is queued.
+    /// a long message that is queued (see [`PIPELINE_NS`]) has at most one quantum written by
+    /// its send, so that the send returns once the message is queued.
     pub write_quantum: usize,
     /// Most bytes a send writes straight from the caller's bytes when nothing is queued ahead
     /// of its message; the rest of the message is copied into the queue and the send returns.
@@ -465,7 +465,6 @@ impl TcpTransport {
         now: u64,
     ) -> Result<(), NetError> {
         let len = head.len() + body.len();
-
         if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
                 len,
