@@ -179,7 +179,7 @@ impl Engine {
         match &self.thread {
             Some(sync) if !sync.paused() => {
                 self.shm.flush_credit();
-                self.flush_net();
+                self.flush_net_out();
                 self.own()
                     .presence()
                     .away_during(|| sync.sleep_until_handled(timeout));
@@ -198,7 +198,7 @@ impl Engine {
     /// sleep; `None` if something is already waiting.
     pub(crate) fn prepare_sleep(&self) -> Option<SleepPlan> {
         self.shm.flush_credit();
-        self.flush_net();
+        self.flush_net_out();
         let bell = self.own().doorbell();
         // A rank with network peers sleeps in `poll` on its socket; shared-memory senders
         // (its node-mates, and its own other thread) then write its eventfd.

@@ -259,3 +259,14 @@ fn a_later_part_is_copied_only_while_the_rank_talks_with_other_peers() {
     t.send_gather_part(1, &[], &body, t0 + PIPELINE_NS).unwrap();
     assert!(t.stats().bytes_sent as usize - before > cfg.write_quantum);
 }
+
+#[test]
+fn a_rank_with_output_queued_has_a_deadline_to_write_more() {
+    // A rank that sleeps until traffic arrives must still wake to write a queued transfer.
+    let (mut t, _raw) = with_raw_peer_config(&config());
+    assert_eq!(t.next_deadline(), None, "nothing queued, no deadline");
+    let t0 = now();
+    t.traffic.note(OTHER_CONN, t0);
+    t.send_gather_part(1, &[], &pattern(4 << 20), t0).unwrap();
+    assert_eq!(t.next_deadline(), Some(t0 + RETRY_WRITE_NS));
+}

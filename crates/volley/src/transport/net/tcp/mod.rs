@@ -77,6 +77,9 @@ pub const QUIET_NS: u64 = 250_000;
 /// of talking with several peers gets its send back early.
 pub const PIPELINE_NS: u64 = 10_000_000;
 
+/// How soon a rank asleep with output queued wakes to write more of it.
+const RETRY_WRITE_NS: u64 = 100_000;
+
 /// Settings of a [`TcpTransport`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TcpConfig {
@@ -213,6 +216,8 @@ pub struct TcpTransport {
     bulk_deferred: bool,
     /// When each connection last had short traffic (see [`QUIET_NS`]).
     traffic: RecentTraffic,
+    /// The latest time a send or `progress` was given.
+    clock: u64,
     /// Where large frames' long payloads go as they arrive, if set.
     placer: Option<Arc<dyn Placer>>,
 }
@@ -265,6 +270,7 @@ impl TcpTransport {
             chunks: ChunkPool::default(),
             bulk_deferred: false,
             traffic: RecentTraffic::default(),
+            clock: 0,
             placer: None,
         })
     }
@@ -464,6 +470,7 @@ impl TcpTransport {
         direct: usize,
         now: u64,
     ) -> Result<(), NetError> {
+        self.clock = now;
         let len = head.len() + body.len();
         if len > MAX_MESSAGE {
             return Err(NetError::TooLarge {
@@ -628,6 +635,7 @@ impl NetTransport for TcpTransport {
     }
 
     fn progress(&mut self, now: u64, inbox: &mut Vec<(usize, Vec<u8>)>) -> Result<usize, NetError> {
+        self.clock = now;
         let before = inbox.len();
         if self.closed {
             return Ok(0);
@@ -672,8 +680,11 @@ impl NetTransport for TcpTransport {
         self.dirty.iter().all(|&i| self.conns[i].tx.queued() == 0)
     }
 
+    /// While output is queued that the kernel did not take, soon: a rank that sleeps until
+    /// traffic arrives must wake to write the rest of a bulk transfer (the socket making room
+    /// does not wake it).
     fn next_deadline(&self) -> Option<u64> {
-        None
+        (!self.is_idle()).then_some(self.clock + RETRY_WRITE_NS)
     }
 
     /// With exactly one network peer, that connection's socket; otherwise (several peers or
