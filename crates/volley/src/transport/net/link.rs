@@ -333,15 +333,16 @@ impl NetLink {
     /// takes it now (a rank about to compute for long; see [`NetTransport::flush_out`]).
     pub(crate) fn flush_out(&self) {
         let result = self.transport.borrow_mut().flush_out(self.now());
-        self.last_flush.set(self.now());
-        self.unflushed.set(false);
-        if let Err(e) = result {
-            self.peer_failed(e);
-        }
+        self.flushed(result);
     }
 
     fn flush_at(&self, now: u64) {
         let result = self.transport.borrow_mut().flush(now);
+        self.flushed(result);
+    }
+
+    /// Records a flush that just ended with `result`.
+    fn flushed(&self, result: Result<(), NetError>) {
         // From the flush's end: a flush that takes longer than the interval must not make
         // every following send flush again.
         self.last_flush.set(self.now());

@@ -57,7 +57,7 @@ use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
 use send_queue::{ChunkPool, SendQueue, SMALL_MESSAGE};
-use traffic::{RecentTraffic, NEVER};
+use traffic::RecentTraffic;
 
 /// Bytes in a frame's length prefix.
 const PREFIX: usize = 4;
@@ -340,7 +340,7 @@ impl TcpTransport {
     /// otherwise (see [`QUIET_NS`]).
     fn bulk_quantum(&self, idx: usize, now: u64) -> usize {
         let short = self.config.write_quantum;
-        if now.saturating_sub(self.traffic.latest_other_than(idx)) < QUIET_NS {
+        if self.traffic.others_within(idx, now, QUIET_NS) {
             short
         } else {
             self.config.direct_write.max(short)
@@ -379,6 +379,11 @@ impl TcpTransport {
             }
         }
         Ok(())
+    }
+
+    /// The index in `conns` of the connection to `peer`, if it has one.
+    fn conn_of(&self, peer: usize) -> Option<usize> {
+        self.slot.get(peer).copied().filter(|&i| i != NO_CONN)
     }
 
     /// [`TcpTransport::receive`], noting the connection's traffic at `now` if it delivered.
@@ -478,9 +483,8 @@ impl TcpTransport {
                 max: MAX_MESSAGE,
             });
         }
-        let idx = match self.slot.get(peer) {
-            Some(&i) if i != NO_CONN => i,
-            _ => return Err(NetError::NotAPeer { peer }),
+        let Some(idx) = self.conn_of(peer) else {
+            return Err(NetError::NotAPeer { peer });
         };
         if self.closed {
             return Err(NetError::PeerFailed {
@@ -564,9 +568,8 @@ impl NetTransport for TcpTransport {
     }
 
     fn would_accept(&self, peer: usize, len: usize) -> bool {
-        let idx = match self.slot.get(peer) {
-            Some(&i) if i != NO_CONN => i,
-            _ => return true,
+        let Some(idx) = self.conn_of(peer) else {
+            return true;
         };
         let queued = self.conns[idx].tx.queued();
         queued == 0 || queued + PREFIX + len <= self.config.max_queued
@@ -580,7 +583,7 @@ impl NetTransport for TcpTransport {
         now: u64,
     ) -> Result<(), NetError> {
         if head.len() + body.len() <= SMALL_MESSAGE {
-            if let Some(&idx) = self.slot.get(peer).filter(|&&i| i != NO_CONN) {
+            if let Some(idx) = self.conn_of(peer) {
                 self.traffic.note(idx, now);
             }
         }
@@ -598,15 +601,10 @@ impl NetTransport for TcpTransport {
         body: &[u8],
         now: u64,
     ) -> Result<(), NetError> {
-        let others = match self.slot.get(peer) {
-            Some(&idx) if idx != NO_CONN => self.traffic.latest_other_than(idx),
-            _ => NEVER,
-        };
-        let direct = if others != NEVER && now.saturating_sub(others) < PIPELINE_NS {
-            0
-        } else {
-            self.config.direct_write
-        };
+        let talking = self
+            .conn_of(peer)
+            .is_some_and(|idx| self.traffic.others_within(idx, now, PIPELINE_NS));
+        let direct = if talking { 0 } else { self.config.direct_write };
         self.send_frame(peer, head, body, direct, now)
     }
 

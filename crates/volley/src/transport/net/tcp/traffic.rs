@@ -13,7 +13,7 @@ pub(super) struct RecentTraffic {
 /// A connection index no connection has.
 const NONE: usize = usize::MAX;
 /// The time of traffic that never was.
-pub(super) const NEVER: u64 = 0;
+const NEVER: u64 = 0;
 
 impl Default for RecentTraffic {
     fn default() -> Self {
@@ -34,12 +34,19 @@ impl RecentTraffic {
     }
 
     /// When a connection other than `idx` last had short traffic ([`NEVER`] if none had).
-    pub(super) fn latest_other_than(&self, idx: usize) -> u64 {
+    fn latest_other_than(&self, idx: usize) -> u64 {
         if self.latest[0].1 != idx {
             self.latest[0].0
         } else {
             self.latest[1].0
         }
+    }
+
+    /// Whether a connection other than `idx` had short traffic within `window` ns before
+    /// `now` (never, if none ever had).
+    pub(super) fn others_within(&self, idx: usize, now: u64, window: u64) -> bool {
+        let last = self.latest_other_than(idx);
+        last != NEVER && now.saturating_sub(last) < window
     }
 }
 
@@ -68,5 +75,18 @@ mod tests {
         assert_eq!(t.latest_other_than(2), 30);
         assert_eq!(t.latest_other_than(1), 40);
         assert_eq!(t.latest_other_than(0), 40);
+    }
+
+    #[test]
+    fn others_within_a_window() {
+        let mut t = RecentTraffic::default();
+        assert!(!t.others_within(0, 5, 100), "no traffic ever");
+        t.note(1, 10);
+        assert!(t.others_within(0, 109, 100));
+        assert!(!t.others_within(0, 110, 100), "the window has passed");
+        assert!(
+            !t.others_within(1, 20, 100),
+            "its own traffic does not count"
+        );
     }
 }
