@@ -185,3 +185,23 @@ fn bad_network_settings_are_refused_with_a_clear_error() {
     let out = Job::raw(["run", "-n", "2", "--ranks-per-node", "0", ROUTES]).output();
     out.assert_code(2).assert_stderr_has(&["--ranks-per-node"]);
 }
+
+#[test]
+fn tcp_congestion_control_is_chosen_or_refused_clearly() {
+    let run = |value: &str| {
+        Job::raw(["run", "-n", "2", "--ranks-per-node", "1", ROUTES, "1", "1"])
+            .env("VOLLEY_NET", "tcp")
+            .env("VOLLEY_TCP_CONGESTION", value)
+            .output()
+    };
+    // Reno is in every Linux kernel and allowed to every process.
+    for good in ["reno", "system"] {
+        run(good).assert_success();
+    }
+    // A malformed name, and one the kernel does not have.
+    for (bad, needle) in [("cu bic", "expected system"), ("nosuchcc", "nosuchcc")] {
+        let out = run(bad);
+        assert_ne!(out.code(), Some(0), "{bad:?} was accepted\n{out}");
+        out.assert_stderr_has(&["VOLLEY_TCP_CONGESTION", needle]);
+    }
+}

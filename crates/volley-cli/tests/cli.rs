@@ -484,6 +484,13 @@ fn bench_am_over_each_network_reports_its_floor() {
             .unwrap_or(f64::NAN);
         assert!(ratio.is_finite() && ratio > 0.0, "{doc}");
         assert!(err.contains("raw_stream_gbps (floor)"), "{err}");
+        // TCP names the congestion control its connections and its floor ran under.
+        let cc = &doc["tcp_congestion"];
+        if transport == "tcp" {
+            assert!(cc.as_str().is_some_and(|c| !c.is_empty()), "{doc}");
+        } else {
+            assert!(cc.is_null(), "{doc}");
+        }
         // The bare ring reference is shared memory's alone.
         assert!(doc["bare_am_rtt_ns"].is_null(), "{doc}");
         assert!(doc["ratios"]["bare_am_rtt_over_floor"].is_null(), "{doc}");

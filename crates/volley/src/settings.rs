@@ -12,6 +12,7 @@
 use crate::am::parse_size;
 use crate::transport::net::faults::FaultConfig;
 use crate::transport::net::poll_policy::PollPolicy;
+use crate::transport::net::tcp::Congestion;
 use crate::transport::shm::ring::{MAX_RING_SLOTS, MIN_RING_SLOTS};
 
 /// When a setting matters.
@@ -152,6 +153,13 @@ pub const SETTINGS: &[Setting] = &[
             v.parse::<f64>()
                 .is_ok_and(|s| s.is_finite() && s > 0.0 && s < 1e6)
         },
+    },
+    Setting {
+        name: "VOLLEY_TCP_CONGESTION",
+        accepts: "system or an algorithm's name such as cubic, reno or bbr",
+        purpose: "the congestion control of TCP connections (default cubic where available)",
+        scope: Scope::Network,
+        check: |v| Congestion::parse(v).is_ok(),
     },
     Setting {
         name: "VOLLEY_POLL",
@@ -308,6 +316,7 @@ mod tests {
             ("VOLLEY_NET", "tcp"),
             ("VOLLEY_FAULTS", "drop=0.1,seed=3"),
             ("VOLLEY_POLL", "every:8"),
+            ("VOLLEY_TCP_CONGESTION", "reno"),
             ("VOLLEY_STATS", "1"),
             ("VOLLEY_RANK", "whatever the launcher says"),
             ("VOLLEY_TEST_ANYTHING", "x"),
@@ -325,6 +334,7 @@ mod tests {
             ("VOLLEY_WAIT", "sleepy"),
             ("VOLLEY_RING_SLOTS", "lots"),
             ("VOLLEY_PEER_TIMEOUT", "-1"),
+            ("VOLLEY_TCP_CONGESTION", "a/b"),
         ]);
         let c = check(env, &[SETTINGS], true);
         assert_eq!(
@@ -335,6 +345,7 @@ mod tests {
                 "VOLLEY_PEER_TIMEOUT=-1: expected a positive number of seconds",
                 "VOLLEY_RING_SLOTS=lots: expected a power of two from 8 to 16384, optionally with K",
                 "VOLLEY_STATS=banana: expected 0 or 1",
+                "VOLLEY_TCP_CONGESTION=a/b: expected system or an algorithm's name such as cubic, reno or bbr",
                 "VOLLEY_WAIT=sleepy: expected spin or block",
             ]
         );

@@ -3,6 +3,7 @@
 use crate::am::error::{Error, Result};
 use crate::transport::net::faults::FaultConfig;
 use crate::transport::net::poll_policy::PollPolicy;
+use crate::transport::net::tcp::Congestion;
 use crate::transport::net::{NetError, NetKind};
 use std::net::IpAddr;
 
@@ -133,6 +134,16 @@ impl Config {
                 })?,
         };
         Ok((secs * 1e9) as u64)
+    }
+
+    /// `VOLLEY_TCP_CONGESTION=system|NAME` (default: CUBIC where the kernel has it): the
+    /// congestion control of the TCP transport's connections.
+    pub(crate) fn tcp_congestion(&self) -> Result<Congestion> {
+        Congestion::from_env().map_err(|(value, why)| Error::InvalidConfig {
+            name: Congestion::ENV,
+            value,
+            why,
+        })
     }
 
     /// `VOLLEY_FAULTS`: faults injected into outgoing UDP datagrams (testing).

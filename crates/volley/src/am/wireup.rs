@@ -291,7 +291,11 @@ pub(super) fn bind_network(config: &Config, job: &JobInfo) -> Result<Box<dyn Net
             Box::new(UdpTransport::bind(addr, job.job_key, incarnation, udp).map_err(net_err)?)
         }
         NetKind::Tcp => {
-            Box::new(TcpTransport::bind(addr, job.job_key, TcpConfig::default()).map_err(net_err)?)
+            let tcp = TcpConfig {
+                congestion: config.tcp_congestion()?,
+                ..TcpConfig::default()
+            };
+            Box::new(TcpTransport::bind(addr, job.job_key, tcp).map_err(net_err)?)
         }
     })
 }

@@ -501,6 +501,10 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<AmReport, 
         memcpy_64k_ns: m.memcpy_64k_ns,
         long_stream_gbps_1mib: m.long_stream_gbps_1mib,
         raw_stream_gbps,
+        tcp_congestion: match transport {
+            Transport::Tcp => volley::transport::net::stream_floor::tcp_congestion().ok(),
+            _ => None,
+        },
         short_rtt_idle_ns: pipe.as_ref().map(|p| p.short_rtt_idle_ns),
         short_rtt_during_bulk_ns: pipe.as_ref().and_then(|p| p.short_rtt_during_bulk_ns),
         short_rtt_during_bulk_over_idle: pipe

@@ -201,6 +201,10 @@ pub struct AmReport {
     /// processes pinned like the ranks, measured before the job, GB/s (UDP and TCP only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub raw_stream_gbps: Option<f64>,
+    /// The congestion control of volley's TCP connections and of the raw stream beside them,
+    /// as the kernel reports it (TCP only; set with `VOLLEY_TCP_CONGESTION`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_congestion: Option<String>,
     /// Short round trip from rank 0 to rank 2 of a three-rank job (one rank per node), idle,
     /// ns (UDP and TCP only; see `pipe`).
     #[serde(default, skip_serializing_if = "Option::is_none")]

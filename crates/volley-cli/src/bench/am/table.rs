@@ -146,7 +146,12 @@ pub fn print_table(r: &AmReport, w: &mut dyn Write) {
         w,
         "raw_stream_gbps (floor)",
         r.raw_stream_gbps,
-        "1 MiB messages streamed over raw sockets, measured before the job".into(),
+        match &r.tcp_congestion {
+            Some(cc) => format!(
+                "1 MiB messages streamed over raw sockets, measured before the job (congestion control {cc}, as volley's)"
+            ),
+            None => "1 MiB messages streamed over raw sockets, measured before the job".into(),
+        },
     );
     let over_raw = ratios
         .long_stream_over_raw_stream

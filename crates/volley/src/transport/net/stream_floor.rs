@@ -2,8 +2,8 @@
 //! sockets between two ends, with no protocol around them, so that `volley bench am` can put a
 //! stream of long Active Messages beside what the sockets themselves carry.
 //!
-//! - **TCP**: one connection with `TCP_NODELAY` and the socket buffers of volley's TCP
-//!   transport; the sender writes the messages back to back and the receiver reads them, then
+//! - **TCP**: one connection with the socket options of volley's TCP transport (`TCP_NODELAY`,
+//!   its socket buffers and congestion control); the sender writes the messages back to back and the receiver reads them, then
 //!   answers one byte, which ends the timing.
 //! - **UDP**: two connected sockets with enlarged buffers; each message leaves as datagrams of
 //!   [`UDP_DATAGRAM`] bytes handed to `sendmmsg` in batches, and since loopback drops what
@@ -65,19 +65,46 @@ pub fn stream_pair(kind: SocketFloor) -> io::Result<(StreamEnd, StreamEnd)> {
             let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
             let a = TcpStream::connect(l.local_addr()?)?;
             let (b, _) = l.accept()?;
-            // The socket buffers volley's TCP transport asks for, so that the floor differs
-            // from volley's stream only by the protocol.
-            let buffer = super::tcp::TcpConfig::default().socket_buffer;
+            // The socket options of volley's TCP connections (buffers, congestion control),
+            // so that the floor differs from volley's stream only by the protocol.
+            let config = floor_config()?;
             for s in [&a, &b] {
-                s.set_nodelay(true)?;
-                s.set_nonblocking(true)?;
-                let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::SndBuf, &buffer);
-                let _ = nix::sys::socket::setsockopt(s, nix::sys::socket::sockopt::RcvBuf, &buffer);
+                super::tcp::apply_socket_options(s, &config).map_err(io::Error::other)?;
             }
             Ok((end(None, Some(a), 0), end(None, Some(b), 0)))
         }
     }
 }
+
+/// The TCP settings of volley's connections under this environment.
+fn floor_config() -> io::Result<super::tcp::TcpConfig> {
+    let congestion = super::tcp::Congestion::from_env().map_err(|(v, why)| {
+        io::Error::other(format!("{}={v}: {why}", super::tcp::Congestion::ENV))
+    })?;
+    Ok(super::tcp::TcpConfig {
+        congestion,
+        ..Default::default()
+    })
+}
+
+/// The congestion control volley's TCP connections get under this environment, as the kernel
+/// reports it on a loopback connection set up like theirs.
+pub fn tcp_congestion() -> io::Result<String> {
+    let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let a = TcpStream::connect(l.local_addr()?)?;
+    super::tcp::apply_socket_options(&a, &floor_config()?).map_err(io::Error::other)?;
+    super::tcp::congestion_in_use(&a).ok_or_else(|| io::Error::other("TCP_CONGESTION unreadable"))
+}
+
+/// Messages sent untimed before a stream of `count`: a tenth, and at least [`MIN_WARM_UP`].
+pub fn warm_up(count: u64) -> u64 {
+    (count / 10).max(MIN_WARM_UP)
+}
+
+/// At least this many messages (64 MiB) warm a fresh connection up before the timing: over
+/// TCP a shorter warm-up left the timed stream slower than volley's on a connection in use
+/// (6.8-9.6 GB/s with 6 messages of warm-up, 11.8-12.3 with 64, same sitting).
+pub const MIN_WARM_UP: u64 = 64;
 
 /// Asks for large UDP buffers (forced where privileged); returns the receive buffer granted.
 fn enlarge(s: &UdpSocket) -> usize {
@@ -180,10 +207,10 @@ impl StreamEnd {
         Ok(())
     }
 
-    /// Sending side: streams `count` messages after a tenth as warm-up and waits for the
+    /// Sending side: streams `count` messages after [`warm_up`] of them and waits for the
     /// receiver's answer to the last; returns GB/s of the timed messages.
     pub fn stream(&mut self, count: u64) -> io::Result<f64> {
-        let warm = (count / 10).max(1);
+        let warm = warm_up(count);
         let mut t0 = Instant::now();
         for i in 0..warm + count {
             if i == warm {
@@ -220,8 +247,7 @@ impl StreamEnd {
     /// Receiving side of [`StreamEnd::stream`] with the same `count`: takes every message
     /// (acknowledging each UDP batch) and answers the last.
     pub fn sink(&mut self, count: u64) -> io::Result<()> {
-        let warm = (count / 10).max(1);
-        for _ in 0..warm + count {
+        for _ in 0..warm_up(count) + count {
             match self.kind {
                 SocketFloor::Tcp => self.read_exact(STREAM_MESSAGE)?,
                 SocketFloor::Udp => {

@@ -35,6 +35,7 @@
 #[cfg(test)]
 mod bulk_tests;
 mod close;
+mod options;
 #[cfg(test)]
 mod placed_tests;
 pub(crate) mod receive;
@@ -58,6 +59,9 @@ use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
 use send_queue::{ChunkPool, SendQueue, SMALL_MESSAGE};
 use traffic::RecentTraffic;
+
+pub(crate) use options::apply as apply_socket_options;
+pub use options::{congestion_in_use, Congestion};
 
 /// Bytes in a frame's length prefix.
 const PREFIX: usize = 4;
@@ -109,6 +113,9 @@ pub struct TcpConfig {
     /// The default, one long-message part (1 MiB) and its header, lets a stream of such parts
     /// leave without a copy.
     pub direct_write: usize,
+    /// The congestion control asked for each connection (see [`Congestion::default`] for why
+    /// CUBIC).
+    pub congestion: Congestion,
 }
 
 impl Default for TcpConfig {
@@ -120,6 +127,7 @@ impl Default for TcpConfig {
             socket_buffer: 4 << 20,
             write_quantum: 64 << 10,
             direct_write: (1 << 20) + (4 << 10),
+            congestion: Congestion::default(),
         }
     }
 }

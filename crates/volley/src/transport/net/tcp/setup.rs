@@ -7,7 +7,6 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags};
-use nix::sys::socket::{self as sock, sockopt};
 
 use super::{io_err, Conn, TcpTransport, NO_CONN};
 use crate::transport::net::NetError;
@@ -223,18 +222,6 @@ impl TcpTransport {
         }
     }
 
-    /// Prepares an established connection for the steady state.
-    fn configure(&self, s: &TcpStream) -> Result<(), NetError> {
-        s.set_nonblocking(true).map_err(io_err("tcp nonblocking"))?;
-        s.set_nodelay(true).map_err(io_err("tcp nodelay"))?;
-        if self.config.socket_buffer > 0 {
-            // Best effort: the kernel silently caps these, and a refusal only costs bandwidth.
-            let _ = sock::setsockopt(s, sockopt::SndBuf, &self.config.socket_buffer);
-            let _ = sock::setsockopt(s, sockopt::RcvBuf, &self.config.socket_buffer);
-        }
-        Ok(())
-    }
-
     /// Establishes a connection with every rank `peers` gives an address (see
     /// [`NetTransport::connect`](crate::transport::net::NetTransport::connect)); `me` is in
     /// range and this transport not yet connected.
@@ -261,7 +248,7 @@ impl TcpTransport {
         let mut conns = Vec::new();
         for (r, s) in streams.into_iter().enumerate() {
             if let Some(s) = s {
-                self.configure(&s)?;
+                super::options::apply(&s, &self.config)?;
                 slot[r] = conns.len();
                 conns.push(Conn::new(r, s));
             }
