@@ -188,7 +188,7 @@ fn chunks_are_reused_from_one_transfer_to_the_next() {
 }
 
 #[test]
-fn a_poll_that_delivers_defers_the_bulk_quantum_once() {
+fn a_poll_that_moves_short_messages_defers_the_bulk_quantum_twice_in_a_row_at_most() {
     let mut ts = mesh(3);
     let mut ins = inboxes(3);
     ts[0]
@@ -211,22 +211,35 @@ fn a_poll_that_delivers_defers_the_bulk_quantum_once() {
             check("the small message");
         }
     };
-    arrive(&mut ts, 2);
+    // Two polls that deliver write no bulk; the third does, though it delivers too.
+    for tag in [2, 3] {
+        arrive(&mut ts, tag);
+        let before = sent(&ts[0]);
+        assert_eq!(ts[0].progress(now(), &mut ins[0]).unwrap(), 1);
+        assert_eq!(sent(&ts[0]), before, "poll delivering {tag} wrote bulk");
+    }
+    arrive(&mut ts, 4);
     let before = sent(&ts[0]);
-    assert_eq!(ts[0].progress(now(), &mut ins[0]).unwrap(), 1);
-    assert_eq!(
-        sent(&ts[0]),
-        before,
-        "the poll that delivered wrote no bulk"
-    );
-    arrive(&mut ts, 3);
     assert_eq!(ts[0].progress(now(), &mut ins[0]).unwrap(), 1);
     assert!(
         sent(&ts[0]) > before,
-        "the next poll writes its quantum even though it delivered too"
+        "the third poll in a row wrote no bulk"
     );
-    assert_message(&ins[0][0].1, 2, 64);
-    assert_message(&ins[0][1].1, 3, 64);
+    for (i, tag) in [2, 3, 4].into_iter().enumerate() {
+        assert_message(&ins[0][i].1, tag, 64);
+    }
+    // A short message sent: the next poll writes it and no bulk; the one after, bulk again.
+    ts[0].send(2, &message(5, 64), now()).unwrap();
+    let before = sent(&ts[0]);
+    ts[0].progress(now(), &mut ins[0]).unwrap();
+    assert_eq!(
+        sent(&ts[0]) - before,
+        (PREFIX + 64) as u64,
+        "the poll after a short send wrote only the short message"
+    );
+    let before = sent(&ts[0]);
+    ts[0].progress(now(), &mut ins[0]).unwrap();
+    assert!(sent(&ts[0]) > before, "the next quiet poll wrote no bulk");
 }
 
 #[test]

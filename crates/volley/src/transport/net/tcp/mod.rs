@@ -81,6 +81,10 @@ pub const QUIET_NS: u64 = 250_000;
 /// of talking with several peers gets its send back early.
 pub const PIPELINE_NS: u64 = 10_000_000;
 
+/// Most `progress` calls in a row that leave a bulk transfer's quantum to the next one because
+/// they moved short messages: a transfer gets at least every third poll's quantum.
+const MAX_DEFERRED_POLLS: u32 = 2;
+
 /// How soon a rank asleep with output queued wakes to write more of it.
 const RETRY_WRITE_NS: u64 = 100_000;
 
@@ -220,8 +224,10 @@ pub struct TcpTransport {
     pool: BufferPool,
     /// Chunks of the output queues.
     chunks: ChunkPool,
-    /// Whether the last `progress` left its bulk quantum for this one.
-    bulk_deferred: bool,
+    /// How many `progress` calls in a row have left their bulk quantum to the next one.
+    deferred_polls: u32,
+    /// Whether a short message was sent since the last `progress`.
+    short_sent: bool,
     /// When each connection last had short traffic (see [`QUIET_NS`]).
     traffic: RecentTraffic,
     /// The latest time a send or `progress` was given.
@@ -276,7 +282,8 @@ impl TcpTransport {
             closed: false,
             pool: BufferPool::default(),
             chunks: ChunkPool::default(),
-            bulk_deferred: false,
+            deferred_polls: 0,
+            short_sent: false,
             traffic: RecentTraffic::default(),
             clock: 0,
             placer: None,
@@ -594,6 +601,7 @@ impl NetTransport for TcpTransport {
             if let Some(idx) = self.conn_of(peer) {
                 self.traffic.note(idx, now);
             }
+            self.short_sent = true;
         }
         self.send_frame(peer, head, body, self.config.direct_write, now)
     }
@@ -669,15 +677,18 @@ impl NetTransport for TcpTransport {
                 }
             }
         }
-        // A poll that delivered something lets their handlers run before the next quantum
-        // (an answer waited for ends the wait a quantum sooner), but never twice in a row, so
-        // that a steady stream of small messages cannot starve a transfer.
+        // A poll that delivered something lets their handlers run before the next quantum (an
+        // answer waited for ends the wait a quantum sooner), and one after a short message was
+        // sent returns at once, so that a rank sharing this CPU can answer it sooner; but at
+        // most MAX_DEFERRED_POLLS in a row, so that a steady stream of small messages cannot
+        // starve a transfer.
         let delivered = inbox.len() - before;
-        if delivered == 0 || self.bulk_deferred {
-            self.bulk_deferred = false;
+        let short = delivered > 0 || std::mem::take(&mut self.short_sent);
+        if !short || self.deferred_polls >= MAX_DEFERRED_POLLS {
+            self.deferred_polls = 0;
             self.flush_bulk(now)?;
         } else if !self.dirty.is_empty() {
-            self.bulk_deferred = true;
+            self.deferred_polls += 1;
         }
         Ok(delivered)
     }
