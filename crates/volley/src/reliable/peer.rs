@@ -390,8 +390,22 @@ impl Peer {
     /// [`send`](Self::send) of the message `head` followed by `body`: the queued copy is
     /// the only one made of either.
     pub fn send_gather(&mut self, head: &[u8], body: &[u8], now: u64) -> Result<(), SendError> {
+        self.send_gather_within(head, body, now, self.config.send_buffer)
+    }
+
+    /// [`send_gather`](Self::send_gather) with `send_buffer` bytes (at least the configured
+    /// send buffer) allowed queued and unacknowledged, for a caller that queues a large
+    /// message to let it leave later, piece by piece.
+    pub fn send_gather_within(
+        &mut self,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+        send_buffer: usize,
+    ) -> Result<(), SendError> {
         let len = head.len() + body.len();
-        self.enqueue(len, now, |pool| {
+        let limit = send_buffer.max(self.config.send_buffer);
+        self.enqueue(len, now, limit, |pool| {
             let mut data = pool.take_for(len);
             data.extend_from_slice(head);
             data.extend_from_slice(body);
@@ -406,6 +420,7 @@ impl Peer {
         &mut self,
         len: usize,
         now: u64,
+        send_buffer: usize,
         bytes: impl FnOnce(&mut BufferPool) -> Queued,
     ) -> Result<(), SendError> {
         self.check_peer_timeout(now);
@@ -419,7 +434,7 @@ impl Peer {
             });
         }
         let charge = len + RECORD_OVERHEAD;
-        if self.pending_bytes + self.inflight_bytes + charge > self.config.send_buffer {
+        if self.pending_bytes + self.inflight_bytes + charge > send_buffer {
             self.stats.would_block += 1;
             return Err(SendError::WouldBlock);
         }
@@ -447,7 +462,9 @@ impl Peer {
             return self.send_gather(msg.head, msg.body, now);
         }
         assert!(!self.lent_open, "a lent message's send has not ended");
-        self.enqueue(len, now, |_| Queued::Shared(Source::Lent))?;
+        self.enqueue(len, now, self.config.send_buffer, |_| {
+            Queued::Shared(Source::Lent)
+        })?;
         self.lent_open = true;
         self.stats.lent_messages += 1;
         Ok(())

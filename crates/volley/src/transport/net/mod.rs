@@ -38,6 +38,7 @@ pub(crate) mod placing;
 pub(crate) mod poll_policy;
 pub mod stream_floor;
 pub mod tcp;
+pub(crate) mod traffic;
 pub mod udp;
 
 use std::net::SocketAddr;

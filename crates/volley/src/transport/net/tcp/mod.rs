@@ -43,7 +43,6 @@ mod send_queue;
 mod setup;
 #[cfg(test)]
 mod tests;
-mod traffic;
 
 use std::fmt;
 use std::io;
@@ -54,11 +53,11 @@ use std::time::Duration;
 
 use nix::sys::socket::{self as sock, Backlog};
 
+use super::traffic::RecentTraffic;
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
 use send_queue::{ChunkPool, SendQueue, SMALL_MESSAGE};
-use traffic::RecentTraffic;
 
 pub(crate) use options::apply as apply_socket_options;
 pub use options::{congestion_in_use, Congestion};
@@ -71,15 +70,7 @@ const GOODBYE: u32 = u32::MAX;
 /// `slot` value of a rank that has no connection.
 const NO_CONN: usize = usize::MAX;
 
-/// How long after this rank's last short traffic with other peers (a short message sent to
-/// one, or any message delivered from one) a bulk transfer keeps moving in
-/// [`TcpConfig::write_quantum`]s.
-pub const QUIET_NS: u64 = 250_000;
-
-/// How long after this rank's last short traffic with other peers the later parts of a long
-/// message are queued (copied) rather than written from the caller's bytes: a rank in a phase
-/// of talking with several peers gets its send back early.
-pub const PIPELINE_NS: u64 = 10_000_000;
+pub use super::traffic::{PIPELINE_NS, QUIET_NS};
 
 /// Most `progress` calls in a row that leave a bulk transfer's quantum to the next one because
 /// they moved short messages: a transfer gets at least every third poll's quantum.

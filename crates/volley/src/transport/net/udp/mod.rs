@@ -21,6 +21,8 @@
 //! between Rust's socket addresses and the kernel's in `addr`.
 
 mod addr;
+#[cfg(test)]
+mod bulk_tests;
 mod syscalls;
 #[cfg(test)]
 mod tests;
@@ -33,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
+use super::traffic::{RecentTraffic, PIPELINE_NS, QUIET_NS};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{
     self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Lent, LentDatagram, Peer, SendError, State, Tail,
@@ -61,6 +64,30 @@ const UNSEQUENCED_BACKLOG: usize = 256;
 /// without waiting for a whole batch: a long stream's bytes then leave while the copy just made
 /// of them is still in this core's cache (a batch of 32 loopback datagrams is 2 MB).
 const FLUSH_BYTES: usize = 1 << 20;
+
+/// Most bytes of datagrams a peer writes per `transmit` while the rank has short traffic
+/// with its other peers (one loopback datagram; 44 of 1472 bytes on a LAN); a peer with more
+/// than this queued is a bulk transfer.
+const BULK_QUANTUM: usize = 64 << 10;
+/// Most `progress` calls in a row that leave the bulk transfers' quanta to the next one
+/// because they moved short messages: a transfer gets at least every third poll's quantum.
+const MAX_DEFERRED_POLLS: u32 = 2;
+
+/// Which peers a `transmit` serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Those with no bulk transfer queued, all they have.
+    Short,
+    /// All, a bulk transfer one quantum while the rank talks with other peers.
+    Bulk,
+    /// All, all they have.
+    All,
+}
+/// Bytes a peer may hold queued and unacknowledged when later parts of long messages are
+/// queued for the progress calls (see `send_gather_part`): a 16 MiB long's parts all fit.
+const PIPELINE_SEND_BUFFER: usize = 64 << 20;
+/// Messages up to this size are short traffic (see [`RecentTraffic`]).
+const SHORT_MESSAGE: usize = 16 << 10;
 
 /// Tuning of a [`UdpTransport`].
 #[derive(Debug, Clone)]
@@ -175,6 +202,8 @@ pub struct UdpTransport {
     out: VecDeque<Outgoing>,
     /// Scratch for `transmit`: the slots still writing datagrams.
     due: Vec<usize>,
+    /// Scratch for `transmit`: bytes written per slot.
+    written: Vec<usize>,
     /// Scratch for `send_lent`: datagram heads of a lent message and their tails.
     lent_batch: Vec<(Vec<u8>, LentDatagram)>,
     /// Spare datagram buffers, so steady traffic allocates none.
@@ -186,6 +215,12 @@ pub struct UdpTransport {
     counters: NetStats,
     /// Where fragmented long payloads go as they arrive (given to every peer), if set.
     placer: Option<Arc<dyn Placer>>,
+    /// When each peer (by slot) last had short traffic (see [`QUIET_NS`]).
+    traffic: RecentTraffic,
+    /// How many `progress` calls in a row have left the bulk quanta to the next one.
+    deferred_polls: u32,
+    /// Whether a short message was sent since the last `progress`.
+    short_sent: bool,
     /// Datagrams of lent messages the socket takes before it is full, in tests.
     #[cfg(test)]
     test_socket_room: Option<usize>,
@@ -283,6 +318,7 @@ impl UdpTransport {
             last_from: None,
             out: VecDeque::new(),
             due: Vec::new(),
+            written: Vec::new(),
             lent_batch: Vec::new(),
             pool: Vec::new(),
             faults,
@@ -290,6 +326,9 @@ impl UdpTransport {
             recv: RecvRing::new(batch),
             counters: NetStats::default(),
             placer: None,
+            traffic: RecentTraffic::default(),
+            deferred_polls: 0,
+            short_sent: false,
             #[cfg(test)]
             test_socket_room: None,
         })
@@ -322,19 +361,34 @@ impl UdpTransport {
     /// Polls every peer that may have a datagram due (sent or received to since its last poll,
     /// or a timer expired) and queues what it writes, one datagram per peer in turn, so a
     /// peer with a window of bulk data to send does not queue it all ahead of a short message
-    /// to another peer.
-    fn transmit(&mut self, now: u64) {
+    /// to another peer. `pass` says which peers and how much of each (see [`Pass`]).
+    fn transmit(&mut self, now: u64, pass: Pass) {
         let mut due = std::mem::take(&mut self.due);
         due.clear();
         for (slot, link) in self.links.iter_mut().enumerate() {
-            if link.dirty || link.wake <= now {
+            let bulk = link.peer.queued_bytes() > BULK_QUANTUM;
+            if (link.dirty || link.wake <= now) && !(bulk && pass == Pass::Short) {
                 link.peer.handle_timeout(now);
                 due.push(slot);
             }
         }
+        let quantum = match pass {
+            Pass::Short | Pass::All => usize::MAX,
+            Pass::Bulk => BULK_QUANTUM,
+        };
+        let (traffic, size) = (self.traffic, self.datagram_size);
+        let mut written = std::mem::take(&mut self.written);
+        written.clear();
+        written.resize(self.links.len(), 0);
         while !due.is_empty() {
             due.retain(|&slot| {
                 let link = &mut self.links[slot];
+                // Whole datagrams, at least one.
+                let over = written[slot] > 0 && written[slot] + size > quantum;
+                if over && traffic.others_within(slot, now, QUIET_NS) {
+                    // Still dirty: the next call goes on.
+                    return false;
+                }
                 let mut buf = self.pool.pop().unwrap_or_default();
                 let Some(tail) = link.peer.poll_transmit_gather(now, &mut buf) else {
                     self.pool.push(buf);
@@ -343,11 +397,13 @@ impl UdpTransport {
                     return false;
                 };
                 let d = Outgoing { slot, buf, tail };
+                written[slot] += d.len();
                 enqueue(&mut self.faults, &mut self.out, d, now);
                 true
             });
         }
         self.due = due;
+        self.written = written;
     }
 
     /// Queues the full datagrams `slot`'s peer can send now, leaving a partly filled last one
@@ -672,30 +728,40 @@ impl UdpTransport {
             let out = &mut self.out;
             f.release(now, &mut |d| out.push_back(d));
         }
-        // Sending first puts new data on the wire before the (usually empty) receive.
-        self.transmit(now);
+        // Short messages and acks leave first, what arrived is read next (acks open windows),
+        // and bulk transfers' quanta come last, so that neither waits behind them.
+        self.transmit(now, Pass::Short);
         self.flush()?;
-        let received = self.receive(now)?;
-        let n = self.deliver(inbox);
-        if received && n == 0 {
-            // Acks that came due, or window space that acks opened, need not wait for the
-            // next call; peers with nothing to send cost no system call here. When messages
-            // arrived they go to their handlers first: window space opened by acks can
-            // mean a window of bulk datagrams to send, which a short answer from another
-            // peer should not wait behind; the caller's next progress sends them.
-            self.transmit(now);
+        self.receive(now)?;
+        let n = self.deliver(inbox, now);
+        // A poll that delivered lets the handlers run before the next quantum (an answer
+        // waited for ends the wait sooner), and one after a short message was sent returns at
+        // once, so that a rank sharing this CPU can answer it sooner; but at most
+        // MAX_DEFERRED_POLLS in a row, so that a steady stream of small messages cannot starve
+        // a transfer. Peers with nothing to send cost no system call here.
+        let short = n > 0 || std::mem::take(&mut self.short_sent);
+        if !short || self.deferred_polls >= MAX_DEFERRED_POLLS {
+            self.deferred_polls = 0;
+            self.transmit(now, Pass::Bulk);
             self.flush()?;
+        } else if self.links.iter().any(|l| l.dirty) {
+            self.deferred_polls += 1;
         }
         Ok(n)
     }
 
-    /// Moves every message the peers have delivered to `inbox`; returns how many.
-    fn deliver(&mut self, inbox: &mut Vec<(usize, Vec<u8>)>) -> usize {
+    /// Moves every message the peers have delivered to `inbox`, noting their traffic at
+    /// `now`; returns how many.
+    fn deliver(&mut self, inbox: &mut Vec<(usize, Vec<u8>)>, now: u64) -> usize {
         let mut n = 0;
-        for link in &mut self.links {
+        for (slot, link) in self.links.iter_mut().enumerate() {
+            let before = n;
             while let Some(m) = link.peer.poll_deliver() {
                 inbox.push((link.rank, m));
                 n += 1;
+            }
+            if n > before {
+                self.traffic.note(slot, now);
             }
         }
         self.counters.messages_received += n as u64;
@@ -921,6 +987,10 @@ impl NetTransport for UdpTransport {
                 max: MAX_MESSAGE,
             });
         }
+        if len <= SHORT_MESSAGE {
+            self.traffic.note(slot, now);
+            self.short_sent = true;
+        }
         if self.may_lend(slot, len, now) {
             return self.send_lent(slot, Lent { head, body }, now);
         }
@@ -940,6 +1010,35 @@ impl NetTransport for UdpTransport {
             }
             self.send_full(slot, now);
         }
+        Ok(())
+    }
+
+    /// A later part of a long message: while the rank talks with other peers (within the
+    /// last [`PIPELINE_NS`]) it is queued, copied, and left to the progress calls, which move
+    /// it a quantum at a time between those peers' messages, so that the send returns before
+    /// the message has gone; otherwise it is sent like any message.
+    fn send_gather_part(
+        &mut self,
+        peer: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+    ) -> Result<(), NetError> {
+        let slot = self.slot(peer)?;
+        let len = head.len() + body.len();
+        if len > MAX_MESSAGE || !self.traffic.others_within(slot, now, PIPELINE_NS) {
+            return self.send_gather(peer, head, body, now);
+        }
+        let link = &mut self.links[slot];
+        if let Err(e) = link
+            .peer
+            .send_gather_within(head, body, now, PIPELINE_SEND_BUFFER)
+        {
+            self.counters.would_block += u64::from(e == SendError::WouldBlock);
+            return Err(send_error(peer, e));
+        }
+        self.counters.messages_sent += 1;
+        link.dirty = true;
         Ok(())
     }
 
@@ -970,8 +1069,15 @@ impl NetTransport for UdpTransport {
         }
     }
 
+    /// Sends the short messages and acks; bulk transfers move in `progress`.
     fn flush(&mut self, now: u64) -> Result<(), NetError> {
-        self.transmit(now);
+        self.transmit(now, Pass::Short);
+        UdpTransport::flush(self)
+    }
+
+    /// Everything the windows take, bulk transfers included.
+    fn flush_out(&mut self, now: u64) -> Result<(), NetError> {
+        self.transmit(now, Pass::All);
         UdpTransport::flush(self)
     }
 

@@ -28,7 +28,7 @@ fn bind(config: &UdpConfig) -> UdpTransport {
 }
 
 /// `n` connected transports, ranks `0..n`.
-fn cluster(n: usize, config: &UdpConfig) -> Vec<UdpTransport> {
+pub(super) fn cluster(n: usize, config: &UdpConfig) -> Vec<UdpTransport> {
     connect_all((0..n).map(|_| bind(config)).collect())
 }
 
@@ -51,7 +51,7 @@ fn lan() -> UdpConfig {
 
 /// [`lan`] where no retransmission may come due while a test runs, however slowly it is
 /// scheduled.
-fn lan_without_retransmission() -> UdpConfig {
+pub(super) fn lan_without_retransmission() -> UdpConfig {
     without_retransmission(lan())
 }
 

@@ -1,11 +1,22 @@
-//! When a rank last had short traffic, per connection: a bulk transfer toward one peer writes
-//! small quanta while the rank talks with its *other* peers (their messages must not wait
-//! behind it), and large ones otherwise (fewer system calls). Traffic with the bulk transfer's
-//! own peer does not count: it travels behind the transfer on the same stream anyway.
+//! When a rank last had short traffic, per peer connection: a bulk transfer toward one peer
+//! moves in small quanta while the rank talks with its *other* peers (their messages must not
+//! wait behind it), and in large ones otherwise (fewer system calls). Traffic with the bulk
+//! transfer's own peer does not count: it travels behind the transfer anyway. Both network
+//! transports follow these rules.
 
-/// The latest short traffic on the two connections that had it last.
+/// How long after this rank's last short traffic with other peers (a short message sent to
+/// one, or any message delivered from one) a bulk transfer keeps moving in small quanta.
+pub const QUIET_NS: u64 = 250_000;
+
+/// How long after this rank's last short traffic with other peers the later parts of a long
+/// message are queued (copied) and left to the progress calls, rather than sent from the
+/// caller's bytes within the send: a rank in a phase of talking with several peers gets its
+/// send back early.
+pub const PIPELINE_NS: u64 = 10_000_000;
+
+/// The latest short traffic on the two connections (or peer pairs) that had it last.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct RecentTraffic {
+pub(crate) struct RecentTraffic {
     /// `(time, connection)`, the latest first; the two connections differ.
     latest: [(u64, usize); 2],
 }
@@ -26,7 +37,7 @@ impl Default for RecentTraffic {
 impl RecentTraffic {
     /// Notes short traffic on connection `idx` at time `now` (a short message sent to its
     /// peer, or any message delivered from it).
-    pub(super) fn note(&mut self, idx: usize, now: u64) {
+    pub(crate) fn note(&mut self, idx: usize, now: u64) {
         if self.latest[0].1 != idx {
             self.latest[1] = self.latest[0];
         }
@@ -44,7 +55,7 @@ impl RecentTraffic {
 
     /// Whether a connection other than `idx` had short traffic within `window` ns before
     /// `now` (never, if none ever had).
-    pub(super) fn others_within(&self, idx: usize, now: u64, window: u64) -> bool {
+    pub(crate) fn others_within(&self, idx: usize, now: u64, window: u64) -> bool {
         let last = self.latest_other_than(idx);
         last != NEVER && now.saturating_sub(last) < window
     }
