@@ -73,6 +73,12 @@ const BULK_QUANTUM: usize = 64 << 10;
 /// because they moved short messages: a transfer gets at least every third poll's quantum.
 const MAX_DEFERRED_POLLS: u32 = 2;
 
+/// Bytes a peer may hold queued and unacknowledged when later parts of long messages are
+/// queued for the progress calls (see `send_gather_part`): a 16 MiB long's parts all fit.
+const PIPELINE_SEND_BUFFER: usize = 64 << 20;
+/// Messages up to this size are short traffic (see [`RecentTraffic`]).
+const SHORT_MESSAGE: usize = 16 << 10;
+
 /// Which peers a `transmit` serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pass {
@@ -83,11 +89,6 @@ enum Pass {
     /// All, all they have.
     All,
 }
-/// Bytes a peer may hold queued and unacknowledged when later parts of long messages are
-/// queued for the progress calls (see `send_gather_part`): a 16 MiB long's parts all fit.
-const PIPELINE_SEND_BUFFER: usize = 64 << 20;
-/// Messages up to this size are short traffic (see [`RecentTraffic`]).
-const SHORT_MESSAGE: usize = 16 << 10;
 
 /// Tuning of a [`UdpTransport`].
 #[derive(Debug, Clone)]
