@@ -3,8 +3,8 @@
 //! stream of long Active Messages beside what the sockets themselves carry.
 //!
 //! - **TCP**: one connection with the socket options of volley's TCP transport (`TCP_NODELAY`,
-//!   its socket buffers and congestion control); the sender writes the messages back to back and the receiver reads them, then
-//!   answers one byte, which ends the timing.
+//!   its socket buffers and congestion control); the sender writes the messages back to back
+//!   and the receiver reads them, then answers one byte, which ends the timing.
 //! - **UDP**: two connected sockets with enlarged buffers; each message leaves as datagrams of
 //!   [`UDP_DATAGRAM`] bytes handed to `sendmmsg` in batches, and since loopback drops what
 //!   overflows the receive buffer, the sender sends a batch only when the receiver has

@@ -14,6 +14,11 @@ pub const QUIET_NS: u64 = 250_000;
 /// send back early.
 pub const PIPELINE_NS: u64 = 10_000_000;
 
+/// Most `progress` calls in a row that leave a bulk transfer's quantum to the next one because
+/// they moved short messages (delivered some, or followed the send of one): a transfer gets at
+/// least every third poll's quantum.
+pub(crate) const MAX_DEFERRED_POLLS: u32 = 2;
+
 /// The latest short traffic on the two connections (or peer pairs) that had it last.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecentTraffic {

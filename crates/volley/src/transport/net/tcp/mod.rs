@@ -53,7 +53,7 @@ use std::time::Duration;
 
 use nix::sys::socket::{self as sock, Backlog};
 
-use super::traffic::RecentTraffic;
+use super::traffic::{RecentTraffic, MAX_DEFERRED_POLLS};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::BufferPool;
 use receive::{Read1, Receiver};
@@ -71,10 +71,6 @@ const GOODBYE: u32 = u32::MAX;
 const NO_CONN: usize = usize::MAX;
 
 pub use super::traffic::{PIPELINE_NS, QUIET_NS};
-
-/// Most `progress` calls in a row that leave a bulk transfer's quantum to the next one because
-/// they moved short messages: a transfer gets at least every third poll's quantum.
-const MAX_DEFERRED_POLLS: u32 = 2;
 
 /// How soon a rank asleep with output queued wakes to write more of it.
 const RETRY_WRITE_NS: u64 = 100_000;

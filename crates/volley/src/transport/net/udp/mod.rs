@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::faults::{FaultConfig, FaultInjector};
-use super::traffic::{RecentTraffic, PIPELINE_NS, QUIET_NS};
+use super::traffic::{RecentTraffic, MAX_DEFERRED_POLLS, PIPELINE_NS, QUIET_NS};
 use super::{NetError, NetKind, NetStats, NetTransport, Placer, MAX_MESSAGE};
 use crate::reliable::{
     self, wire::HEADER_LEN, wire::RECORD_OVERHEAD, Lent, LentDatagram, Peer, SendError, State, Tail,
@@ -69,9 +69,6 @@ const FLUSH_BYTES: usize = 1 << 20;
 /// with its other peers (one loopback datagram; 44 of 1472 bytes on a LAN); a peer with more
 /// than this queued is a bulk transfer.
 const BULK_QUANTUM: usize = 64 << 10;
-/// Most `progress` calls in a row that leave the bulk transfers' quanta to the next one
-/// because they moved short messages: a transfer gets at least every third poll's quantum.
-const MAX_DEFERRED_POLLS: u32 = 2;
 
 /// Bytes a peer may hold queued and unacknowledged when later parts of long messages are
 /// queued for the progress calls (see `send_gather_part`): a 16 MiB long's parts all fit.
