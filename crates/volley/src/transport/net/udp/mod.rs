@@ -446,6 +446,27 @@ impl UdpTransport {
         }
     }
 
+    /// Queues a copy of `head` followed by `body` for `peer` (at `slot`), with up to
+    /// `send_buffer` bytes queued and unacknowledged toward it.
+    fn queue_copy(
+        &mut self,
+        peer: usize,
+        slot: usize,
+        head: &[u8],
+        body: &[u8],
+        now: u64,
+        send_buffer: usize,
+    ) -> Result<(), NetError> {
+        let link = &mut self.links[slot];
+        if let Err(e) = link.peer.send_gather_within(head, body, now, send_buffer) {
+            self.counters.would_block += u64::from(e == SendError::WouldBlock);
+            return Err(send_error(peer, e));
+        }
+        self.counters.messages_sent += 1;
+        link.dirty = true;
+        Ok(())
+    }
+
     /// Whether a message of `len` bytes to `slot` can leave from the caller's bytes: it is
     /// larger than a datagram, no faults are injected (the injector holds datagrams past the
     /// send), and, once the acks waiting and the datagrams queued have been taken care of,
@@ -992,13 +1013,15 @@ impl NetTransport for UdpTransport {
         if self.may_lend(slot, len, now) {
             return self.send_lent(slot, Lent { head, body }, now);
         }
-        let link = &mut self.links[slot];
-        if let Err(e) = link.peer.send_gather(head, body, now) {
-            self.counters.would_block += u64::from(e == SendError::WouldBlock);
-            return Err(send_error(peer, e));
-        }
-        self.counters.messages_sent += 1;
-        link.dirty = true;
+        self.queue_copy(
+            peer,
+            slot,
+            head,
+            body,
+            now,
+            self.config.reliable.send_buffer,
+        )?;
+        let link = &self.links[slot];
         let payload = self.datagram_size - HEADER_LEN;
         if link.peer.queued_bytes() >= payload {
             if len >= payload {
@@ -1027,17 +1050,7 @@ impl NetTransport for UdpTransport {
         if len > MAX_MESSAGE || !self.traffic.others_within(slot, now, PIPELINE_NS) {
             return self.send_gather(peer, head, body, now);
         }
-        let link = &mut self.links[slot];
-        if let Err(e) = link
-            .peer
-            .send_gather_within(head, body, now, PIPELINE_SEND_BUFFER)
-        {
-            self.counters.would_block += u64::from(e == SendError::WouldBlock);
-            return Err(send_error(peer, e));
-        }
-        self.counters.messages_sent += 1;
-        link.dirty = true;
-        Ok(())
+        self.queue_copy(peer, slot, head, body, now, PIPELINE_SEND_BUFFER)
     }
 
     /// Sends what is due, receives what arrived, sends the acks that came due, and appends
