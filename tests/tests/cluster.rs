@@ -161,6 +161,12 @@ fn a_namespace_without_a_server_fails_at_once_in_one_line() {
         .output()
         .expect("hello runs");
     let err = String::from_utf8_lossy(&out.stderr);
+    // Without libpmix the process cannot try the server (that refusal is tested in
+    // `a_missing_libpmix_is_named_with_its_package`); CI installs it (libpmix-dev).
+    if err.contains("install the Debian package libpmix") && std::env::var_os("CI").is_none() {
+        eprintln!("skipped: libpmix is not installed here");
+        return;
+    }
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "one line:\n{err}");
     assert!(
