@@ -23,17 +23,15 @@ const DELIVERY: &str = env!("CARGO_BIN_EXE_delivery");
 /// them the 8-rank ones took up to a minute.
 const HEAVY: Duration = Duration::from_secs(180);
 
-/// Whether this run of the suite crosses a network transport (`VOLLEY_TEST_NET`, see
-/// `scripts/test-matrix`).
-fn on_the_network() -> bool {
-    std::env::var("VOLLEY_TEST_NET").is_ok_and(|n| !n.is_empty())
-}
-
 #[test]
 fn pingpong_a_long_run_of_round_trips_on_2_ranks() {
     // A million over shared memory; over the network, where each round trip takes 10-20
     // times longer, 200,000 (12-19 s for a million on a slow host, in every network cell).
-    let n = if on_the_network() { 200_000 } else { 1_000_000 };
+    let n = if common::test_net().is_some() {
+        200_000
+    } else {
+        1_000_000
+    };
     let (count, line) = (
         n.to_string(),
         format!("pingpong: {n} round trips (window 1) between ranks 0 and 1"),
@@ -340,7 +338,7 @@ fn delivery_switches_between_polling_and_asynchronous_phase_by_phase() {
         .assert_success()
         .assert_stdout_has(&["delivery: rank 0 ok", "delivery: rank 1 ok"]);
     // Over the network here only where the suite's own cell does not already cross it.
-    let nets: &[&str] = if on_the_network() {
+    let nets: &[&str] = if common::test_net().is_some() {
         &[]
     } else {
         &["udp", "tcp"]

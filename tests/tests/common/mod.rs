@@ -362,6 +362,14 @@ pub fn cluster_launcher() -> Option<String> {
         .filter(|l| !l.is_empty())
 }
 
+/// The network transport this run of the suites crosses (`VOLLEY_TEST_NET=udp|tcp`, see
+/// `scripts/test-matrix`), if any.
+pub fn test_net() -> Option<String> {
+    std::env::var("VOLLEY_TEST_NET")
+        .ok()
+        .filter(|n| !n.is_empty())
+}
+
 /// Whether the jobs of this test run start under `volley run` (tests of the launcher's own
 /// behaviour, its messages and options, apply only then).
 pub fn under_volley_run() -> bool {
@@ -408,9 +416,7 @@ impl Job {
     /// With `VOLLEY_TEST_LAUNCHER=mpirun|srun` the same job starts under that launcher
     /// instead, the emulated nodes then made by `VOLLEY_RANKS_PER_NODE`.
     pub fn run(ranks: usize, program: &str, args: &[&str]) -> Self {
-        let net = std::env::var("VOLLEY_TEST_NET")
-            .ok()
-            .filter(|n| !n.is_empty());
+        let net = test_net();
         if let Some(name) = cluster_launcher() {
             let mut job = Self::under(&name, ranks, program, args);
             if let Some(n) = net {
