@@ -12,6 +12,11 @@ pub const ENVELOPE_BYTES: usize = 64;
 pub const DEFAULT_EAGER_BYTES: usize = 16 << 10;
 /// Default size of each rank's unexpected queue.
 pub const DEFAULT_UNEXPECTED_BYTES: usize = 8 << 20;
+/// The largest payload that travels in a short Active Message's arguments (packed eight
+/// bytes to a word after a word of tag and length) rather than as a medium one's payload: a
+/// short frame takes the transports' quickest path.
+pub const WORDS_EAGER_BYTES: usize = 8 * (volley::MAX_ARGS - 1);
+
 /// Chunk requests a rendezvous receive keeps in flight.
 pub const DEFAULT_PULL_DEPTH: usize = 4;
 

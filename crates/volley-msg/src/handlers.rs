@@ -3,6 +3,7 @@
 //! | message | kind | arguments | at the target | reply |
 //! |---|---|---|---|---|
 //! | eager | medium request | tag; the payload | match or queue | credit, when enough has been freed |
+//! | eager in words | short request | tag and length; the payload, 8 bytes a word | as eager | as eager |
 //! | rts | short request | tag, length, send id | match (start pulling) or queue | credit, as above |
 //! | pull | short request | send id, offset, length, receive id | read the send's bytes | chunk |
 //! | chunk | medium reply | receive id, offset; the bytes | into the receive's buffer | — |
@@ -13,6 +14,7 @@
 //! the send's buffer, so it needs no action of the sender's program beyond polling, and the
 //! receiver, which knows where the bytes go, keeps several chunks in flight.
 
+use crate::config::WORDS_EAGER_BYTES;
 use crate::state::Shared;
 use volley::debug::allow_alloc;
 use volley::{ReplyHandler, RequestHandler, RuntimeBuilder};
@@ -21,6 +23,7 @@ use volley::{ReplyHandler, RequestHandler, RuntimeBuilder};
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Handlers {
     pub(crate) eager: RequestHandler,
+    pub(crate) eager_words: RequestHandler,
     pub(crate) rts: RequestHandler,
     pub(crate) pull: RequestHandler,
     pub(crate) credit: RequestHandler,
@@ -54,6 +57,14 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
         }
     });
     let s = shared.clone();
+    let eager_words = b.request_handler("volley.msg.eager_words", move |m, tok| {
+        let (tag, bytes, len) = unpack_words(m.args());
+        let give = allow_alloc(|| s.lock().arrive_eager(m.src(), tag, &bytes[..len]));
+        if let Some(n) = give {
+            let _ = tok.reply_short(credit_back, &[n]);
+        }
+    });
+    let s = shared.clone();
     let rts = b.request_handler("volley.msg.rts", move |m, tok| {
         let give = allow_alloc(|| {
             s.lock()
@@ -66,7 +77,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     let s = shared.clone();
     let pull = b.request_handler("volley.msg.pull", move |m, tok| {
         let (id, offset, len, recv) = (m.arg(0), m.arg(1) as usize, m.arg(2) as usize, m.arg(3));
-        let Some(bytes) = s.lock().sends.get(&id).map(|slot| slot.bytes.clone()) else {
+        let Some(bytes) = s.lock().sends.get(id).map(|slot| slot.bytes.clone()) else {
             return;
         };
         // Replied outside the lock: a reply that waits for room runs reply handlers, and
@@ -78,10 +89,10 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
         drop(bytes);
         allow_alloc(|| {
             let mut st = s.lock();
-            if let Some(slot) = st.sends.get_mut(&id) {
+            if let Some(slot) = st.sends.get_mut(id) {
                 slot.sent += len;
                 if slot.done() && slot.detached {
-                    st.sends.remove(&id);
+                    st.sends.remove(id);
                 }
             }
         });
@@ -92,8 +103,63 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     });
     Handlers {
         eager,
+        eager_words,
         rts,
         pull,
         credit,
+    }
+}
+
+/// The arguments of an eager message in words: its tag and length in the first (tag in the
+/// low 32 bits), then the payload, 8 bytes to a word, little-endian. Returns how many of
+/// `args` it takes; `payload` is at most [`WORDS_EAGER_BYTES`] long.
+pub(crate) fn pack_words(tag: u64, payload: &[u8], args: &mut [u64; volley::MAX_ARGS]) -> usize {
+    debug_assert!(tag <= u32::MAX as u64 && payload.len() <= WORDS_EAGER_BYTES);
+    args[0] = tag | (payload.len() as u64) << 32;
+    for (word, chunk) in args[1..].iter_mut().zip(payload.chunks(8)) {
+        let mut bytes = [0u8; 8];
+        bytes[..chunk.len()].copy_from_slice(chunk);
+        *word = u64::from_le_bytes(bytes);
+    }
+    1 + payload.len().div_ceil(8)
+}
+
+/// [`pack_words`] undone: the tag, the payload's bytes and its length.
+pub(crate) fn unpack_words(args: &[u64]) -> (u64, [u8; WORDS_EAGER_BYTES], usize) {
+    let (tag, len) = (args[0] & u32::MAX as u64, (args[0] >> 32) as usize);
+    let mut bytes = [0u8; WORDS_EAGER_BYTES];
+    for (chunk, word) in bytes.chunks_mut(8).zip(&args[1..]) {
+        chunk.copy_from_slice(&word.to_le_bytes());
+    }
+    assert!(
+        len <= 8 * (args.len() - 1),
+        "volley-msg: an eager message in words says {len} bytes but carries {} words",
+        args.len() - 1
+    );
+    (tag, bytes, len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_of_every_length_come_back_from_their_words() {
+        for len in 0..=WORDS_EAGER_BYTES {
+            let payload: Vec<u8> = (0..len).map(|i| (i * 7 + 1) as u8).collect();
+            let mut args = [0u64; volley::MAX_ARGS];
+            let n = pack_words(crate::MAX_TAG, &payload, &mut args);
+            assert_eq!(n, 1 + len.div_ceil(8));
+            let (tag, bytes, got) = unpack_words(&args[..n]);
+            assert_eq!((tag, got), (crate::MAX_TAG, len));
+            assert_eq!(&bytes[..got], &payload[..]);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "carries 1 words")]
+    fn a_length_beyond_the_words_is_refused() {
+        let args = [7 | 9 << 32, 0];
+        let _ = unpack_words(&args);
     }
 }

@@ -10,8 +10,9 @@
 //! - Receives select a source or [`ANY_SOURCE`] and a tag or [`ANY_TAG`]. Messages of one
 //!   sender match in the order they were sent (MPI's non-overtaking rule), wildcards
 //!   included ([`matching`]).
-//! - **Eager** up to [`Msg::eager_limit`] (16 KiB by default): one medium Active Message; the
-//!   handler copies it into the posted receive's buffer or queues it. **Rendezvous** above:
+//! - **Eager** up to [`Msg::eager_limit`] (16 KiB by default): one Active Message (a short
+//!   one with the payload in its arguments up to [`WORDS_EAGER_BYTES`], a medium one above);
+//!   the handler copies it into the posted receive's buffer or queues it. **Rendezvous** above:
 //!   the sender announces the message, and the matched receiver pulls it in 64 KiB chunks,
 //!   answered by a handler straight from the sender's buffer (see `handlers` for why pull).
 //! - **Bounded unexpected queue**: each rank's queue holds `unexpected_bytes` (8 MiB by
@@ -46,10 +47,12 @@ mod handlers;
 pub mod matching;
 mod msg;
 mod request;
+mod slots;
 mod state;
 
 pub use config::{
     MsgConfig, DEFAULT_EAGER_BYTES, DEFAULT_UNEXPECTED_BYTES, ENVELOPE_BYTES, SETTINGS,
+    WORDS_EAGER_BYTES,
 };
 pub use error::{MsgError, Result};
 pub use matching::{Source, TagSel, ANY_SOURCE, ANY_TAG};

@@ -88,6 +88,13 @@ struct Posted<P> {
     item: P,
 }
 
+/// Where an unexpected message is ([`Matcher::locate`]): valid until the engine changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    s: usize,
+    i: usize,
+}
+
 /// Posted receives (`P`, in posting order) and unexpected messages (`U`, per source in
 /// arrival order).
 #[derive(Debug)]
@@ -113,10 +120,13 @@ impl<U, P> Matcher<U, P> {
     /// `tag` (the message is then the caller's to deliver), or `None`: then the caller queues
     /// it with [`Matcher::push_unexpected`].
     pub fn match_arrival(&mut self, src: usize, tag: u64) -> Option<P> {
-        let i = self
-            .posted
-            .iter()
-            .position(|p| p.src.accepts(src) && p.tag.accepts(tag))?;
+        let accepts = |p: &Posted<P>| p.src.accepts(src) && p.tag.accepts(tag);
+        // The usual case (one receive posted, or the earliest matches) without the general
+        // removal's shuffle.
+        if accepts(self.posted.front()?) {
+            return self.posted.pop_front().map(|p| p.item);
+        }
+        let i = self.posted.iter().position(accepts)?;
         self.posted.remove(i).map(|p| p.item)
     }
 
@@ -152,17 +162,38 @@ impl<U, P> Matcher<U, P> {
     /// The earliest unexpected message these selectors accept, left in the queue: its source,
     /// tag and item.
     pub fn probe(&self, src: Source, tag: TagSel) -> Option<(usize, u64, &U)> {
-        let (s, i) = self.find(src, tag)?;
-        let w = &self.unexpected[s][i];
-        Some((s, w.tag, &w.item))
+        self.locate(src, tag).map(|at| self.peek(at))
+    }
+
+    /// Where the earliest unexpected message these selectors accept is, to [`Matcher::peek`]
+    /// at and [`Matcher::take_at`] without searching again.
+    pub fn locate(&self, src: Source, tag: TagSel) -> Option<Found> {
+        self.find(src, tag).map(|(s, i)| Found { s, i })
+    }
+
+    /// The message `at` names: its source, tag and item.
+    pub fn peek(&self, at: Found) -> (usize, u64, &U) {
+        let w = &self.unexpected[at.s][at.i];
+        (at.s, w.tag, &w.item)
     }
 
     /// Removes and returns the earliest unexpected message these selectors accept.
     pub fn take(&mut self, src: Source, tag: TagSel) -> Option<(usize, u64, U)> {
-        let (s, i) = self.find(src, tag)?;
-        let w = self.unexpected[s].remove(i)?;
+        let at = self.locate(src, tag)?;
+        Some(self.take_at(at))
+    }
+
+    /// Removes and returns the message `at` names (found since the last change).
+    pub fn take_at(&mut self, at: Found) -> (usize, u64, U) {
+        let Found { s, i } = at;
+        let queue = &mut self.unexpected[s];
+        let w = match i {
+            0 => queue.pop_front(),
+            _ => queue.remove(i),
+        }
+        .expect("a message found since the last change");
         self.waiting -= 1;
-        Some((s, w.tag, w.item))
+        (s, w.tag, w.item)
     }
 
     /// Posts a receive (after the caller found no unexpected message for it with

@@ -1,7 +1,7 @@
 //! The entry points: [`MsgSetup`] (registered in the runtime builder) and [`Msg`] (sends,
 //! receives and probes of one built runtime).
 
-use crate::config::{Limits, MsgConfig, DEFAULT_PULL_DEPTH, ENVELOPE_BYTES};
+use crate::config::{Limits, MsgConfig, DEFAULT_PULL_DEPTH, ENVELOPE_BYTES, WORDS_EAGER_BYTES};
 use crate::error::{MsgError, Result};
 use crate::handlers::{self, Handlers};
 use crate::matching::{Source, TagSel};
@@ -114,13 +114,13 @@ impl Drop for SlotGuard<'_> {
             // In a critical section: a handler reading a send's bytes outside the lock (on
             // the progress thread) has finished before the slot goes.
             self.msg.rt.critical(|| {
-                self.msg.shared.lock().sends.remove(&self.id);
+                self.msg.shared.lock().sends.remove(self.id);
             });
         } else {
             // Handlers write a receive's buffer under the lock only: removing the slot under
             // it is enough.
             let mut st = self.msg.shared.lock();
-            if st.recvs.remove(&self.id).is_some() {
+            if st.recvs.remove(self.id).is_some() {
                 st.matcher.cancel(|&p| p == self.id);
             }
         }
@@ -227,9 +227,14 @@ impl<'rt> Msg<'rt> {
     fn send_eager(&self, dest: usize, tag: u64, data: &[u8], wait: bool) -> Result<()> {
         let cost = data.len() + ENVELOPE_BYTES;
         self.reserve(dest, cost, wait)?;
-        self.rt
-            .request_medium(dest, self.h.eager, &[tag], data)
-            .inspect_err(|_| self.shared.lock().release(dest, cost))?;
+        let sent = if data.len() <= WORDS_EAGER_BYTES {
+            let mut args = [0; volley::MAX_ARGS];
+            let n = handlers::pack_words(tag, data, &mut args);
+            self.rt.request_short(dest, self.h.eager_words, &args[..n])
+        } else {
+            self.rt.request_medium(dest, self.h.eager, &[tag], data)
+        };
+        sent.inspect_err(|_| self.shared.lock().release(dest, cost))?;
         Ok(())
     }
 
@@ -240,7 +245,7 @@ impl<'rt> Msg<'rt> {
             .inspect_err(|_| {
                 let mut st = self.shared.lock();
                 st.release(dest, ENVELOPE_BYTES);
-                st.sends.remove(&id);
+                st.sends.remove(id);
             })?;
         Ok(())
     }
@@ -284,7 +289,7 @@ impl<'rt> Msg<'rt> {
         // send waits for.
         self.rt.wait_until(|| {
             self.pump();
-            self.shared.lock().sends.get(&id).is_none_or(|s| s.done())
+            self.shared.lock().sends.get(id).is_none_or(|s| s.done())
         });
     }
 
@@ -362,14 +367,8 @@ impl<'rt> Msg<'rt> {
     ) -> Result<Status> {
         let (src, tag) = (src.into(), tag.into());
         self.check_selectors(src, tag)?;
-        if let Some(t) = self.take_queued(src, tag, buf.len())? {
-            buf[..t.data.len()].copy_from_slice(&t.data);
-            return Ok(Status {
-                src: t.src,
-                tag: t.tag,
-                len: t.data.len(),
-            });
-        }
+        // Posted at once: a queued message is copied into `buf` as it is taken, and the wait
+        // then finds the slot complete.
         let id = self.post(
             src,
             tag,
@@ -419,7 +418,7 @@ impl<'rt> Msg<'rt> {
             );
             let taken = st.take_or_post(id, src, tag);
             if taken.is_err() {
-                st.recvs.remove(&id);
+                st.recvs.remove(id);
             }
             (id, taken)
         };
@@ -467,7 +466,7 @@ impl<'rt> Msg<'rt> {
     pub(crate) fn recv_finished(&self, id: u64) -> bool {
         let has_pulls = {
             let st = self.shared.lock();
-            match st.recvs.get(&id).map(|s| s.phase) {
+            match st.recvs.get(id).map(|s| s.phase) {
                 Some(Phase::Done { .. } | Phase::TooSmall { .. }) | None => return true,
                 _ => !st.pulling.is_empty(),
             }
@@ -485,9 +484,9 @@ impl<'rt> Msg<'rt> {
         let check = |taken: &mut Option<RecvSlot>| -> bool {
             let pump = {
                 let mut st = self.shared.lock();
-                match st.recvs.get(&id).map(|s| s.phase) {
+                match st.recvs.get(id).map(|s| s.phase) {
                     Some(Phase::Done { .. } | Phase::TooSmall { .. }) => {
-                        *taken = st.recvs.remove(&id);
+                        *taken = st.recvs.remove(id);
                         return true;
                     }
                     None => return true,

@@ -48,7 +48,7 @@ impl<'a> SendRequest<'a> {
                     .shared
                     .lock()
                     .sends
-                    .get(&id)
+                    .get(id)
                     .is_none_or(|s| s.done())
             }
             _ => true,
@@ -61,7 +61,7 @@ impl<'a> SendRequest<'a> {
             SendState::Done(v) => Ok(v),
             SendState::Pending(id) => {
                 self.msg.wait_send(id);
-                let slot = self.msg.shared.lock().sends.remove(&id);
+                let slot = self.msg.shared.lock().sends.remove(id);
                 let slot = slot.ok_or(MsgError::Finalized)?;
                 if !slot.done() {
                     return Err(MsgError::Finalized);
@@ -82,9 +82,9 @@ impl Drop for SendRequest<'_> {
     fn drop(&mut self) {
         if let SendState::Pending(id) = self.state {
             let mut st = self.msg.shared.lock();
-            match st.sends.get_mut(&id) {
+            match st.sends.get_mut(id) {
                 Some(slot) if slot.done() => {
-                    st.sends.remove(&id);
+                    st.sends.remove(id);
                 }
                 Some(slot) => slot.detached = true,
                 None => {}
@@ -144,13 +144,13 @@ impl Drop for RecvRequest<'_> {
             let mut st = self.msg.shared.lock();
             let posted = st.matcher.cancel(|&p| p == id).is_some();
             if posted {
-                st.recvs.remove(&id);
+                st.recvs.remove(id);
             }
             posted
         };
         if !cancelled {
             self.msg.wait_recv(id);
-            self.msg.shared.lock().recvs.remove(&id);
+            self.msg.shared.lock().recvs.remove(id);
         }
     }
 }

@@ -13,34 +13,11 @@
 
 use crate::config::{Limits, ENVELOPE_BYTES};
 use crate::matching::{Matcher, Source, TagSel};
+use crate::slots::Slots;
 use spin::mutex::{SpinMutex, SpinMutexGuard};
 use spin::relax::Yield;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-
-/// Hashes a slot id as itself: ids are handed out in sequence by this rank, so they spread
-/// over the table's buckets without the cost of a keyed hash (two per message otherwise).
-#[derive(Debug, Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// Slots by id.
-pub(crate) type Slots<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
 
 /// An unexpected message: its payload (eager) or the sender's announcement (rendezvous).
 #[derive(Debug)]
@@ -414,7 +391,7 @@ impl State {
     pub(crate) fn arrive_eager(&mut self, src: usize, tag: u64, payload: &[u8]) -> Option<u64> {
         let len = payload.len();
         while let Some(id) = self.matcher.match_arrival(src, tag) {
-            let Some(slot) = self.recvs.get_mut(&id) else {
+            let Some(slot) = self.recvs.get_mut(id) else {
                 continue;
             };
             if !slot.buf.fits(len) {
@@ -445,7 +422,7 @@ impl State {
         remote: u64,
     ) -> Option<u64> {
         while let Some(id) = self.matcher.match_arrival(src, tag) {
-            let Some(slot) = self.recvs.get_mut(&id) else {
+            let Some(slot) = self.recvs.get_mut(id) else {
                 continue;
             };
             if !slot.buf.fits(len) {
@@ -466,7 +443,7 @@ impl State {
     /// Receive `id` matched a rendezvous message: prepare its buffer and queue its pulls.
     /// An empty message is still pulled (once, for nothing): the sender waits to be asked.
     pub(crate) fn start_pull(&mut self, id: u64, src: usize, tag: u64, len: usize, remote: u64) {
-        let slot = self.recvs.get_mut(&id).expect("the receive's slot");
+        let slot = self.recvs.get_mut(id).expect("the receive's slot");
         slot.buf.prepare(len);
         slot.phase = Phase::Pulling {
             src,
@@ -489,23 +466,21 @@ impl State {
         src: Source,
         tag: TagSel,
     ) -> Result<Option<(usize, u64)>, (usize, u64, usize)> {
-        let fits = |st: &Self| {
-            let slot = st.recvs.get(&id).expect("the receive's slot");
-            match st.matcher.probe(src, tag) {
-                Some((s, t, item)) if !slot.buf.fits(item.len()) => Err((s, t, item.len())),
-                _ => Ok(()),
-            }
-        };
-        fits(self)?;
-        let Some((s, t, item)) = self.matcher.take(src, tag) else {
+        let Some(at) = self.matcher.locate(src, tag) else {
             self.matcher.post(src, tag, id);
             return Ok(None);
         };
+        let (s, t, item) = self.matcher.peek(at);
+        let slot = self.recvs.get(id).expect("the receive's slot");
+        if !slot.buf.fits(item.len()) {
+            return Err((s, t, item.len()));
+        }
+        let (s, t, item) = self.matcher.take_at(at);
         let cost = item.cost();
         self.unexpected_bytes -= cost;
         match item {
             Item::Eager(v) => {
-                let slot = self.recvs.get_mut(&id).expect("the receive's slot");
+                let slot = self.recvs.get_mut(id).expect("the receive's slot");
                 let len = v.len();
                 match &mut slot.buf {
                     // The queued vector becomes the result: no copy.
@@ -533,13 +508,16 @@ impl State {
         tag: TagSel,
         cap: usize,
     ) -> Result<Option<Taken>, (usize, u64, usize)> {
-        match self.matcher.probe(src, tag) {
-            Some((s, t, Item::Eager(v))) if v.len() > cap => return Err((s, t, v.len())),
-            Some((_, _, Item::Eager(_))) => {}
+        let Some(at) = self.matcher.locate(src, tag) else {
+            return Ok(None);
+        };
+        match self.matcher.peek(at) {
+            (s, t, Item::Eager(v)) if v.len() > cap => return Err((s, t, v.len())),
+            (_, _, Item::Eager(_)) => {}
             _ => return Ok(None),
         }
-        let Some((s, t, Item::Eager(data))) = self.matcher.take(src, tag) else {
-            unreachable!("the message probed above");
+        let (s, t, Item::Eager(data)) = self.matcher.take_at(at) else {
+            unreachable!("the message peeked at above");
         };
         let cost = data.len() + ENVELOPE_BYTES;
         self.unexpected_bytes -= cost;
@@ -558,7 +536,7 @@ impl State {
         let mut out = Vec::new();
         let recvs = &mut self.recvs;
         self.pulling.retain(|&id| {
-            let Some(slot) = recvs.get_mut(&id) else {
+            let Some(slot) = recvs.get_mut(id) else {
                 return false;
             };
             let Phase::Pulling {
@@ -590,7 +568,7 @@ impl State {
 
     /// A pulled chunk arrived for receive `id`.
     pub(crate) fn chunk_arrived(&mut self, id: u64, offset: usize, data: &[u8]) {
-        let Some(slot) = self.recvs.get_mut(&id) else {
+        let Some(slot) = self.recvs.get_mut(id) else {
             return;
         };
         let Phase::Pulling {
@@ -700,7 +678,7 @@ mod tests {
         // 10 bytes: refused by the first receive, taken by the second.
         st.arrive_eager(1, 7, &[9; 10]);
         assert_eq!(
-            st.recvs[&a].phase,
+            st.recvs.get(a).unwrap().phase,
             Phase::TooSmall {
                 src: 1,
                 tag: 7,
@@ -708,14 +686,15 @@ mod tests {
             }
         );
         assert_eq!(
-            st.recvs[&b].phase,
+            st.recvs.get(b).unwrap().phase,
             Phase::Done {
                 src: 1,
                 tag: 7,
                 len: 10
             }
         );
-        st.recvs.clear();
+        st.recvs.remove(a);
+        st.recvs.remove(b);
         assert_eq!(&big[..10], &[9; 10]);
         // No receive left: the next one is queued, and a small buffer is refused without
         // taking it.

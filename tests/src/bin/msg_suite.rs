@@ -198,7 +198,19 @@ fn stream(rt: &Runtime, msg: &Msg<'_>) -> String {
 fn pingpong(rt: &Runtime, msg: &Msg<'_>) -> String {
     let me = rt.rank();
     let eager = msg.eager_limit();
-    let sizes = [0, 1, 8, eager, eager + 1, 64 << 10, (64 << 10) + 1, 1 << 20];
+    let words = volley_msg::WORDS_EAGER_BYTES;
+    let sizes = [
+        0,
+        1,
+        8,
+        words,
+        words + 1,
+        eager,
+        eager + 1,
+        64 << 10,
+        (64 << 10) + 1,
+        1 << 20,
+    ];
     if me < 2 {
         let peer = 1 - me;
         let mut buf = vec![0u8; 1 << 20];
