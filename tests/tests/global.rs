@@ -102,7 +102,7 @@ fn small_collectives_take_their_fast_paths() {
 #[test]
 fn hub_waits_spin_while_the_awaited_rank_needs_another_core() {
     let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
-    if !two_cores || std::env::var_os("VOLLEY_TEST_NET").is_some() {
+    if !two_cores || common::test_net().is_some() {
         return;
     }
     Job::raw(["run", "--bind", "-n", "3", SUITE, "hubwait"])
@@ -130,10 +130,7 @@ fn small_broadcasts_from_roots_that_run_ahead() {
 #[test]
 fn large_collectives_single_copy_and_mapped() {
     // Emulated nodes (`VOLLEY_TEST_NET`) hold `VOLLEY_TEST_RANKS_PER_NODE` ranks each.
-    let net = std::env::var("VOLLEY_TEST_NET")
-        .ok()
-        .filter(|n| !n.is_empty());
-    let per_node = net.map(|_| {
+    let per_node = common::test_net().map(|_| {
         std::env::var("VOLLEY_TEST_RANKS_PER_NODE")
             .ok()
             .and_then(|n| n.parse::<usize>().ok())

@@ -58,8 +58,8 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     });
     let s = shared.clone();
     let eager_words = b.request_handler("volley.msg.eager_words", move |m, tok| {
-        let (tag, bytes, len) = unpack_words(m.args());
-        let give = allow_alloc(|| s.lock().arrive_eager(m.src(), tag, &bytes[..len]));
+        let (tag, payload) = unpack_words(m.args());
+        let give = allow_alloc(|| s.lock().arrive_eager(m.src(), tag, payload));
         if let Some(n) = give {
             let _ = tok.reply_short(credit_back, &[n]);
         }
@@ -111,32 +111,29 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
 }
 
 /// The arguments of an eager message in words: its tag and length in the first (tag in the
-/// low 32 bits), then the payload, 8 bytes to a word, little-endian. Returns how many of
-/// `args` it takes; `payload` is at most [`WORDS_EAGER_BYTES`] long.
+/// low 32 bits), then the payload, 8 bytes to a word in the machine's byte order (a job's
+/// ranks share one architecture), so that the receiver reads the bytes in place. Returns how
+/// many of `args` it takes; `payload` is at most [`WORDS_EAGER_BYTES`] long.
 pub(crate) fn pack_words(tag: u64, payload: &[u8], args: &mut [u64; volley::MAX_ARGS]) -> usize {
     debug_assert!(tag <= u32::MAX as u64 && payload.len() <= WORDS_EAGER_BYTES);
     args[0] = tag | (payload.len() as u64) << 32;
-    for (word, chunk) in args[1..].iter_mut().zip(payload.chunks(8)) {
-        let mut bytes = [0u8; 8];
-        bytes[..chunk.len()].copy_from_slice(chunk);
-        *word = u64::from_le_bytes(bytes);
-    }
-    1 + payload.len().div_ceil(8)
+    let words = payload.len().div_ceil(8);
+    bytemuck::cast_slice_mut::<u64, u8>(&mut args[1..=words])[..payload.len()]
+        .copy_from_slice(payload);
+    1 + words
 }
 
-/// [`pack_words`] undone: the tag, the payload's bytes and its length.
-pub(crate) fn unpack_words(args: &[u64]) -> (u64, [u8; WORDS_EAGER_BYTES], usize) {
+/// [`pack_words`] undone: the tag and the payload, read in place.
+pub(crate) fn unpack_words(args: &[u64]) -> (u64, &[u8]) {
     let (tag, len) = (args[0] & u32::MAX as u64, (args[0] >> 32) as usize);
-    let mut bytes = [0u8; WORDS_EAGER_BYTES];
-    for (chunk, word) in bytes.chunks_mut(8).zip(&args[1..]) {
-        chunk.copy_from_slice(&word.to_le_bytes());
-    }
-    assert!(
-        len <= 8 * (args.len() - 1),
-        "volley-msg: an eager message in words says {len} bytes but carries {} words",
-        args.len() - 1
-    );
-    (tag, bytes, len)
+    let bytes: &[u8] = bytemuck::cast_slice(&args[1..]);
+    let Some(payload) = bytes.get(..len) else {
+        panic!(
+            "volley-msg: an eager message in words says {len} bytes but its arguments hold {}",
+            bytes.len()
+        );
+    };
+    (tag, payload)
 }
 
 #[cfg(test)]
@@ -150,14 +147,14 @@ mod tests {
             let mut args = [0u64; volley::MAX_ARGS];
             let n = pack_words(crate::MAX_TAG, &payload, &mut args);
             assert_eq!(n, 1 + len.div_ceil(8));
-            let (tag, bytes, got) = unpack_words(&args[..n]);
-            assert_eq!((tag, got), (crate::MAX_TAG, len));
-            assert_eq!(&bytes[..got], &payload[..]);
+            let (tag, got) = unpack_words(&args[..n]);
+            assert_eq!(tag, crate::MAX_TAG);
+            assert_eq!(got, &payload[..]);
         }
     }
 
     #[test]
-    #[should_panic(expected = "carries 1 words")]
+    #[should_panic(expected = "says 9 bytes but its arguments hold 8")]
     fn a_length_beyond_the_words_is_refused() {
         let args = [7 | 9 << 32, 0];
         let _ = unpack_words(&args);

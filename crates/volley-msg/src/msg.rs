@@ -6,7 +6,7 @@ use crate::error::{MsgError, Result};
 use crate::handlers::{self, Handlers};
 use crate::matching::{Source, TagSel};
 use crate::request::{RecvRequest, SendRequest};
-use crate::state::{Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf};
+use crate::state::{Begun, Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf};
 use crate::MAX_TAG;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -367,22 +367,39 @@ impl<'rt> Msg<'rt> {
     ) -> Result<Status> {
         let (src, tag) = (src.into(), tag.into());
         self.check_selectors(src, tag)?;
-        // Posted at once: a queued message is copied into `buf` as it is taken, and the wait
-        // then finds the slot complete.
-        let id = self.post(
-            src,
-            tag,
-            Buf::User(UserBuf {
-                ptr: buf.as_mut_ptr(),
-                cap: buf.len(),
-            }),
-        )?;
+        let user = UserBuf {
+            ptr: buf.as_mut_ptr(),
+            cap: buf.len(),
+        };
+        // One hold of the state takes a queued message or posts the receive.
+        let begun = self.shared.lock().begin_into(src, tag, user);
+        let (id, credit) = match begun {
+            Err((src, tag, len)) => {
+                return Err(MsgError::BufferTooSmall {
+                    src,
+                    tag,
+                    len,
+                    capacity: buf.len(),
+                })
+            }
+            Ok(Begun::Done {
+                src,
+                tag,
+                len,
+                credit,
+            }) => {
+                self.give_credit(credit)?;
+                return Ok(Status { src, tag, len });
+            }
+            Ok(Begun::Posted { id, credit }) => (id, credit),
+        };
         let guard = SlotGuard {
             msg: self,
             id,
             send: false,
             armed: Cell::new(true),
         };
+        self.give_credit(credit)?;
         let slot = self.wait_take(id);
         if slot.is_some() {
             // Taken out by the wait: the guard has nothing left to do.
@@ -400,6 +417,14 @@ impl<'rt> Msg<'rt> {
         }
     }
 
+    /// Returns the credit a receive freed, if a batch has gathered.
+    fn give_credit(&self, credit: Option<(usize, u64)>) -> Result<()> {
+        if let Some((to, n)) = credit {
+            self.rt.request_short(to, self.h.credit, &[n])?;
+        }
+        Ok(())
+    }
+
     /// Posts a receive: `Ok(id)` of its slot, which may already be complete.
     fn post(&self, src: Source, tag: TagSel, buf: Buf) -> Result<u64> {
         let cap = match &buf {
@@ -408,14 +433,7 @@ impl<'rt> Msg<'rt> {
         };
         let (id, taken) = {
             let mut st = self.shared.lock();
-            let id = st.next_id();
-            st.recvs.insert(
-                id,
-                RecvSlot {
-                    buf,
-                    phase: Phase::Posted,
-                },
-            );
+            let id = st.post_slot(buf);
             let taken = st.take_or_post(id, src, tag);
             if taken.is_err() {
                 st.recvs.remove(id);

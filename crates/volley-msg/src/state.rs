@@ -128,6 +128,23 @@ pub(crate) struct Taken {
     pub(crate) credit: Option<(usize, u64)>,
 }
 
+/// How [`State::begin_into`] started a blocking receive.
+#[derive(Debug)]
+pub(crate) enum Begun {
+    /// A queued eager message is in the caller's buffer.
+    Done {
+        src: usize,
+        tag: u64,
+        len: usize,
+        credit: Option<(usize, u64)>,
+    },
+    /// Slot `id` waits for its message, or pulls it.
+    Posted {
+        id: u64,
+        credit: Option<(usize, u64)>,
+    },
+}
+
 /// A receive in flight.
 #[derive(Debug)]
 pub(crate) struct RecvSlot {
@@ -498,6 +515,60 @@ impl State {
         Ok(self.owe(s, cost).map(|c| (s, c)))
     }
 
+    /// A blocking receive into the caller's buffer `buf`: takes the earliest queued message
+    /// these selectors accept (an eager one is copied into `buf` at once, a rendezvous one
+    /// starts pulling into a new slot) or posts a new slot. `Err` (nothing taken) when the
+    /// message is longer than `buf`.
+    pub(crate) fn begin_into(
+        &mut self,
+        src: Source,
+        tag: TagSel,
+        buf: UserBuf,
+    ) -> Result<Begun, (usize, u64, usize)> {
+        let Some(at) = self.matcher.locate(src, tag) else {
+            let id = self.post_slot(Buf::User(buf));
+            self.matcher.post(src, tag, id);
+            return Ok(Begun::Posted { id, credit: None });
+        };
+        let (s, t, item) = self.matcher.peek(at);
+        if item.len() > buf.cap {
+            return Err((s, t, item.len()));
+        }
+        let (s, t, item) = self.matcher.take_at(at);
+        let cost = item.cost();
+        self.unexpected_bytes -= cost;
+        let credit = self.owe(s, cost).map(|c| (s, c));
+        match item {
+            Item::Eager(v) => {
+                Buf::User(buf).write(0, &v);
+                Ok(Begun::Done {
+                    src: s,
+                    tag: t,
+                    len: v.len(),
+                    credit,
+                })
+            }
+            Item::Rendezvous { len, remote } => {
+                let id = self.post_slot(Buf::User(buf));
+                self.start_pull(id, s, t, len, remote);
+                Ok(Begun::Posted { id, credit })
+            }
+        }
+    }
+
+    /// A new receive slot for `buf`, posted and waiting; returns its id.
+    pub(crate) fn post_slot(&mut self, buf: Buf) -> u64 {
+        let id = self.next_id();
+        self.recvs.insert(
+            id,
+            RecvSlot {
+                buf,
+                phase: Phase::Posted,
+            },
+        );
+        id
+    }
+
     /// The fast path of a blocking receive: takes the earliest queued message these
     /// selectors accept if it is eager and at most `cap` bytes long. `Err` (nothing taken)
     /// when it is longer; `Ok(None)` when there is none, or it is a rendezvous message (the
@@ -716,6 +787,51 @@ mod tests {
         );
         assert_eq!(st.matcher.unexpected_len(), 1);
         assert_eq!(st.unexpected_bytes, 10 + ENVELOPE_BYTES);
+    }
+
+    #[test]
+    fn a_blocking_receive_copies_a_queued_message_refuses_a_long_one_or_posts() {
+        let mut st = state(4096);
+        let mut buf = [0u8; 8];
+        let user = |b: &mut [u8]| UserBuf {
+            ptr: b.as_mut_ptr(),
+            cap: b.len(),
+        };
+        st.arrive_eager(2, 5, &[3; 6]);
+        st.arrive_eager(2, 5, &[4; 9]);
+        match st.begin_into(Source::Any, TagSel::Tag(5), user(&mut buf)) {
+            Ok(Begun::Done {
+                src: 2,
+                tag: 5,
+                len: 6,
+                ..
+            }) => {}
+            other => panic!("the first queued message, copied: got {other:?}"),
+        }
+        assert_eq!(buf[..6], [3; 6]);
+        // 9 bytes do not fit 8: refused, still queued.
+        assert_eq!(
+            st.begin_into(Source::Rank(2), TagSel::Any, user(&mut buf))
+                .unwrap_err(),
+            (2, 5, 9)
+        );
+        assert_eq!(st.matcher.unexpected_len(), 1);
+        // Nothing from rank 1: posted; the next arrival from it lands in the buffer.
+        let Ok(Begun::Posted { id, credit: None }) =
+            st.begin_into(Source::Rank(1), TagSel::Any, user(&mut buf))
+        else {
+            panic!("a receive with nothing queued is posted");
+        };
+        st.arrive_eager(1, 9, &[7; 8]);
+        assert_eq!(
+            st.recvs.remove(id).unwrap().phase,
+            Phase::Done {
+                src: 1,
+                tag: 9,
+                len: 8
+            }
+        );
+        assert_eq!(buf, [7; 8]);
     }
 
     #[test]
