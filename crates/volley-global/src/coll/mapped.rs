@@ -107,8 +107,12 @@ impl Global<'_> {
     /// Whether a large collective of `bytes` may move its data on this node by itself
     /// (`hw`, every rank on this node, at least two ranks): the same answer on every rank.
     pub(super) fn mapped_applies(&self, bytes: usize) -> bool {
-        let local = (0..self.procs).all(|r| self.rt.is_local(r));
-        self.strategy == Strategy::Hw && bytes >= MAPPED_BYTES && local && self.procs > 1
+        // The size first: a small collective's path pays for one compare here, not a look
+        // at every rank.
+        bytes >= MAPPED_BYTES
+            && self.strategy == Strategy::Hw
+            && self.procs > 1
+            && (0..self.procs).all(|r| self.rt.is_local(r))
     }
 
     /// The scratch (of at least `room` bytes) for a collective of `bytes`, allocated

@@ -418,7 +418,12 @@ impl Global<'_> {
         if let Some(r) = self.hub_all_to_all(epoch, what, send, recv) {
             return r;
         }
-        if self.cma_all_to_all(epoch, what, send, recv)? || self.mapped_all_to_all(send, recv)? {
+        // Checked here first: a small all-to-all's path then calls neither large path.
+        let large = self.mapped_applies(std::mem::size_of_val(send));
+        if large
+            && (self.cma_all_to_all(epoch, what, send, recv)?
+                || self.mapped_all_to_all(send, recv)?)
+        {
             return Ok(());
         }
         // Step k of a small all-to-all is the message from rank me - k: the fast lane's rule
