@@ -232,9 +232,15 @@ impl Pair {
         let (mut tagged_r, mut am_r) = (Vec::new(), Vec::new());
         for b in 0..bursts {
             for am in [false, true] {
-                self.rt.barrier();
+                // Read before the barrier, while no sink can be in flight: the last burst was
+                // handled before this rank got here, and rank 0 sends the next only after
+                // the barrier. Read after it, the count could include the start of the new
+                // burst (drained by the barrier's own polls), and the wait below would never end.
                 let base = self.sinks.load(Ordering::Relaxed);
+                self.rt.barrier();
                 if me == 0 {
+                    // Let rank 1 leave the barrier first, so it does not drain the burst there.
+                    spin_for(Duration::from_micros(10));
                     let t0 = Instant::now();
                     for k in 0..BURST as u64 {
                         let v = b * BURST as u64 + k;
