@@ -834,14 +834,63 @@ fn experiment_seed000_xfer_verifies_and_reports_every_figure() {
 
 #[test]
 fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
+    let dir = std::env::temp_dir().join(format!("volley-msg-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, svg) = (dir.join("msg.csv"), dir.join("msg.svg"));
     let (code, out, err) = run(
         &[
-            "bench", "msg", "--reps", "1", "--scale", "0.02", "--json", "-",
+            "bench",
+            "msg",
+            "--reps",
+            "1",
+            "--scale",
+            "0.02",
+            "--json",
+            "-",
+            "--osu",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
         ],
         Duration::from_secs(240),
     );
     assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
     let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    // The sweeps: one curve, latency and bandwidth from 8 B to 16 MiB, beside memcpy; in the
+    // OSU layout on stderr, as CSV and as a plot.
+    let curve = &doc["configs"][0];
+    assert_eq!(curve["name"], "tagged send/recv", "{doc}");
+    for key in ["latency", "bandwidth", "memcpy"] {
+        let points = curve[key]
+            .as_array()
+            .unwrap_or_else(|| panic!("{key}: {doc}"));
+        let sizes: Vec<u64> = points.iter().map(|p| p["size"].as_u64().unwrap()).collect();
+        assert_eq!(
+            sizes,
+            (3..=24).map(|p| 1u64 << p).collect::<Vec<_>>(),
+            "{key}"
+        );
+        for p in points {
+            let x = p["latency_us"].as_f64().or(p["mb_per_s"].as_f64());
+            assert!(x.is_some_and(|x| x.is_finite() && x > 0.0), "{key}: {p}");
+        }
+    }
+    for header in [
+        "# Size          Latency (us)",
+        "# Size      Bandwidth (MB/s)",
+    ] {
+        assert_eq!(err.matches(header).count(), 1, "{header:?}:\n{err}");
+    }
+    assert!(err.contains("\n16777216  "), "a row for 16 MiB:\n{err}");
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    assert_eq!(csv.lines().count(), 1 + 22, "{csv}");
+    assert!(csv.contains("\ntagged send/recv,16777216,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).expect("the plot");
+    for series in ["volley tagged send/recv", "memcpy (floor)"] {
+        assert!(svg.contains(series), "{series} in the plot");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     let mut keys = vec![
         "tagged_rtt_ns",
         "am_short_rtt_ns",

@@ -46,8 +46,9 @@ pub enum BenchCommand {
     /// memory, UDP and TCP, with latency and bandwidth sweeps from 8 B to 16 MiB.
     Loggp(LoggpArgs),
     /// The tag-matching layer (volley-msg) beside the Active Messages under it and Open
-    /// MPI's send/receive: round trips, sender overheads, one-way signals.
-    Msg(BenchArgs),
+    /// MPI's send/receive: round trips, sender overheads, one-way signals, and latency and
+    /// bandwidth swept from 8 B to 16 MiB.
+    Msg(MsgArgs),
 }
 
 /// Options of `volley bench loggp`.
@@ -79,6 +80,15 @@ pub struct LoggpArgs {
 /// Options of `volley bench am`.
 #[derive(Debug, clap::Args)]
 pub struct AmArgs {
+    #[command(flatten)]
+    common: BenchArgs,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
+}
+
+/// Options of `volley bench msg`.
+#[derive(Debug, clap::Args)]
+pub struct MsgArgs {
     #[command(flatten)]
     common: BenchArgs,
     #[command(flatten)]
@@ -311,14 +321,18 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
         BenchCommand::Loggp(a) => loggp_main(a),
         BenchCommand::Msg(a) => run_bench(
             "msg",
-            a,
+            a.common,
             Needs {
                 any_transport: true,
                 two_cpus: true,
             },
             msg::bench,
             msg::print_table,
-            None,
+            Some(Sweeps {
+                out: &a.out,
+                osu: msg::print_osu,
+                csv: msg::csv,
+            }),
         ),
         BenchCommand::Coll(a) => run_bench(
             "coll",

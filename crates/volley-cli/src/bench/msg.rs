@@ -11,11 +11,17 @@
 //! - one-way signals (seed 000's signal benchmark): a stream of messages whose receipt only
 //!   counts, closed by one reply, per message.
 //!
+//! - sweeps from 8 B to 16 MiB: the tagged ping-pong (half its round trip, OSU's latency) and
+//!   a one-way stream of blocking `send`s taken with `recv_into` (eager up to the eager limit,
+//!   rendezvous above it, where each send waits for its pull), beside memcpy.
+//!
 //! Every message carries a value the receiver checks ([`PairFigures::failures`]); the
 //! experiment `seed000-am-vs-sendrecv` runs the same measurements and reports them as seed
 //! 000's requirement 37.
 
-use super::{median, median_present, Medians, Reps, Transport, NETWORK_SCALE};
+use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
+use super::sweep::{sweep_iters, Curves};
+use super::{median, median_curve, median_present, Medians, Reps, Transport, NETWORK_SCALE};
 use serde::{Deserialize, Serialize};
 use std::cell::Cell;
 use std::io::Write;
@@ -32,6 +38,7 @@ const TAG_PING: u64 = 1;
 const TAG_BURST: u64 = 2;
 const TAG_SIGNAL: u64 = 3;
 const TAG_DONE: u64 = 4;
+const TAG_SWEEP: u64 = 5;
 
 /// One repetition's figures, rank 0's (ns).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -60,6 +67,12 @@ pub struct PairFigures {
     /// each side's segment).
     #[serde(rename = "am_long_rtt_1MiB_ns", default)]
     pub am_long_rtt_1mib_ns: f64,
+    /// Tagged ping-pong by size, 8 B to 16 MiB: half the round trip.
+    #[serde(default)]
+    pub sweep_latency: Vec<LatencyPoint>,
+    /// A one-way stream of blocking `send`s taken with `recv_into`, by size.
+    #[serde(default)]
+    pub sweep_bandwidth: Vec<BandwidthPoint>,
     /// Messages checked (sent and received with the value they must carry).
     pub checked: u64,
     /// What arrived wrong (empty when everything arrived intact).
@@ -80,6 +93,8 @@ impl Medians for PairFigures {
             am_signal_ns: med(|r| r.am_signal_ns),
             tagged_rtt_1mib_ns: med(|r| r.tagged_rtt_1mib_ns),
             am_long_rtt_1mib_ns: med(|r| r.am_long_rtt_1mib_ns),
+            sweep_latency: median_curve(reps, |r| &r.sweep_latency),
+            sweep_bandwidth: median_curve(reps, |r| &r.sweep_bandwidth),
             checked: reps.iter().map(|r| r.checked).sum(),
             failures: reps.iter().flat_map(|r| r.failures.clone()).collect(),
         }
@@ -395,6 +410,76 @@ impl Pair {
         self.rt.barrier();
     }
 
+    /// The sweeps, every size from 8 B to 16 MiB: a tagged ping-pong, and a one-way stream of
+    /// blocking `send`s closed by one answer. The last message of each is checked byte by byte.
+    fn sweeps(&self, msg: &Msg<'_>, f: &mut PairFigures) {
+        let me = self.rt.rank();
+        let max = 1usize << *SIZES.end();
+        let data: Vec<u8> = (0..max).map(|j| (j * 13 + 5) as u8).collect();
+        let mut buf = vec![0u8; max];
+        let fail = |f: &mut PairFigures, what: String| {
+            if f.failures.len() < 10 {
+                f.failures.push(what);
+            }
+        };
+        for size in SIZES.map(|p| 1usize << p) {
+            let (out, into) = (&data[..size], &mut buf[..size]);
+            into.fill(0);
+            // Ping-pong; the first round trip warms up.
+            let n = sweep_iters(self.scale, size, 10_000, 64 << 20);
+            self.rt.barrier();
+            let mut t0 = Instant::now();
+            for i in 0..=n {
+                if i == 1 {
+                    t0 = Instant::now();
+                }
+                let r = if me == 0 {
+                    msg.send(1, TAG_SWEEP, out)
+                        .and_then(|()| msg.recv_into(1, TAG_SWEEP, into).map(drop))
+                } else {
+                    msg.recv_into(0, TAG_SWEEP, into)
+                        .and_then(|_| msg.send(0, TAG_SWEEP, into))
+                };
+                if r.is_err() {
+                    fail(f, format!("sweep ping-pong of {size} B, round {i}: {r:?}"));
+                }
+            }
+            let rtt_ns = t0.elapsed().as_nanos() as f64 / n as f64;
+            self.checked.set(self.checked.get() + 1);
+            if into != out {
+                fail(f, format!("sweep ping-pong of {size} B: the echo differs"));
+            }
+            f.sweep_latency.push(LatencyPoint {
+                size,
+                latency_us: rtt_ns / 2e3,
+            });
+            // One-way stream.
+            into.fill(0);
+            let n = sweep_iters(self.scale, size, 20_000, 64 << 20);
+            self.rt.barrier();
+            let t0 = Instant::now();
+            let r = if me == 0 {
+                (0..n)
+                    .try_for_each(|_| msg.send(1, TAG_SWEEP, out))
+                    .and_then(|()| msg.recv_into(1, TAG_DONE, &mut [0u8; 8]).map(drop))
+            } else {
+                (0..n)
+                    .try_for_each(|_| msg.recv_into(0, TAG_SWEEP, into).map(drop))
+                    .and_then(|()| msg.send(0, TAG_DONE, &n.to_le_bytes()))
+            };
+            let ns = t0.elapsed().as_nanos() as f64;
+            self.checked.set(self.checked.get() + 1);
+            if r.is_err() || (me == 1 && into != out) {
+                fail(f, format!("sweep stream of {size} B: {r:?}"));
+            }
+            f.sweep_bandwidth.push(BandwidthPoint {
+                size,
+                mb_per_s: (n as usize * size) as f64 / ns * 1e3,
+            });
+        }
+        f.checked += self.checked.replace(0);
+    }
+
     /// Merges rank 1's figures (the receive overheads, what it checked and what arrived
     /// wrong there) into rank 0's, through the tag-matching layer.
     pub(crate) fn merge_receiver(&self, msg: &Msg<'_>, f: &mut PairFigures) -> Result<(), String> {
@@ -476,6 +561,12 @@ pub struct MsgReport {
     pub reps: usize,
     /// Iteration scale.
     pub scale: f64,
+    /// The sweeps as named curves (µs and MB/s, the memcpy floor on the first), as
+    /// `volley report` and `--plot` read them.
+    pub configs: Vec<Curves>,
+    /// Where and when.
+    #[serde(default)]
+    pub machine: Machine,
     /// Every repetition's figures.
     pub runs: Vec<PairFigures>,
 }
@@ -487,6 +578,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     let mut runs = Vec::new();
     for _ in 0..reps {
         let mut f = pair.one_rep(&msg);
+        pair.sweeps(&msg, &mut f);
         pair.merge_receiver(&msg, &mut f)?;
         runs.push(f);
     }
@@ -527,7 +619,9 @@ pub(crate) fn floor(
 /// the median of the repetitions' own ratios: this VM changes speed between seconds, so only
 /// figures taken side by side compare.
 pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport, String> {
+    let machine = Machine::here();
     let (floor_key, floor_ns) = floor(transport, scale, reps)?;
+    let memcpy = super::sweep::memcpy_curve(reps, scale);
     let job_scale = if transport == Transport::Shm {
         scale
     } else {
@@ -593,8 +687,29 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport,
         transport: transport.name().into(),
         reps,
         scale,
+        configs: vec![Curves {
+            name: "tagged send/recv".into(),
+            latency: m.sweep_latency,
+            bandwidth: m.sweep_bandwidth,
+            memcpy,
+        }],
+        machine,
         runs: runs.reps,
     })
+}
+
+/// The sweeps in the OSU micro-benchmarks' layout.
+pub fn print_osu(r: &MsgReport, w: &mut dyn Write) {
+    let (lat, bw) = (
+        "send + recv_into ping-pong, half the round trip",
+        "a stream of blocking sends",
+    );
+    super::sweep::print_osu("msg", lat, bw, &r.configs, w);
+}
+
+/// The sweeps as CSV.
+pub fn csv(r: &MsgReport) -> String {
+    super::sweep::csv(&r.configs)
 }
 
 /// The table: every figure beside the floor, tagged beside AM and Open MPI.
@@ -707,6 +822,15 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
         r.checked,
         r.failures.len()
     );
+    let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = r
+        .configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.latency[..], &c.bandwidth[..]))
+        .collect();
+    if let Some(c) = r.configs.first().filter(|c| !c.memcpy.is_empty()) {
+        cols.push(("memcpy (floor)".into(), &[], &c.memcpy[..]));
+    }
+    super::peers::print_side_by_side("sweeps", &cols, w);
     for e in &r.failures {
         let _ = writeln!(w, "  FAILED: {e}");
     }

@@ -9,7 +9,7 @@
 //! `osu_put_bw` and `osu_get_bw` do.
 
 use super::loggp::{BandwidthPoint, LatencyPoint, Machine, SIZES};
-use super::sweep::{memcpy_mb_per_s, sweep_iters, Curves};
+use super::sweep::{sweep_iters, Curves};
 use super::{median_curve, median_present, CurvePoint, Medians, Reps, Transport};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
@@ -307,22 +307,6 @@ pub fn memcpy_gbps(reps: usize, scale: f64) -> f64 {
     super::median(&mut samples)
 }
 
-/// memcpy of every sweep size in this process, MB/s (median of `reps`).
-fn memcpy_curve(reps: usize, scale: f64) -> Vec<BandwidthPoint> {
-    SIZES
-        .map(|p| {
-            let size = 1usize << p;
-            let n = sweep_iters(scale, size, 100_000, 256 << 20);
-            let mut samples: Vec<f64> =
-                (0..reps.max(3)).map(|_| memcpy_mb_per_s(size, n)).collect();
-            BandwidthPoint {
-                size,
-                mb_per_s: super::median(&mut samples),
-            }
-        })
-        .collect()
-}
-
 /// A path's operation as named curves in µs and MB/s.
 fn curves(name: &str, latency: &[SizeNs], bandwidth: &[SizeGbps]) -> Curves {
     Curves {
@@ -360,7 +344,7 @@ pub fn csv(r: &RmaReport) -> String {
 pub fn bench(reps: usize, scale: f64) -> Result<RmaReport, String> {
     let machine = Machine::here();
     let memcpy = memcpy_gbps(reps, scale);
-    let memcpy_curve = memcpy_curve(reps, scale);
+    let memcpy_curve = super::sweep::memcpy_curve(reps, scale);
     let job = |which: &str| {
         super::run_ranks::<Reps<RmaFigures>>(which, 2, scale, reps, Transport::Shm, &[])?.medians()
     };

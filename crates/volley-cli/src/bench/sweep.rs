@@ -33,6 +33,22 @@ pub fn memcpy_mb_per_s(size: usize, n: u64) -> f64 {
     (n as usize * size) as f64 / t0.elapsed().as_nanos() as f64 * 1e3
 }
 
+/// memcpy of every sweep size in this process, MB/s (median of `reps`, at least three).
+pub fn memcpy_curve(reps: usize, scale: f64) -> Vec<BandwidthPoint> {
+    super::loggp::SIZES
+        .map(|p| {
+            let size = 1usize << p;
+            let n = sweep_iters(scale, size, 100_000, 256 << 20);
+            let mut samples: Vec<f64> =
+                (0..reps.max(3)).map(|_| memcpy_mb_per_s(size, n)).collect();
+            BandwidthPoint {
+                size,
+                mb_per_s: super::median(&mut samples),
+            }
+        })
+        .collect()
+}
+
 /// One operation's sweeps as named curves, in the layout `volley report` and `--plot` read
 /// (µs and MB/s, like OSU's): a report's `configs`.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
