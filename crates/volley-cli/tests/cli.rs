@@ -923,9 +923,26 @@ fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
 
 #[test]
 fn bench_coll_reports_every_collective_beside_its_floor_and_open_mpi() {
+    let dir = std::env::temp_dir().join(format!("volley-coll-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, svg) = (dir.join("coll.csv"), dir.join("coll.svg"));
     let (code, out, err) = run(
         &[
-            "bench", "coll", "--reps", "1", "--scale", "0.01", "--ranks", "2,4", "--json", "-",
+            "bench",
+            "coll",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--ranks",
+            "2,4",
+            "--json",
+            "-",
+            "--osu",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
         ],
         Duration::from_secs(300),
     );
@@ -991,6 +1008,49 @@ fn bench_coll_reports_every_collective_beside_its_floor_and_open_mpi() {
         err.contains("v/floor") && err.contains("floor on 4 ranks"),
         "{err}"
     );
+    // The sweeps: three collectives per rank count, 8 B to 1 MiB, as JSON curves, OSU blocks
+    // on stderr, CSV rows and plot series.
+    let names: Vec<&str> = doc["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    let want = [
+        "allreduce 2 ranks",
+        "alltoall 2 ranks",
+        "bcast 2 ranks",
+        "allreduce 4 ranks",
+        "alltoall 4 ranks",
+        "bcast 4 ranks",
+    ];
+    assert_eq!(names, want, "{doc}");
+    for c in doc["configs"].as_array().unwrap() {
+        let points = c["latency"].as_array().expect("latency");
+        let sizes: Vec<u64> = points.iter().map(|p| p["size"].as_u64().unwrap()).collect();
+        assert_eq!(sizes, (3..=20).map(|p| 1u64 << p).collect::<Vec<_>>());
+        for p in points {
+            let x = p["latency_us"].as_f64().unwrap_or(f64::NAN);
+            assert!(x.is_finite() && x > 0.0, "{c}");
+        }
+    }
+    assert_eq!(
+        err.matches("# Size          Latency (us)").count(),
+        6,
+        "{err}"
+    );
+    assert!(err.contains("\n1048576  "), "a row for 1 MiB:\n{err}");
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    assert_eq!(csv.lines().count(), 1 + 6 * 18, "{csv}");
+    assert!(csv.contains("\nbcast 4 ranks,1048576,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).expect("the plot");
+    for series in want {
+        assert!(
+            svg.contains(&format!("volley {series}")),
+            "{series} in the plot"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

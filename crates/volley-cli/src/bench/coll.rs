@@ -4,7 +4,14 @@
 //! Each figure is measured as the MPI program measures its own: after a barrier every rank
 //! times `iters` back-to-back calls, the repetition's figure is the slowest rank's mean per
 //! call, and the reported figure is the median over repetitions.
+//!
+//! Sweeps, as OSU's `osu_allreduce`, `osu_alltoall` and `osu_bcast` report them: the latency
+//! of each collective for message sizes from 8 B to 1 MiB (the OSU collectives' default
+//! largest), an all-reduce of that many bytes of f64, an all-to-all of that many bytes per
+//! pair, a broadcast of that many bytes from rank 0.
 
+use super::loggp::{LatencyPoint, Machine};
+use super::sweep::{sweep_iters, Curves};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::time::Instant;
@@ -13,6 +20,8 @@ use volley_global::{Global, Op};
 
 /// Rank counts measured by default.
 pub const RANKS: [usize; 3] = [2, 4, 8];
+/// The sweeps' sizes: 8 B to 1 MiB, by powers of two.
+const SWEEP_SIZES: std::ops::RangeInclusive<u32> = 3..=20;
 
 /// One rank count's figures: volley's, then Open MPI's (absent without Open MPI).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -52,6 +61,10 @@ pub struct CollRun {
     /// all-reduce and all-to-all) can cost on these ranks here ([`call_floor_ns`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub floor_ns: Option<f64>,
+    /// Latency by size of the all-reduce, the all-to-all and the broadcast (µs per call,
+    /// slowest rank, median of repetitions), named `allreduce`, `alltoall`, `bcast`.
+    #[serde(default)]
+    pub sweeps: Vec<Curves>,
     /// Open MPI's figures on the same ranks, measured right after.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mpi: Option<super::mpi_peer::MpiColl>,
@@ -68,6 +81,13 @@ pub struct CollReport {
     /// Why there are no MPI figures, if there are none.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mpi_note: Option<String>,
+    /// Every rank count's sweeps as named curves (`allreduce 4 ranks`, ...), as `volley
+    /// report` and `--plot` read them.
+    #[serde(default)]
+    pub configs: Vec<Curves>,
+    /// Where and when.
+    #[serde(default)]
+    pub machine: Machine,
 }
 
 /// The rank side: measures every collective `reps` times; rank 0 writes the medians to `out`.
@@ -80,7 +100,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     let p = g.procs();
     // The median ns per call, and the yields per call of the mean rank (a count, steady where
     // times are not: how often the cores changed hands).
-    let time = |n: usize, f: &mut dyn FnMut()| -> Result<(f64, f64), String> {
+    let mut time = |n: usize, f: &mut dyn FnMut()| -> Result<(f64, f64), String> {
         let mut samples = Vec::new();
         for _ in 0..(n / 10).max(1) {
             f();
@@ -139,6 +159,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
         g.all_to_all(&send64, &mut recv64)
             .unwrap_or_else(|e| fail("all_to_all", e));
     })?;
+    let sweeps = sweeps(&g, scale, &mut time)?;
     // Check the results once, so that a fast wrong collective cannot pass.
     let mut w = [g.my_proc() as u64 + 1];
     g.all_reduce(&mut w, Op::Sum).map_err(|e| e.to_string())?;
@@ -156,6 +177,7 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
             alltoall_8b_ns,
             alltoall_64kib_ns,
             yields_per_call: [barrier_yields, allreduce_8b_yields, alltoall_8b_yields],
+            sweeps,
             handoff_ns: None,
             cacheline_rtt_ns: None,
             floor_ns: None,
@@ -167,8 +189,89 @@ pub fn run(out: &std::path::Path, scale: f64, reps: usize) -> Result<(), String>
     Ok(())
 }
 
+/// Times `iters` calls of a collective on every rank: (median ns per call of the slowest
+/// rank, yields per rank and call).
+type Timer<'a> = dyn FnMut(usize, &mut dyn FnMut()) -> Result<(f64, f64), String> + 'a;
+
+/// The sweeps of one job: each collective's latency for every size of [`SWEEP_SIZES`], timed
+/// by `time` (iterations, call) as the fixed sizes are, and checked once at each size.
+fn sweeps(
+    g: &Global<'_>,
+    scale: f64,
+    time: &mut Timer<'_>,
+) -> Result<Vec<Curves>, String> {
+    let (me, p) = (g.my_proc(), g.procs());
+    let fail = |what: &str, e: volley_global::GlobalError| format!("{what}: {e}");
+    let mut curves: Vec<Curves> = ["allreduce", "alltoall", "bcast"]
+        .map(|name| Curves {
+            name: name.into(),
+            ..Curves::default()
+        })
+        .into();
+    for size in SWEEP_SIZES.map(|e| 1usize << e) {
+        let words = size / 8;
+        let n = sweep_iters(scale, size, 1000, 16 << 20) as usize;
+        let mut point = |c: usize, ns: f64| {
+            curves[c].latency.push(LatencyPoint {
+                size,
+                latency_us: ns / 1e3,
+            })
+        };
+        let mut data = vec![me as f64 + 1.0; words];
+        let mut err = None;
+        let (ns, _) = time(n, &mut || {
+            data.fill(me as f64 + 1.0);
+            if let Err(e) = g.all_reduce(&mut data, Op::Sum) {
+                err.get_or_insert(fail("all_reduce", e));
+            }
+        })?;
+        point(0, ns);
+        let send: Vec<u64> = (0..p * words)
+            .map(|i| (me * p * words + i) as u64)
+            .collect();
+        let mut recv = vec![0u64; p * words];
+        let (ns, _) = time(n, &mut || {
+            if let Err(e) = g.all_to_all(&send, &mut recv) {
+                err.get_or_insert(fail("all_to_all", e));
+            }
+        })?;
+        point(1, ns);
+        let mut bytes = vec![0u64; words];
+        let (ns, _) = time(n, &mut || {
+            if me == 0 {
+                bytes
+                    .iter_mut()
+                    .enumerate()
+                    .for_each(|(i, b)| *b = i as u64);
+            }
+            if let Err(e) = g.broadcast(0, &mut bytes) {
+                err.get_or_insert(fail("broadcast", e));
+            }
+        })?;
+        point(2, ns);
+        if let Some(e) = err {
+            return Err(format!("{size} B: {e}"));
+        }
+        // What the last call of each left, against what it must be.
+        let sum = (p * (p + 1) / 2) as f64;
+        let block = |src: usize| src * p * words + me * words..src * p * words + (me + 1) * words;
+        let a2a_ok = (0..p).all(|src| {
+            recv[src * words..(src + 1) * words]
+                .iter()
+                .zip(block(src))
+                .all(|(&got, want)| got == want as u64)
+        });
+        let bcast_ok = bytes.iter().enumerate().all(|(i, &b)| b == i as u64);
+        if data.iter().any(|&x| x != sum) || !a2a_ok || !bcast_ok {
+            return Err(format!("a collective of {size} B returned a wrong result"));
+        }
+    }
+    Ok(curves)
+}
+
 /// Runs the benchmark on each of `rank_counts` ranks, each followed by Open MPI.
 pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollReport, String> {
+    let machine = Machine::here();
     let mut runs = Vec::new();
     let mut mpi_note = None;
     let cpus = crate::affinity::allowed_cpus().len();
@@ -193,13 +296,34 @@ pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollRepor
         }
         runs.push(run);
     }
+    let configs = runs
+        .iter()
+        .flat_map(|r| {
+            r.sweeps.iter().map(move |c| Curves {
+                name: format!("{} {} ranks", c.name, r.ranks),
+                ..c.clone()
+            })
+        })
+        .collect();
     Ok(CollReport {
         strategy: volley_global::Strategy::from_env()
             .map(|s| s.name().to_string())
             .unwrap_or_else(|_| "hw".into()),
         runs,
         mpi_note,
+        configs,
+        machine,
     })
+}
+
+/// The sweeps in the OSU micro-benchmarks' layout.
+pub fn print_osu(r: &CollReport, w: &mut dyn Write) {
+    super::sweep::print_osu("coll", "µs per call, slowest rank", "", &r.configs, w);
+}
+
+/// The sweeps as CSV.
+pub fn csv(r: &CollReport) -> String {
+    super::sweep::csv(&r.configs)
 }
 
 /// The least one call of a collective that needs every rank to have called it (a barrier, a
@@ -314,6 +438,14 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
         let _ = writeln!(w, "note: {n}");
     }
     let _ = writeln!(w, "ratio = volley / Open MPI (below 1: volley faster). With more ranks than cores the figures include the scheduler's sharing.");
+    let cols: Vec<(String, &[LatencyPoint], &[super::loggp::BandwidthPoint])> = r
+        .configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.latency[..], &[][..]))
+        .collect();
+    if !cols.is_empty() {
+        super::peers::print_side_by_side("sweeps, µs per call", &cols, w);
+    }
     let _ = writeln!(w, "v/floor, MPI/flr = each beside the least a call that synchronizes every rank can cost here: with more ranks than CPUs, one hand-off of a core for each extra rank the busiest CPU holds (every rank must run in every call); otherwise half a cache-line round trip.");
 }
 

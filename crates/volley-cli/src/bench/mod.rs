@@ -37,7 +37,8 @@ pub enum BenchCommand {
     /// Seed 004's Table 1 for the global layer: round trips, overheads, gaps, bulk bandwidth
     /// and polling granularity, per strategy (3 ranks).
     Splitc(SplitcArgs),
-    /// The global layer's collectives on 2, 4 and 8 ranks beside Open MPI's (when installed).
+    /// The global layer's collectives on 2, 4 and 8 ranks beside Open MPI's (when installed),
+    /// with the all-reduce, all-to-all and broadcast swept from 8 B to 1 MiB.
     Coll(CollArgs),
     /// Start-up time and short round trip of a job under each launcher that works here:
     /// `volley run`, Open MPI's `mpirun` and Slurm's `srun --mpi=pmix`.
@@ -137,6 +138,8 @@ pub struct SplitcArgs {
 pub struct CollArgs {
     #[command(flatten)]
     common: BenchArgs,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
     /// Rank counts to measure, each followed by Open MPI on as many (e.g. `--ranks 4,8`).
     #[arg(long, value_delimiter = ',', default_values_t = coll::RANKS, value_parser = rank_count)]
     ranks: Vec<usize>,
@@ -343,7 +346,11 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
             },
             |reps, scale, _| coll::bench(reps, scale, &a.ranks),
             coll::print_table,
-            None,
+            Some(Sweeps {
+                out: &a.out,
+                osu: coll::print_osu,
+                csv: coll::csv,
+            }),
         ),
     }
 }
