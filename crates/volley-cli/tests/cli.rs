@@ -922,6 +922,97 @@ fn bench_msg_reports_the_tagged_layer_beside_am_and_open_mpi() {
 }
 
 #[test]
+fn bench_splitc_reports_table_1_per_strategy_and_its_bulk_curves() {
+    let dir = std::env::temp_dir().join(format!("volley-splitc-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (csv, svg) = (dir.join("splitc.csv"), dir.join("splitc.svg"));
+    let (code, out, err) = run(
+        &[
+            "bench",
+            "splitc",
+            "--reps",
+            "1",
+            "--scale",
+            "0.01",
+            "--json",
+            "-",
+            "--osu",
+            "--csv",
+            csv.to_str().unwrap(),
+            "--plot",
+            svg.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("JSON on stdout");
+    let positive = |v: &serde_json::Value, what: &str| {
+        let x = v.as_f64().unwrap_or(f64::NAN);
+        assert!(x.is_finite() && x > 0.0, "{what} = {v} in {doc}");
+    };
+    positive(&doc["memcpy_gbps"], "memcpy_gbps");
+    for s in ["proc", "np", "hw"] {
+        let f = &doc["strategies"][s];
+        for key in [
+            "am_rtt_ns",
+            "read_rtt_ns",
+            "get_overhead_ns",
+            "store_overhead_ns",
+            "bulk_get_peak_gbps",
+            "bulk_store_peak_gbps",
+        ] {
+            positive(&f[key], &format!("{s} {key}"));
+        }
+    }
+    // The bulk curves: get and store per strategy, 8 B to 16 MiB, as JSON curves, OSU blocks,
+    // CSV rows and plot series.
+    let names: Vec<&str> = doc["configs"]
+        .as_array()
+        .expect("configs")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    let want = [
+        "bulk_get hw",
+        "bulk_store hw",
+        "bulk_get np",
+        "bulk_store np",
+        "bulk_get proc",
+        "bulk_store proc",
+    ];
+    assert_eq!(names, want, "{doc}");
+    for c in doc["configs"].as_array().unwrap() {
+        for key in ["latency", "bandwidth"] {
+            let points = c[key].as_array().expect(key);
+            let sizes: Vec<u64> = points.iter().map(|p| p["size"].as_u64().unwrap()).collect();
+            assert_eq!(sizes.first(), Some(&8), "{c}");
+            assert_eq!(sizes.last(), Some(&(16 << 20)), "{c}");
+        }
+    }
+    assert_eq!(
+        err.matches("# Size          Latency (us)").count(),
+        6,
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("# Size      Bandwidth (MB/s)").count(),
+        6,
+        "{err}"
+    );
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    assert!(csv.contains("\nbulk_store proc,16777216,"), "{csv}");
+    let svg = std::fs::read_to_string(&svg).expect("the plot");
+    for series in [
+        "volley bulk_get hw",
+        "volley bulk_store proc",
+        "memcpy (floor)",
+    ] {
+        assert!(svg.contains(series), "{series} in the plot");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn bench_coll_reports_every_collective_beside_its_floor_and_open_mpi() {
     let dir = std::env::temp_dir().join(format!("volley-coll-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

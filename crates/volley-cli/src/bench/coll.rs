@@ -195,11 +195,7 @@ type Timer<'a> = dyn FnMut(usize, &mut dyn FnMut()) -> Result<(f64, f64), String
 
 /// The sweeps of one job: each collective's latency for every size of [`SWEEP_SIZES`], timed
 /// by `time` (iterations, call) as the fixed sizes are, and checked once at each size.
-fn sweeps(
-    g: &Global<'_>,
-    scale: f64,
-    time: &mut Timer<'_>,
-) -> Result<Vec<Curves>, String> {
+fn sweeps(g: &Global<'_>, scale: f64, time: &mut Timer<'_>) -> Result<Vec<Curves>, String> {
     let (me, p) = (g.my_proc(), g.procs());
     let fail = |what: &str, e: volley_global::GlobalError| format!("{what}: {e}");
     let mut curves: Vec<Curves> = ["allreduce", "alltoall", "bcast"]

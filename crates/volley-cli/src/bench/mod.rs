@@ -131,6 +131,8 @@ pub struct SplitcArgs {
     /// Which strategies to measure, one job each.
     #[arg(long, value_enum, default_value_t = StrategyArg::All)]
     strategy: StrategyArg,
+    #[command(flatten)]
+    out: sweep::SweepOutputs,
 }
 
 /// Options of `volley bench coll`.
@@ -290,7 +292,11 @@ pub fn main(cmd: BenchCommand) -> ExitCode {
                 },
                 |reps, scale, transport| splitc::bench(reps, scale, transport, &strategies),
                 splitc::print_table,
-                None,
+                Some(Sweeps {
+                    out: &a.out,
+                    osu: splitc::print_osu,
+                    csv: splitc::csv,
+                }),
             )
         }
         BenchCommand::Launchers(a) => {

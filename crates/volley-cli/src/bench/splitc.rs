@@ -133,6 +133,14 @@ pub struct SplitcReport {
     pub ranks: usize,
     /// Figures by strategy name.
     pub strategies: std::collections::BTreeMap<String, StrategyFigures>,
+    /// The bulk curves as named curves (`bulk_get proc`, `bulk_store hw`, ...; latency is the
+    /// time per transfer), the memcpy floor on the first, as `volley report` and `--plot`
+    /// read them.
+    #[serde(default)]
+    pub configs: Vec<super::sweep::Curves>,
+    /// Where and when.
+    #[serde(default)]
+    pub machine: super::loggp::Machine,
 }
 
 fn spin(d: Duration) {
@@ -496,12 +504,63 @@ pub fn bench(
         }
         out.insert(s.name().to_string(), medians(reps));
     }
+    let mut configs = bulk_curves(&out);
+    if let Some(first) = configs.first_mut() {
+        first.memcpy = super::sweep::memcpy_curve(reps, scale);
+    }
     Ok(SplitcReport {
         memcpy_gbps,
         transport: transport.name().to_string(),
         ranks: 3,
         strategies: out,
+        configs,
+        machine: super::loggp::Machine::here(),
     })
+}
+
+/// Every strategy's bulk get and store as named curves: MB/s, and µs per transfer.
+fn bulk_curves(
+    strategies: &std::collections::BTreeMap<String, StrategyFigures>,
+) -> Vec<super::sweep::Curves> {
+    use super::loggp::{BandwidthPoint, LatencyPoint};
+    let curve = |name: String, points: &[BulkPoint]| super::sweep::Curves {
+        name,
+        latency: points
+            .iter()
+            .map(|p| LatencyPoint {
+                size: p.bytes,
+                latency_us: p.bytes as f64 / p.gbps / 1e3,
+            })
+            .collect(),
+        bandwidth: points
+            .iter()
+            .map(|p| BandwidthPoint {
+                size: p.bytes,
+                mb_per_s: p.gbps * 1e3,
+            })
+            .collect(),
+        memcpy: Vec::new(),
+    };
+    strategies
+        .iter()
+        .flat_map(|(s, f)| {
+            [
+                curve(format!("bulk_get {s}"), &f.bulk_get),
+                curve(format!("bulk_store {s}"), &f.bulk_store),
+            ]
+        })
+        .collect()
+}
+
+/// The bulk curves in the OSU micro-benchmarks' layout.
+pub fn print_osu(r: &SplitcReport, w: &mut dyn Write) {
+    let (lat, bw) = ("µs per transfer", "back-to-back transfers");
+    super::sweep::print_osu("splitc", lat, bw, &r.configs, w);
+}
+
+/// The bulk curves as CSV.
+pub fn csv(r: &SplitcReport) -> String {
+    super::sweep::csv(&r.configs)
 }
 
 /// Table 1 for volley: one column per strategy.
