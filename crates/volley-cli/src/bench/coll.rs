@@ -63,7 +63,7 @@ pub struct CollRun {
     pub floor_ns: Option<f64>,
     /// Latency by size of the all-reduce, the all-to-all and the broadcast (µs per call,
     /// slowest rank, median of repetitions), named `allreduce`, `alltoall`, `bcast`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweeps: Vec<Curves>,
     /// Open MPI's figures on the same ranks, measured right after.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
@@ -83,11 +83,11 @@ pub struct CollReport {
     pub mpi_note: Option<String>,
     /// Every rank count's sweeps as named curves (`allreduce 4 ranks`, ...), as `volley
     /// report` and `--plot` read them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub configs: Vec<Curves>,
-    /// Where and when.
-    #[serde(default)]
-    pub machine: Machine,
+    /// Where and when (absent in reports from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
 }
 
 /// The rank side: measures every collective `reps` times; rank 0 writes the medians to `out`.
@@ -318,7 +318,7 @@ pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollRepor
         runs,
         mpi_note,
         configs,
-        machine,
+        machine: Some(machine),
     })
 }
 

@@ -136,11 +136,11 @@ pub struct SplitcReport {
     /// The bulk curves as named curves (`bulk_get proc`, `bulk_store hw`, ...; latency is the
     /// time per transfer), the memcpy floor on the first, as `volley report` and `--plot`
     /// read them.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub configs: Vec<super::sweep::Curves>,
-    /// Where and when.
-    #[serde(default)]
-    pub machine: super::loggp::Machine,
+    /// Where and when (absent in reports from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<super::loggp::Machine>,
 }
 
 fn spin(d: Duration) {
@@ -514,7 +514,7 @@ pub fn bench(
         ranks: 3,
         strategies: out,
         configs,
-        machine: super::loggp::Machine::here(),
+        machine: Some(super::loggp::Machine::here()),
     })
 }
 
