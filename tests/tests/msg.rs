@@ -17,10 +17,33 @@ fn run(job: Job, sections: &[&str]) {
     common::run_sections(job, "msg", sections, DEADLINE);
 }
 
+/// Whether ranks of one node can read each other's memory here (`process_vm_readv`): not
+/// under Yama's ptrace restrictions (scope 1 and up refuse siblings).
+fn single_copy_allowed() -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").map_or(true, |s| s.trim() == "0")
+}
+
 #[test]
 fn every_section_on_4_ranks() {
     let sections = ["stream", "errors", "pingpong", "finalize"];
-    run(Job::run(4, SUITE, &sections), &sections);
+    let out = common::run_sections(Job::run(4, SUITE, &sections), "msg", &sections, DEADLINE);
+    // On one node a rendezvous message is read straight from its sender's memory (asserted
+    // under `volley run`; a cluster launcher's processes may be kept from reading each other).
+    if common::test_net().is_none() && common::cluster_launcher().is_none() && single_copy_allowed()
+    {
+        out.assert_stdout_has(&["rendezvous by single copy"]);
+    }
+}
+
+#[test]
+fn with_single_copy_off_a_rendezvous_is_pulled() {
+    let out = common::run_sections(
+        Job::run(2, SUITE, &["pingpong"]).env("VOLLEY_MSG_SINGLE_COPY", "off"),
+        "msg",
+        &["pingpong"],
+        DEADLINE,
+    );
+    out.assert_stdout_has(&["rendezvous pulled"]);
 }
 
 #[test]
@@ -51,7 +74,10 @@ fn over_udp_and_tcp_between_emulated_nodes() {
         let sections = ["stream", "errors", "pingpong"];
         let mut args = vec!["run", "-n", "3", "--ranks-per-node", "1", SUITE];
         args.extend(sections);
-        run(Job::raw(args).env("VOLLEY_NET", net), &sections);
+        let job = Job::raw(args).env("VOLLEY_NET", net);
+        // Between nodes a rendezvous message is pulled.
+        common::run_sections(job, "msg", &sections, DEADLINE)
+            .assert_stdout_has(&["rendezvous pulled"]);
         let args = [
             "run",
             "-n",
@@ -86,4 +112,9 @@ fn a_bad_setting_is_refused_by_name() {
         .output();
     out.assert_job_code(2)
         .assert_stderr_has(&["VOLLEY_MSG_EAGER_BYTES=1m", "up to 64k"]);
+    let out = Job::run(2, SUITE, &["pingpong"])
+        .env("VOLLEY_MSG_SINGLE_COPY", "maybe")
+        .output();
+    out.assert_job_code(2)
+        .assert_stderr_has(&["VOLLEY_MSG_SINGLE_COPY=maybe", "on or off"]);
 }

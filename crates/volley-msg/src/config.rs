@@ -37,6 +37,13 @@ pub const SETTINGS: &[Setting] = &[
         scope: Scope::Always,
         check: |v| volley::am::parse_size(v).is_some_and(|n| n >= 64 << 10),
     },
+    Setting {
+        name: "VOLLEY_MSG_SINGLE_COPY",
+        accepts: "on or off",
+        purpose: "whether a rendezvous message between processes of one node is read straight from the sender's memory (one copy) rather than pulled in chunks",
+        scope: Scope::Always,
+        check: |v| matches!(v, "on" | "off"),
+    },
 ];
 
 /// How the layer runs. Every rank must use the same (checked when the runtime is built).
@@ -48,6 +55,10 @@ pub struct MsgConfig {
     /// Memory of this rank's unexpected queue: each of the job's ranks may fill an equal
     /// share of it with messages not yet received.
     pub unexpected_bytes: usize,
+    /// Whether a rendezvous message between processes of one node is read straight from the
+    /// sender's memory (`process_vm_readv`, one copy) rather than pulled in medium-message
+    /// chunks; where the kernel refuses such reads, the receiver pulls. Ranks may differ.
+    pub single_copy: bool,
 }
 
 impl Default for MsgConfig {
@@ -55,14 +66,30 @@ impl Default for MsgConfig {
         Self {
             eager_bytes: DEFAULT_EAGER_BYTES,
             unexpected_bytes: DEFAULT_UNEXPECTED_BYTES,
+            single_copy: true,
         }
     }
 }
 
 impl MsgConfig {
-    /// The defaults, overridden by `VOLLEY_MSG_EAGER_BYTES` and `VOLLEY_MSG_UNEXPECTED_BYTES`.
+    /// The defaults, overridden by `VOLLEY_MSG_EAGER_BYTES`, `VOLLEY_MSG_UNEXPECTED_BYTES` and
+    /// `VOLLEY_MSG_SINGLE_COPY`.
     pub fn from_env() -> Result<Self> {
         let mut c = Self::default();
+        match std::env::var("VOLLEY_MSG_SINGLE_COPY")
+            .as_deref()
+            .map(str::trim)
+        {
+            Ok("on") | Ok("") | Err(_) => {}
+            Ok("off") => c.single_copy = false,
+            Ok(v) => {
+                return Err(MsgError::InvalidConfig {
+                    name: "VOLLEY_MSG_SINGLE_COPY",
+                    value: v.to_string(),
+                    why: "expected on or off".into(),
+                })
+            }
+        }
         for (name, field) in [
             ("VOLLEY_MSG_EAGER_BYTES", &mut c.eager_bytes),
             ("VOLLEY_MSG_UNEXPECTED_BYTES", &mut c.unexpected_bytes),
@@ -132,6 +159,7 @@ mod tests {
         let c = MsgConfig {
             eager_bytes: 16 << 10,
             unexpected_bytes: 64 << 10,
+            ..MsgConfig::default()
         };
         let l = c.limits(8, 64 << 10).unwrap();
         assert_eq!(l.share, 8 << 10);

@@ -4,18 +4,24 @@
 //! |---|---|---|---|---|
 //! | eager | medium request | tag; the payload | match or queue | credit, when enough has been freed |
 //! | eager in words | short request | tag and length; the payload, 8 bytes a word | as eager | as eager |
-//! | rts | short request | tag, length, send id | match (start pulling) or queue | credit, as above |
+//! | rts | short request | tag, length, send id, address, process (0: none) | match (start pulling) or queue | credit, as above |
 //! | pull | short request | send id, offset, length, receive id | read the send's bytes | chunk |
 //! | chunk | medium reply | receive id, offset; the bytes | into the receive's buffer | — |
+//! | pulled | short request | send id, length | the send has that many more bytes received | — |
 //! | credit | short request or reply | bytes | the sender's share grows back | — |
 //!
 //! The receiver pulls a rendezvous message (rather than the sender pushing it after a
 //! clear-to-send): the sender's part is a handler that replies with the bytes straight from
 //! the send's buffer, so it needs no action of the sender's program beyond polling, and the
 //! receiver, which knows where the bytes go, keeps several chunks in flight.
+//!
+//! Between processes of one node, the sender also names its process and the bytes' address
+//! in the announcement, and the receiver reads them straight into the receive's buffer with
+//! `process_vm_readv` (one copy, no chunk messages), telling the sender with `pulled` after
+//! each piece; where the kernel refuses, it pulls.
 
 use crate::config::WORDS_EAGER_BYTES;
-use crate::state::Shared;
+use crate::state::{Direct, Shared};
 use volley::debug::allow_alloc;
 use volley::{ReplyHandler, RequestHandler, RuntimeBuilder};
 
@@ -26,6 +32,7 @@ pub(crate) struct Handlers {
     pub(crate) eager_words: RequestHandler,
     pub(crate) rts: RequestHandler,
     pub(crate) pull: RequestHandler,
+    pub(crate) pulled: RequestHandler,
     pub(crate) credit: RequestHandler,
 }
 
@@ -66,9 +73,13 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
     });
     let s = shared.clone();
     let rts = b.request_handler("volley.msg.rts", move |m, tok| {
+        let direct = (m.arg(4) != 0).then(|| Direct {
+            pid: m.arg(4) as i32,
+            addr: m.arg(3),
+        });
         let give = allow_alloc(|| {
             s.lock()
-                .arrive_rendezvous(m.src(), m.arg(0), m.arg(1) as usize, m.arg(2))
+                .arrive_rendezvous(m.src(), m.arg(0), m.arg(1) as usize, m.arg(2), direct)
         });
         if let Some(n) = give {
             let _ = tok.reply_short(credit_back, &[n]);
@@ -87,15 +98,11 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
             None => Ok(()),
         };
         drop(bytes);
-        allow_alloc(|| {
-            let mut st = s.lock();
-            if let Some(slot) = st.sends.get_mut(id) {
-                slot.sent += len;
-                if slot.done() && slot.detached {
-                    st.sends.remove(id);
-                }
-            }
-        });
+        allow_alloc(|| s.lock().sent_to_receiver(id, len));
+    });
+    let s = shared.clone();
+    let pulled = b.request_handler("volley.msg.pulled", move |m, _| {
+        allow_alloc(|| s.lock().sent_to_receiver(m.arg(0), m.arg(1) as usize));
     });
     let s = shared.clone();
     let credit = b.request_handler("volley.msg.credit", move |m, _| {
@@ -106,6 +113,7 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
         eager_words,
         rts,
         pull,
+        pulled,
         credit,
     }
 }

@@ -14,7 +14,9 @@
 //!   one with the payload in its arguments up to [`WORDS_EAGER_BYTES`], a medium one above);
 //!   the handler copies it into the posted receive's buffer or queues it. **Rendezvous** above:
 //!   the sender announces the message, and the matched receiver pulls it in 64 KiB chunks,
-//!   answered by a handler straight from the sender's buffer (see `handlers` for why pull).
+//!   answered by a handler straight from the sender's buffer (see `handlers` for why pull);
+//!   between processes of one node it reads the sender's buffer directly instead (one copy,
+//!   `process_vm_readv`, [`MsgConfig::single_copy`]), pulling where the kernel refuses.
 //! - **Bounded unexpected queue**: each rank's queue holds `unexpected_bytes` (8 MiB by
 //!   default, `VOLLEY_MSG_UNEXPECTED_BYTES`), an equal share per sender, counted by the
 //!   senders (credits) so it can never overflow. A full share makes [`Msg::isend`] fail with

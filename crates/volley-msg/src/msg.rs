@@ -6,7 +6,9 @@ use crate::error::{MsgError, Result};
 use crate::handlers::{self, Handlers};
 use crate::matching::{Source, TagSel};
 use crate::request::{RecvRequest, SendRequest};
-use crate::state::{Begun, Buf, Phase, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf};
+use crate::state::{
+    Begun, Buf, DirectRead, Phase, Pull, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf,
+};
 use crate::MAX_TAG;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -54,6 +56,8 @@ pub struct Msg<'rt> {
     limits: Limits,
     /// [`crate::state::State::events`], read without the lock by waiting receives.
     events: Arc<AtomicU64>,
+    /// Whether this rank offers its rendezvous sends to direct reads by receivers on its node.
+    single_copy: bool,
 }
 
 impl Msg<'static> {
@@ -84,13 +88,18 @@ impl MsgSetup {
     pub fn attach(self, rt: &Runtime) -> Result<Msg<'_>> {
         let limits = self.config.limits(rt.size(), rt.max_medium())?;
         self.shared.one_thread(rt);
-        self.shared.lock().limits = Some(limits);
+        {
+            let mut st = self.shared.lock();
+            st.limits = Some(limits);
+            st.direct_reads = self.config.single_copy;
+        }
         Ok(Msg {
             rt,
             events: self.shared.events(),
             shared: self.shared,
             h: self.h,
             limits,
+            single_copy: self.config.single_copy,
         })
     }
 }
@@ -238,10 +247,15 @@ impl<'rt> Msg<'rt> {
         Ok(())
     }
 
-    /// Announces a rendezvous send whose bytes are in slot `id`.
-    fn announce(&self, dest: usize, tag: u64, len: usize, id: u64) -> Result<()> {
+    /// Announces a rendezvous send whose bytes, at `addr`, are in slot `id`; to a rank on
+    /// this node, with this process's id, so that the receiver may read them directly.
+    fn announce(&self, dest: usize, tag: u64, len: usize, id: u64, addr: *const u8) -> Result<()> {
+        let pid = match self.single_copy && self.rt.is_local(dest) {
+            true => u64::from(std::process::id()),
+            false => 0,
+        };
         self.rt
-            .request_short(dest, self.h.rts, &[tag, len as u64, id])
+            .request_short(dest, self.h.rts, &[tag, len as u64, id, addr as u64, pid])
             .inspect_err(|_| {
                 let mut st = self.shared.lock();
                 st.release(dest, ENVELOPE_BYTES);
@@ -279,7 +293,7 @@ impl<'rt> Msg<'rt> {
             send: true,
             armed: Cell::new(true),
         };
-        self.announce(dest, tag, data.len(), id)?;
+        self.announce(dest, tag, data.len(), id, data.as_ptr())?;
         self.wait_send(id);
         self.live()
     }
@@ -304,7 +318,7 @@ impl<'rt> Msg<'rt> {
             return Ok(SendRequest::done(self, data));
         }
         self.reserve(dest, ENVELOPE_BYTES, false)?;
-        let len = data.len();
+        let (len, addr) = (data.len(), data.as_ptr());
         let id = {
             let mut st = self.shared.lock();
             let id = st.next_id();
@@ -318,7 +332,7 @@ impl<'rt> Msg<'rt> {
             );
             id
         };
-        self.announce(dest, tag, len, id)?;
+        self.announce(dest, tag, len, id, addr)?;
         Ok(SendRequest::pending(self, id))
     }
 
@@ -465,19 +479,43 @@ impl<'rt> Msg<'rt> {
     }
 
     /// Sends the pulls rendezvous receives are due (a receive's chunks are asked for here,
-    /// from the program's thread, since handlers cannot send requests).
+    /// from the program's thread, since handlers cannot send requests), and makes the direct
+    /// reads they are due.
     pub(crate) fn pump(&self) {
         let pulls = self
             .shared
             .lock()
             .pulls(DEFAULT_PULL_DEPTH, self.rt.max_medium());
-        for [src, remote, offset, len, id] in pulls {
-            // Fails only once the job is going down (finalized or a peer gone), which the
-            // waits report.
-            let _ = self
-                .rt
-                .request_short(src as usize, self.h.pull, &[remote, offset, len, id]);
+        for pull in pulls {
+            // The sends fail only once the job is going down (finalized or a peer gone),
+            // which the waits report.
+            match pull {
+                Pull::Ask([src, remote, offset, len, id]) => {
+                    let _ = self.rt.request_short(
+                        src as usize,
+                        self.h.pull,
+                        &[remote, offset, len, id],
+                    );
+                }
+                Pull::Read(read) => {
+                    let ok = read_direct(&read).is_ok();
+                    self.shared.lock().read_done(&read, ok);
+                    if ok {
+                        let _ = self.rt.request_short(
+                            read.src,
+                            self.h.pulled,
+                            &[read.remote, read.len as u64],
+                        );
+                    }
+                }
+            }
         }
+    }
+
+    /// Bytes this rank has received by reading rendezvous messages straight from their
+    /// senders' memory (between processes of one node; see `VOLLEY_MSG_SINGLE_COPY`).
+    pub fn single_copy_bytes(&self) -> u64 {
+        self.shared.lock().direct_bytes
     }
 
     /// Whether receive `id` has finished (complete, or refused as too small).
@@ -582,5 +620,64 @@ impl<'rt> Msg<'rt> {
             found.is_some()
         });
         found.ok_or(MsgError::Finalized)
+    }
+}
+
+/// Copies a direct read's bytes from the sender's process into the receive's buffer.
+fn read_direct(read: &DirectRead) -> std::result::Result<(), nix::errno::Errno> {
+    use nix::sys::uio::{process_vm_readv, RemoteIoVec};
+    use std::io::IoSliceMut;
+    let mut done = 0;
+    while done < read.len {
+        // SAFETY: `read.into` names `read.len` bytes of the receive's buffer, which only this
+        // thread writes while the read is in flight and which outlives it (see `DirectRead`).
+        let into = unsafe { std::slice::from_raw_parts_mut(read.into.add(done), read.len - done) };
+        let remote = [RemoteIoVec {
+            base: read.from.addr as usize + read.offset + done,
+            len: read.len - done,
+        }];
+        let pid = nix::unistd::Pid::from_raw(read.from.pid);
+        match process_vm_readv(pid, &mut [IoSliceMut::new(into)], &remote)? {
+            0 => return Err(nix::errno::Errno::EFAULT),
+            n => done += n,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Direct;
+
+    fn read_of(pid: i32, src: &[u8], offset: usize, into: &mut [u8]) -> DirectRead {
+        DirectRead {
+            id: 1,
+            src: 0,
+            remote: 1,
+            from: Direct {
+                pid,
+                addr: src.as_ptr() as u64,
+            },
+            offset,
+            len: into.len(),
+            into: into.as_mut_ptr(),
+        }
+    }
+
+    #[test]
+    fn a_direct_read_copies_from_the_named_process_or_fails() {
+        let src: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let mut into = vec![0u8; 100_000];
+        let me = std::process::id() as i32;
+        read_direct(&read_of(me, &src, 12_345, &mut into)).expect("a read of this process");
+        assert_eq!(into, src[12_345..112_345]);
+        // No such process: refused, not a crash (pid_max is at most 2^22).
+        let gone = read_of(1 << 22, &src, 0, &mut into);
+        assert!(read_direct(&gone).is_err());
+        // An address that is not mapped there: refused.
+        let mut bad = read_of(me, &src, 0, &mut into);
+        bad.from.addr = 8;
+        assert!(read_direct(&bad).is_err());
     }
 }

@@ -19,11 +19,27 @@ use spin::relax::Yield;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// Where a rendezvous sender's bytes can be read straight from, when it is a process on this
+/// node that offered it: its process and the bytes' address there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Direct {
+    pub(crate) pid: i32,
+    pub(crate) addr: u64,
+}
+
+/// Bytes of a rendezvous message read by one direct read: a receive's wait polls between
+/// pieces, so a long message does not hold back the rank's other traffic.
+pub(crate) const DIRECT_PIECE: usize = 1 << 20;
+
 /// An unexpected message: its payload (eager) or the sender's announcement (rendezvous).
 #[derive(Debug)]
 pub(crate) enum Item {
     Eager(Vec<u8>),
-    Rendezvous { len: usize, remote: u64 },
+    Rendezvous {
+        len: usize,
+        remote: u64,
+        direct: Option<Direct>,
+    },
 }
 
 impl Item {
@@ -79,6 +95,19 @@ impl Buf {
         }
     }
 
+    /// Where byte `offset` goes, for a direct read of `len` bytes there (in bounds: the caller
+    /// checked the message fits).
+    fn ptr_at(&mut self, offset: usize, len: usize) -> *mut u8 {
+        match self {
+            Buf::Owned(v) => v[offset..offset + len].as_mut_ptr(),
+            Buf::User(u) => {
+                assert!(offset + len <= u.cap, "a receive overran its buffer");
+                // SAFETY: in bounds (checked above) of the lent buffer.
+                unsafe { u.ptr.add(offset) }
+            }
+        }
+    }
+
     /// Writes `data` at `offset` (in bounds: the caller checked the message fits).
     fn write(&mut self, offset: usize, data: &[u8]) {
         match self {
@@ -100,12 +129,14 @@ impl Buf {
 pub(crate) enum Phase {
     /// Posted, waiting for a message.
     Posted,
-    /// Matched a rendezvous announcement: chunks are being pulled from the sender.
+    /// Matched a rendezvous announcement: chunks are being pulled from the sender, or read
+    /// straight from its memory (`direct`).
     Pulling {
         src: usize,
         tag: u64,
         len: usize,
         remote: u64,
+        direct: Option<Direct>,
         /// The next offset to ask for.
         next: usize,
         received: usize,
@@ -116,6 +147,32 @@ pub(crate) enum Phase {
     /// The matched message did not fit the caller's buffer; it went on to other receives or
     /// the unexpected queue.
     TooSmall { src: usize, tag: u64, len: usize },
+}
+
+/// What a rendezvous receive asks for next ([`State::pulls`]).
+#[derive(Debug)]
+pub(crate) enum Pull {
+    /// A chunk pulled by an Active Message: source, the send's id, offset, length, the
+    /// receive's id.
+    Ask([u64; 5]),
+    /// A piece read straight from the sender's memory into the receive's buffer.
+    Read(DirectRead),
+}
+
+/// A piece of a rendezvous message to read from its sender's memory.
+#[derive(Debug)]
+pub(crate) struct DirectRead {
+    pub(crate) id: u64,
+    pub(crate) src: usize,
+    /// The send's id at the sender.
+    pub(crate) remote: u64,
+    pub(crate) from: Direct,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+    /// Where the piece goes: the receive's buffer at `offset`. Written only by the receive's
+    /// own thread (the program's, which drives `Msg`) while its slot is in this read, which
+    /// nothing else writes.
+    pub(crate) into: *mut u8,
 }
 
 /// An eager message taken straight from the unexpected queue, and the credit to give back
@@ -227,6 +284,11 @@ pub(crate) struct State {
     pub(crate) owed: Vec<usize>,
     /// Bytes in the unexpected queue.
     pub(crate) unexpected_bytes: usize,
+    /// Whether rendezvous messages from this node's processes may be read straight from their
+    /// memory: set at attach from the configuration, cleared for good when a read is refused.
+    pub(crate) direct_reads: bool,
+    /// Bytes received by direct reads.
+    pub(crate) direct_bytes: u64,
     /// Set once the layer is attached (before then no receive is posted).
     pub(crate) limits: Option<Limits>,
     /// Counts what a waiting receive must look at (a completion, a refusal, a chunk, a
@@ -266,6 +328,8 @@ impl Shared {
                 used: Vec::new(),
                 owed: Vec::new(),
                 unexpected_bytes: 0,
+                direct_reads: false,
+                direct_bytes: 0,
                 limits: None,
                 events: Arc::new(AtomicU64::new(0)),
             }),
@@ -437,6 +501,7 @@ impl State {
         tag: u64,
         len: usize,
         remote: u64,
+        direct: Option<Direct>,
     ) -> Option<u64> {
         while let Some(id) = self.matcher.match_arrival(src, tag) {
             let Some(slot) = self.recvs.get_mut(id) else {
@@ -447,19 +512,36 @@ impl State {
                 self.note();
                 continue;
             }
-            self.start_pull(id, src, tag, len, remote);
+            self.start_pull(id, src, tag, len, remote, direct);
             self.note();
             return self.owe(src, ENVELOPE_BYTES);
         }
         self.unexpected_bytes += ENVELOPE_BYTES;
-        self.matcher
-            .push_unexpected(src, tag, Item::Rendezvous { len, remote });
+        self.matcher.push_unexpected(
+            src,
+            tag,
+            Item::Rendezvous {
+                len,
+                remote,
+                direct,
+            },
+        );
         None
     }
 
-    /// Receive `id` matched a rendezvous message: prepare its buffer and queue its pulls.
-    /// An empty message is still pulled (once, for nothing): the sender waits to be asked.
-    pub(crate) fn start_pull(&mut self, id: u64, src: usize, tag: u64, len: usize, remote: u64) {
+    /// Receive `id` matched a rendezvous message: prepare its buffer and queue its pulls (or
+    /// direct reads, where the sender offered them and this rank takes them). An empty
+    /// message is still pulled (once, for nothing): the sender waits to be asked.
+    pub(crate) fn start_pull(
+        &mut self,
+        id: u64,
+        src: usize,
+        tag: u64,
+        len: usize,
+        remote: u64,
+        direct: Option<Direct>,
+    ) {
+        let direct = direct.filter(|_| self.direct_reads && len > 0);
         let slot = self.recvs.get_mut(id).expect("the receive's slot");
         slot.buf.prepare(len);
         slot.phase = Phase::Pulling {
@@ -467,6 +549,7 @@ impl State {
             tag,
             len,
             remote,
+            direct,
             next: 0,
             received: 0,
             inflight: 0,
@@ -523,7 +606,11 @@ impl State {
                     len,
                 };
             }
-            Item::Rendezvous { len, remote } => self.start_pull(id, s, t, len, remote),
+            Item::Rendezvous {
+                len,
+                remote,
+                direct,
+            } => self.start_pull(id, s, t, len, remote, direct),
         }
         Ok(credit)
     }
@@ -619,9 +706,10 @@ impl State {
         }))
     }
 
-    /// The pulls to send now: (sender, its send id, offset, length, receive id), at most
-    /// `depth` in flight per receive, chunks of `chunk` bytes.
-    pub(crate) fn pulls(&mut self, depth: usize, chunk: usize) -> Vec<[u64; 5]> {
+    /// What the receives pulling a rendezvous message ask for now: up to `depth` chunks of
+    /// `chunk` bytes each in flight, or one direct read of at most [`DIRECT_PIECE`] bytes at a
+    /// time.
+    pub(crate) fn pulls(&mut self, depth: usize, chunk: usize) -> Vec<Pull> {
         let mut out = Vec::new();
         let recvs = &mut self.recvs;
         self.pulling.retain(|&id| {
@@ -632,6 +720,7 @@ impl State {
                 src,
                 len,
                 remote,
+                direct,
                 next,
                 inflight,
                 ..
@@ -640,19 +729,97 @@ impl State {
                 return false;
             };
             if *len == 0 {
-                out.push([*src as u64, *remote, 0, 0, id]);
+                out.push(Pull::Ask([*src as u64, *remote, 0, 0, id]));
                 *inflight += 1;
                 return false;
             }
+            if let Some(from) = *direct {
+                if *inflight == 0 && *next < *len {
+                    let n = DIRECT_PIECE.min(*len - *next);
+                    out.push(Pull::Read(DirectRead {
+                        id,
+                        src: *src,
+                        remote: *remote,
+                        from,
+                        offset: *next,
+                        len: n,
+                        into: slot.buf.ptr_at(*next, n),
+                    }));
+                    *next += n;
+                    *inflight = 1;
+                }
+                return *next < *len;
+            }
             while *next < *len && *inflight < depth {
                 let n = chunk.min(*len - *next);
-                out.push([*src as u64, *remote, *next as u64, n as u64, id]);
+                out.push(Pull::Ask([
+                    *src as u64,
+                    *remote,
+                    *next as u64,
+                    n as u64,
+                    id,
+                ]));
                 *next += n;
                 *inflight += 1;
             }
             *next < *len
         });
         out
+    }
+
+    /// A direct read of `read` ended: its bytes are in (`ok`), or the read was refused, and
+    /// the receive pulls the rest of the message by Active Messages from the piece's offset
+    /// on; so does every later rendezvous message (direct reads stay off for this rank).
+    pub(crate) fn read_done(&mut self, read: &DirectRead, ok: bool) {
+        if !ok {
+            self.direct_reads = false;
+        }
+        let Some(slot) = self.recvs.get_mut(read.id) else {
+            return;
+        };
+        let Phase::Pulling {
+            src,
+            tag,
+            len,
+            direct,
+            next,
+            received,
+            inflight,
+            ..
+        } = &mut slot.phase
+        else {
+            return;
+        };
+        *inflight -= 1;
+        if ok {
+            *received += read.len;
+            self.direct_bytes += read.len as u64;
+            if *received == *len {
+                slot.phase = Phase::Done {
+                    src: *src,
+                    tag: *tag,
+                    len: *len,
+                };
+            }
+        } else {
+            *direct = None;
+            *next = read.offset;
+            if !self.pulling.contains(&read.id) {
+                self.pulling.push(read.id);
+            }
+        }
+        self.note();
+    }
+
+    /// The receiver has `n` more bytes of send `id` (pulled, or read directly): once it has
+    /// all, the send is done, and its slot goes if its request was dropped.
+    pub(crate) fn sent_to_receiver(&mut self, id: u64, n: usize) {
+        if let Some(slot) = self.sends.get_mut(id) {
+            slot.sent += n;
+            if slot.done() && slot.detached {
+                self.sends.remove(id);
+            }
+        }
     }
 
     /// A pulled chunk arrived for receive `id`.
@@ -882,5 +1049,133 @@ mod tests {
         assert!(owed < share / 4);
         assert_eq!(returned + owed, fits * cost);
         assert_eq!(st.unexpected_bytes, 0);
+    }
+
+    /// (offset, length) of each direct read and of each pull, in that order.
+    type Asked = (Vec<(usize, usize)>, Vec<(u64, u64)>);
+
+    /// The pieces a receive asks for: direct reads one at a time, or pulls `depth` deep.
+    fn asked(st: &mut State) -> Asked {
+        let (mut reads, mut asks) = (Vec::new(), Vec::new());
+        for p in st.pulls(4, 1000) {
+            match p {
+                Pull::Read(r) => reads.push((r.offset, r.len)),
+                Pull::Ask([_, _, offset, len, _]) => asks.push((offset, len)),
+            }
+        }
+        (reads, asks)
+    }
+
+    #[test]
+    fn a_rendezvous_offered_for_direct_reads_is_read_a_piece_at_a_time() {
+        let mut st = state(4096);
+        st.direct_reads = true;
+        let len = 2 * DIRECT_PIECE + 5;
+        let mut buf = vec![0u8; len];
+        let id = post_user(&mut st, &mut buf, Source::Rank(1), TagSel::Tag(3));
+        let from = Direct {
+            pid: 42,
+            addr: 0x1000,
+        };
+        st.arrive_rendezvous(1, 3, len, 77, Some(from));
+        for (k, n) in [DIRECT_PIECE, DIRECT_PIECE, 5].into_iter().enumerate() {
+            let pulls = st.pulls(4, 1000);
+            let [Pull::Read(r)] = &pulls[..] else {
+                panic!("piece {k}: one direct read, got {pulls:?}");
+            };
+            assert_eq!(
+                (r.offset, r.len, r.remote, r.from),
+                (k * DIRECT_PIECE, n, 77, from)
+            );
+            assert_eq!(r.into, buf[k * DIRECT_PIECE..].as_mut_ptr());
+            // Nothing more until this piece is in.
+            assert_eq!(asked(&mut st), (vec![], vec![]), "piece {k} in flight");
+            st.read_done(r, true);
+        }
+        assert_eq!(
+            st.recvs.get(id).unwrap().phase,
+            Phase::Done {
+                src: 1,
+                tag: 3,
+                len
+            }
+        );
+        assert_eq!(st.direct_bytes, len as u64);
+    }
+
+    #[test]
+    fn a_refused_direct_read_pulls_the_rest_and_turns_direct_reads_off() {
+        let mut st = state(4096);
+        st.direct_reads = true;
+        let len = DIRECT_PIECE + 2500;
+        let mut buf = vec![0u8; len];
+        let id = post_user(&mut st, &mut buf, Source::Any, TagSel::Any);
+        st.arrive_rendezvous(2, 9, len, 5, Some(Direct { pid: 1, addr: 64 }));
+        let pulls = st.pulls(4, 1000);
+        let [Pull::Read(first)] = &pulls[..] else {
+            panic!("a direct read first, got {pulls:?}");
+        };
+        st.read_done(first, true);
+        let pulls = st.pulls(4, 1000);
+        let [Pull::Read(second)] = &pulls[..] else {
+            panic!("then the second piece, got {pulls:?}");
+        };
+        st.read_done(second, false);
+        assert!(!st.direct_reads);
+        // The rest is pulled from the refused piece's offset, in 1000-byte chunks.
+        let d = DIRECT_PIECE as u64;
+        assert_eq!(
+            asked(&mut st),
+            (vec![], vec![(d, 1000), (d + 1000, 1000), (d + 2000, 500)])
+        );
+        for (offset, n) in [(d, 1000), (d + 1000, 1000), (d + 2000, 500)] {
+            st.chunk_arrived(id, offset as usize, &vec![1; n]);
+        }
+        assert_eq!(
+            st.recvs.get(id).unwrap().phase,
+            Phase::Done {
+                src: 2,
+                tag: 9,
+                len
+            }
+        );
+        // A later message offered for direct reads is pulled.
+        let mut other = vec![0u8; 1500];
+        post_user(&mut st, &mut other, Source::Any, TagSel::Any);
+        st.arrive_rendezvous(2, 9, 1500, 6, Some(Direct { pid: 1, addr: 64 }));
+        assert_eq!(asked(&mut st), (vec![], vec![(0, 1000), (1000, 500)]));
+    }
+
+    #[test]
+    fn without_direct_reads_or_an_offer_a_rendezvous_is_pulled() {
+        for (on, offer) in [(false, true), (true, false)] {
+            let mut st = state(4096);
+            st.direct_reads = on;
+            let mut buf = vec![0u8; 2000];
+            post_user(&mut st, &mut buf, Source::Any, TagSel::Any);
+            let direct = offer.then_some(Direct { pid: 1, addr: 64 });
+            st.arrive_rendezvous(1, 0, 2000, 1, direct);
+            assert_eq!(asked(&mut st), (vec![], vec![(0, 1000), (1000, 1000)]));
+        }
+    }
+
+    #[test]
+    fn a_send_is_done_once_the_receiver_has_every_byte() {
+        let mut st = state(4096);
+        let data = vec![5u8; 300];
+        let id = st.next_id();
+        st.sends.insert(
+            id,
+            SendSlot {
+                bytes: Arc::new(SendBytes::borrowed(&data)),
+                sent: 0,
+                detached: true,
+            },
+        );
+        st.sent_to_receiver(id, 200);
+        assert!(st.sends.get(id).is_some_and(|s| !s.done()));
+        // Detached and done: the slot goes.
+        st.sent_to_receiver(id, 100);
+        assert!(st.sends.get(id).is_none());
     }
 }

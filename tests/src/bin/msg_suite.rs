@@ -210,10 +210,11 @@ fn pingpong(rt: &Runtime, msg: &Msg<'_>) -> String {
         64 << 10,
         (64 << 10) + 1,
         1 << 20,
+        (3 << 20) + 5,
     ];
     if me < 2 {
         let peer = 1 - me;
-        let mut buf = vec![0u8; 1 << 20];
+        let mut buf = vec![0u8; (3 << 20) + 5];
         for (k, &size) in sizes.iter().enumerate() {
             let data: Vec<u8> = (0..size).map(|j| (j * 7 + k) as u8).collect();
             for round in 0..20u64 {
@@ -233,8 +234,14 @@ fn pingpong(rt: &Runtime, msg: &Msg<'_>) -> String {
             }
         }
     }
+    // How rank 0 took rank 1's rendezvous answers: read straight from rank 1's memory
+    // (between processes of one node, where the kernel lets it) or pulled.
+    let path = match msg.single_copy_bytes() {
+        0 => "rendezvous pulled",
+        _ => "rendezvous by single copy",
+    };
     rt.barrier();
-    format!("sizes {sizes:?}, eager limit {eager}")
+    format!("sizes {sizes:?}, eager limit {eager}, {path}")
 }
 
 fn expect_err(r: volley_msg::Result<impl std::fmt::Debug>, what: &str, is: fn(&MsgError) -> bool) {

@@ -68,10 +68,10 @@ pub struct PairFigures {
     #[serde(rename = "am_long_rtt_1MiB_ns", default)]
     pub am_long_rtt_1mib_ns: f64,
     /// Tagged ping-pong by size, 8 B to 16 MiB: half the round trip.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep_latency: Vec<LatencyPoint>,
     /// A one-way stream of blocking `send`s taken with `recv_into`, by size.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweep_bandwidth: Vec<BandwidthPoint>,
     /// Messages checked (sent and received with the value they must carry).
     pub checked: u64,
@@ -360,8 +360,8 @@ impl Pair {
         f
     }
 
-    /// 1 MiB round trips: the tagged layer's rendezvous (pulled in 64 KiB chunks) against a
-    /// long request and reply.
+    /// 1 MiB round trips: the tagged layer's rendezvous (by single copy on one node, pulled in
+    /// 64 KiB chunks otherwise) against a long request and reply.
     fn bulk(&self, msg: &Msg<'_>, f: &mut PairFigures) {
         const MIB: usize = 1 << 20;
         let me = self.rt.rank();
@@ -563,10 +563,11 @@ pub struct MsgReport {
     pub scale: f64,
     /// The sweeps as named curves (µs and MB/s, the memcpy floor on the first), as
     /// `volley report` and `--plot` read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub configs: Vec<Curves>,
-    /// Where and when.
-    #[serde(default)]
-    pub machine: Machine,
+    /// Where and when (absent in reports from before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Machine>,
     /// Every repetition's figures.
     pub runs: Vec<PairFigures>,
 }
@@ -693,7 +694,7 @@ pub fn bench(reps: usize, scale: f64, transport: Transport) -> Result<MsgReport,
             bandwidth: m.sweep_bandwidth,
             memcpy,
         }],
-        machine,
+        machine: Some(machine),
         runs: runs.reps,
     })
 }
@@ -798,7 +799,7 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
         "tagged_rtt_1MiB_ns",
         r.tagged_rtt_1mib_ns,
         &format!(
-            "rendezvous both ways, pulled in 64 KiB chunks ({:.2} x the long AM's)",
+            "rendezvous both ways ({:.2} x the long AM's)",
             r.tagged_rtt_1mib_ns / r.am_long_rtt_1mib_ns
         ),
     );
