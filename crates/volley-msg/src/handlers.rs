@@ -4,7 +4,7 @@
 //! |---|---|---|---|---|
 //! | eager | medium request | tag; the payload | match or queue | credit, when enough has been freed |
 //! | eager in words | short request | tag and length; the payload, 8 bytes a word | as eager | as eager |
-//! | rts | short request | tag, length, send id, address, process (0: none) | match (start pulling) or queue | credit, as above |
+//! | rts | short request | tag, length, send id; address, process (0: none), key's address, key | match (start pulling) or queue | credit, as above |
 //! | pull | short request | send id, offset, length, receive id | read the send's bytes | chunk |
 //! | chunk | medium reply | receive id, offset; the bytes | into the receive's buffer | — |
 //! | pulled | short request | send id, length | the send has that many more bytes received | — |
@@ -18,7 +18,10 @@
 //! Between processes of one node, the sender also names its process and the bytes' address
 //! in the announcement, and the receiver reads them straight into the receive's buffer with
 //! `process_vm_readv` (one copy, no chunk messages), telling the sender with `pulled` after
-//! each piece; where the kernel refuses, it pulls.
+//! each piece; where the kernel refuses, it pulls. Before its first read from a process it
+//! reads the key word the announcement names there and compares it with the key it carries:
+//! a process id that names another process in the receiver's namespace (ranks of one node in
+//! separate containers) is never read from.
 
 use crate::config::WORDS_EAGER_BYTES;
 use crate::state::{Direct, Shared};
@@ -76,6 +79,8 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &Shared) -> Handlers {
         let direct = (m.arg(4) != 0).then(|| Direct {
             pid: m.arg(4) as i32,
             addr: m.arg(3),
+            key_addr: m.arg(5),
+            key: m.arg(6),
         });
         let give = allow_alloc(|| {
             s.lock()

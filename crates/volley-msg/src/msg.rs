@@ -7,7 +7,8 @@ use crate::handlers::{self, Handlers};
 use crate::matching::{Source, TagSel};
 use crate::request::{RecvRequest, SendRequest};
 use crate::state::{
-    Begun, Buf, DirectRead, Phase, Pull, RecvSlot, SendBytes, SendSlot, Shared, Taken, UserBuf,
+    Begun, Buf, Direct, DirectRead, Phase, Pull, RecvSlot, SendBytes, SendSlot, Shared, Taken,
+    UserBuf,
 };
 use crate::MAX_TAG;
 use std::cell::Cell;
@@ -254,8 +255,15 @@ impl<'rt> Msg<'rt> {
             true => u64::from(std::process::id()),
             false => 0,
         };
+        let key = process_key();
+        let key_addr = key as *const AtomicU64 as u64;
+        let key = key.load(Ordering::Relaxed);
         self.rt
-            .request_short(dest, self.h.rts, &[tag, len as u64, id, addr as u64, pid])
+            .request_short(
+                dest,
+                self.h.rts,
+                &[tag, len as u64, id, addr as u64, pid, key_addr, key],
+            )
             .inspect_err(|_| {
                 let mut st = self.shared.lock();
                 st.release(dest, ENVELOPE_BYTES);
@@ -498,7 +506,8 @@ impl<'rt> Msg<'rt> {
                     );
                 }
                 Pull::Read(read) => {
-                    let ok = read_direct(&read).is_ok();
+                    let known = self.shared.lock().pid_checked(read.src, read.from.pid);
+                    let ok = (known || key_matches(&read.from)) && read_direct(&read).is_ok();
                     self.shared.lock().read_done(&read, ok);
                     if ok {
                         let _ = self.rt.request_short(
@@ -623,6 +632,40 @@ impl<'rt> Msg<'rt> {
     }
 }
 
+/// This process's key: a random nonzero word that receivers on this node read from here
+/// before their first direct read, to check that the process id they were given names this
+/// process.
+fn process_key() -> &'static AtomicU64 {
+    static KEY: AtomicU64 = AtomicU64::new(0);
+    if KEY.load(Ordering::Relaxed) == 0 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u32(std::process::id());
+        // Any nonzero value serves, and every thread that races here stores its own before
+        // the first announcement leaves: the key is read only after being sent.
+        let _ = KEY.compare_exchange(0, h.finish() | 1, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    &KEY
+}
+
+/// Whether the key word `from` names holds its key in the process `from` names.
+fn key_matches(from: &Direct) -> bool {
+    let mut word = [0u8; 8];
+    let read = DirectRead {
+        id: 0,
+        src: 0,
+        remote: 0,
+        from: Direct {
+            addr: from.key_addr,
+            ..*from
+        },
+        offset: 0,
+        len: 8,
+        into: word.as_mut_ptr(),
+    };
+    read_direct(&read).is_ok() && u64::from_ne_bytes(word) == from.key
+}
+
 /// Copies a direct read's bytes from the sender's process into the receive's buffer.
 fn read_direct(read: &DirectRead) -> std::result::Result<(), nix::errno::Errno> {
     use nix::sys::uio::{process_vm_readv, RemoteIoVec};
@@ -648,7 +691,6 @@ fn read_direct(read: &DirectRead) -> std::result::Result<(), nix::errno::Errno> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::Direct;
 
     fn read_of(pid: i32, src: &[u8], offset: usize, into: &mut [u8]) -> DirectRead {
         DirectRead {
@@ -658,6 +700,8 @@ mod tests {
             from: Direct {
                 pid,
                 addr: src.as_ptr() as u64,
+                key_addr: 0,
+                key: 0,
             },
             offset,
             len: into.len(),
@@ -679,5 +723,31 @@ mod tests {
         let mut bad = read_of(me, &src, 0, &mut into);
         bad.from.addr = 8;
         assert!(read_direct(&bad).is_err());
+    }
+
+    #[test]
+    fn the_key_proves_the_process_before_a_direct_read() {
+        let key = process_key();
+        let value = key.load(Ordering::Relaxed);
+        assert_ne!(value, 0);
+        assert_eq!(
+            process_key().load(Ordering::Relaxed),
+            value,
+            "the key stays"
+        );
+        let me = Direct {
+            pid: std::process::id() as i32,
+            addr: 0,
+            key_addr: key as *const AtomicU64 as u64,
+            key: value,
+        };
+        assert!(key_matches(&me));
+        // Another value there, another process, or an address with no key: refused.
+        assert!(!key_matches(&Direct {
+            key: value ^ 1,
+            ..me
+        }));
+        assert!(!key_matches(&Direct { pid: 1 << 22, ..me }));
+        assert!(!key_matches(&Direct { key_addr: 8, ..me }));
     }
 }

@@ -20,11 +20,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Where a rendezvous sender's bytes can be read straight from, when it is a process on this
-/// node that offered it: its process and the bytes' address there.
+/// node that offered it: its process and the bytes' address there, and a word of that
+/// process's (its address and value) that proves the process id names the sender in this
+/// receiver's process namespace before anything is read from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Direct {
     pub(crate) pid: i32,
     pub(crate) addr: u64,
+    pub(crate) key_addr: u64,
+    pub(crate) key: u64,
 }
 
 /// Bytes of a rendezvous message read by one direct read: a receive's wait polls between
@@ -289,6 +293,8 @@ pub(crate) struct State {
     pub(crate) direct_reads: bool,
     /// Bytes received by direct reads.
     pub(crate) direct_bytes: u64,
+    /// By sender rank, the process whose key a direct read has already checked (0: none).
+    pub(crate) checked_pids: Vec<i32>,
     /// Set once the layer is attached (before then no receive is posted).
     pub(crate) limits: Option<Limits>,
     /// Counts what a waiting receive must look at (a completion, a refusal, a chunk, a
@@ -330,6 +336,7 @@ impl Shared {
                 unexpected_bytes: 0,
                 direct_reads: false,
                 direct_bytes: 0,
+                checked_pids: Vec::new(),
                 limits: None,
                 events: Arc::new(AtomicU64::new(0)),
             }),
@@ -792,6 +799,10 @@ impl State {
         };
         *inflight -= 1;
         if ok {
+            if self.checked_pids.len() <= read.src {
+                self.checked_pids.resize(read.src + 1, 0);
+            }
+            self.checked_pids[read.src] = read.from.pid;
             *received += read.len;
             self.direct_bytes += read.len as u64;
             if *received == *len {
@@ -809,6 +820,11 @@ impl State {
             }
         }
         self.note();
+    }
+
+    /// Whether a direct read from `src` has already found `pid` to be that rank's process.
+    pub(crate) fn pid_checked(&self, src: usize, pid: i32) -> bool {
+        self.checked_pids.get(src) == Some(&pid)
     }
 
     /// The receiver has `n` more bytes of send `id` (pulled, or read directly): once it has
@@ -1051,6 +1067,13 @@ mod tests {
         assert_eq!(st.unexpected_bytes, 0);
     }
 
+    const KEYED: Direct = Direct {
+        pid: 1,
+        addr: 64,
+        key_addr: 8,
+        key: 1,
+    };
+
     /// (offset, length) of each direct read and of each pull, in that order.
     type Asked = (Vec<(usize, usize)>, Vec<(u64, u64)>);
 
@@ -1076,6 +1099,8 @@ mod tests {
         let from = Direct {
             pid: 42,
             addr: 0x1000,
+            key_addr: 8,
+            key: 1,
         };
         st.arrive_rendezvous(1, 3, len, 77, Some(from));
         for (k, n) in [DIRECT_PIECE, DIRECT_PIECE, 5].into_iter().enumerate() {
@@ -1101,6 +1126,7 @@ mod tests {
             }
         );
         assert_eq!(st.direct_bytes, len as u64);
+        assert!(st.pid_checked(1, 42) && !st.pid_checked(1, 43) && !st.pid_checked(2, 42));
     }
 
     #[test]
@@ -1110,7 +1136,7 @@ mod tests {
         let len = DIRECT_PIECE + 2500;
         let mut buf = vec![0u8; len];
         let id = post_user(&mut st, &mut buf, Source::Any, TagSel::Any);
-        st.arrive_rendezvous(2, 9, len, 5, Some(Direct { pid: 1, addr: 64 }));
+        st.arrive_rendezvous(2, 9, len, 5, Some(KEYED));
         let pulls = st.pulls(4, 1000);
         let [Pull::Read(first)] = &pulls[..] else {
             panic!("a direct read first, got {pulls:?}");
@@ -1142,7 +1168,7 @@ mod tests {
         // A later message offered for direct reads is pulled.
         let mut other = vec![0u8; 1500];
         post_user(&mut st, &mut other, Source::Any, TagSel::Any);
-        st.arrive_rendezvous(2, 9, 1500, 6, Some(Direct { pid: 1, addr: 64 }));
+        st.arrive_rendezvous(2, 9, 1500, 6, Some(KEYED));
         assert_eq!(asked(&mut st), (vec![], vec![(0, 1000), (1000, 500)]));
     }
 
@@ -1153,7 +1179,7 @@ mod tests {
             st.direct_reads = on;
             let mut buf = vec![0u8; 2000];
             post_user(&mut st, &mut buf, Source::Any, TagSel::Any);
-            let direct = offer.then_some(Direct { pid: 1, addr: 64 });
+            let direct = offer.then_some(KEYED);
             st.arrive_rendezvous(1, 0, 2000, 1, direct);
             assert_eq!(asked(&mut st), (vec![], vec![(0, 1000), (1000, 1000)]));
         }
