@@ -641,8 +641,8 @@ fn process_key() -> &'static AtomicU64 {
         use std::hash::{BuildHasher, Hasher};
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
-        // Any nonzero value serves, and every thread that races here stores its own before
-        // the first announcement leaves: the key is read only after being sent.
+        // Any nonzero value serves: the first store wins, and a thread that loses the race
+        // loads the winner's value after this.
         let _ = KEY.compare_exchange(0, h.finish() | 1, Ordering::Relaxed, Ordering::Relaxed);
     }
     &KEY
