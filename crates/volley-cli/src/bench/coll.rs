@@ -444,14 +444,7 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
         let _ = writeln!(w, "note: {n}");
     }
     let _ = writeln!(w, "ratio = volley / Open MPI (below 1: volley faster). With more ranks than cores the figures include the scheduler's sharing.");
-    let cols: Vec<(String, &[LatencyPoint], &[super::loggp::BandwidthPoint])> = r
-        .configs
-        .iter()
-        .map(|c| (c.name.clone(), &c.latency[..], &[][..]))
-        .collect();
-    if !cols.is_empty() {
-        super::peers::print_side_by_side("sweeps, µs per call", &cols, w);
-    }
+    super::sweep::print_curves("sweeps, µs per call", &r.configs, w);
     let _ = writeln!(w, "v/floor, MPI/flr = each beside the least a call that synchronizes every rank can cost here: with more ranks than CPUs, one hand-off of a core for each extra rank the busiest CPU holds (every rank must run in every call); otherwise half a cache-line round trip.");
 }
 

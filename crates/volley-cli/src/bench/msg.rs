@@ -823,15 +823,7 @@ pub fn print_table(r: &MsgReport, w: &mut dyn Write) {
         r.checked,
         r.failures.len()
     );
-    let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = r
-        .configs
-        .iter()
-        .map(|c| (c.name.clone(), &c.latency[..], &c.bandwidth[..]))
-        .collect();
-    if let Some(c) = r.configs.first().filter(|c| !c.memcpy.is_empty()) {
-        cols.push(("memcpy (floor)".into(), &[], &c.memcpy[..]));
-    }
-    super::peers::print_side_by_side("sweeps", &cols, w);
+    super::sweep::print_curves("sweeps", &r.configs, w);
     for e in &r.failures {
         let _ = writeln!(w, "  FAILED: {e}");
     }

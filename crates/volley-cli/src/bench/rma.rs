@@ -413,13 +413,5 @@ pub fn print_table(r: &RmaReport, w: &mut dyn Write) {
     ] {
         let _ = writeln!(w, "  {key:<14} direct {d:>8.1} ns   am {a:>8.1} ns");
     }
-    let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = r
-        .configs
-        .iter()
-        .map(|c| (c.name.clone(), &c.latency[..], &c.bandwidth[..]))
-        .collect();
-    if let Some(c) = r.configs.first().filter(|c| !c.memcpy.is_empty()) {
-        cols.push(("memcpy (floor)".into(), &[], &c.memcpy[..]));
-    }
-    super::peers::print_side_by_side("sweeps", &cols, w);
+    super::sweep::print_curves("sweeps", &r.configs, w);
 }

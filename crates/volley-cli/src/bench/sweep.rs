@@ -92,6 +92,22 @@ pub fn print_osu(
     }
 }
 
+/// Every curve's sweeps side by side under `heading`, with the memcpy floor of the first curve
+/// that has one as the last column; nothing when there are no curves.
+pub fn print_curves(heading: &str, configs: &[Curves], w: &mut dyn Write) {
+    if configs.is_empty() {
+        return;
+    }
+    let mut cols: Vec<(String, &[LatencyPoint], &[BandwidthPoint])> = configs
+        .iter()
+        .map(|c| (c.name.clone(), &c.latency[..], &c.bandwidth[..]))
+        .collect();
+    if let Some(c) = configs.iter().find(|c| !c.memcpy.is_empty()) {
+        cols.push(("memcpy (floor)".into(), &[], &c.memcpy[..]));
+    }
+    super::peers::print_side_by_side(heading, &cols, w);
+}
+
 /// The curves as CSV: `config,size,latency_us,bandwidth_mb_per_s,memcpy_mb_per_s`, the memcpy
 /// column from the first curve that has the floor (empty where a figure is missing).
 pub fn csv(configs: &[Curves]) -> String {
