@@ -42,6 +42,9 @@ pub(crate) struct Hub {
     row_words: usize,
     /// Hub calls so far (every rank counts the same).
     calls: Cell<u64>,
+    /// The CPU each rank arrived on at the last call (`NO_CPU`: not known), kept here so
+    /// that a wait does not read the rows of ranks on another CPU while they write them.
+    cpus: [Cell<u64>; HUB_RANKS],
 }
 
 // SAFETY: `base` names mapped shared memory that stays valid for the job's life (the segment
@@ -67,6 +70,7 @@ impl Hub {
             procs: p,
             row_words,
             calls: Cell::new(0),
+            cpus: std::array::from_fn(|_| Cell::new(NO_CPU)),
         };
         // Polite or not is each rank's own setting: the ranks vote, so that all choose alike.
         if !rt.is_polite() {
@@ -106,13 +110,11 @@ impl Hub {
         from_words(&words, dst);
     }
 
-    /// Whether rank `r`, which has not arrived at call `call`, waits for a core other than
-    /// `cpu` (this rank's): true if it arrived at the call before on another CPU (the CPU it
-    /// needs, if pinned, and most likely otherwise); `None` if that is not known.
-    fn elsewhere(&self, call: u64, r: usize, cpu: u64) -> Option<bool> {
-        let before = self
-            .row(call.checked_sub(1)?, r, CPU_WORD)
-            .load(Ordering::Relaxed);
+    /// Whether rank `r` waits for a core other than `cpu` (this rank's) when it has not
+    /// arrived: true if it arrived at the last call on another CPU (the CPU it needs, if
+    /// pinned, and most likely otherwise); `None` if that is not known.
+    fn elsewhere(&self, r: usize, cpu: u64) -> Option<bool> {
+        let before = self.cpus[r].get();
         (cpu != NO_CPU && before != NO_CPU).then_some(before != cpu)
     }
 
@@ -173,14 +175,16 @@ impl Global<'_> {
         // of them needs this CPU: a rank that waits for the other CPU gets it from the rank
         // running there, and a yield here would only pass this core to a rank that has
         // arrived and back. Yield while one needs this CPU (it shares it with this rank; or,
-        // where CPUs are not known, it is not on a CPU).
+        // where CPUs are not known, it is not on a CPU). Only the rows of ranks that may need
+        // this CPU are read: a row being written on another CPU is not pulled away from it.
+        let arrived = |r: usize| hub.row(call, r, 0).load(Ordering::Relaxed) == epoch;
         let running = || {
             (0..p).all(|r| {
                 r == me
-                    || hub.row(call, r, 0).load(Ordering::Relaxed) == epoch
-                    || hub
-                        .elsewhere(call, r, cpu)
-                        .unwrap_or_else(|| self.rt.is_running(r))
+                    || match hub.elsewhere(r, cpu) {
+                        Some(away) => away || arrived(r),
+                        None => arrived(r) || self.rt.is_running(r),
+                    }
             })
         };
         self.wait_awaiting(
@@ -229,6 +233,7 @@ impl Global<'_> {
                     What::describe(w) + &format!(" ({l} bytes per message)"),
                 ));
             }
+            hub.cpus[r].set(hub.row(call, r, CPU_WORD).load(Ordering::Relaxed));
         }
         Ok(call)
     }
