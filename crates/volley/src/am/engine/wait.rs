@@ -127,10 +127,16 @@ impl Engine {
     ) {
         let _published = LongWait(&self.activity);
         let mut handled = 0;
+        let mut first = true;
         'wait: loop {
             if handled == 0 {
-                // Again each time: a blocked send inside a handler may have ended its own.
-                self.activity.begin(self.purpose.get());
+                // Published from the second round on, and again each time (a blocked send
+                // inside a handler may have ended its own): a polite wait that ends after its
+                // first yield, a collective's hand-off of the core, is no hang and skips the
+                // clock read.
+                if !std::mem::take(&mut first) {
+                    self.activity.begin(self.purpose.get());
+                }
                 if self.block && backoff.spun_out() {
                     // Stays spun out: after a sleep that brought nothing, sleep again at once
                     // (spinning again would cost 16k polls, system calls on a network).

@@ -106,7 +106,10 @@ impl Activity {
     /// The long wait is over.
     #[cold]
     pub(crate) fn end(&self) {
-        self.word.store(0, Ordering::Release);
+        // Only where something was published: a short wait leaves the line as it was.
+        if self.word.load(Ordering::Relaxed) != 0 {
+            self.word.store(0, Ordering::Release);
+        }
     }
 
     /// What is published and for how long it has been, read consistently.
