@@ -31,6 +31,12 @@ const ROW_HEADER: usize = 4;
 const CPU_WORD: usize = 3;
 /// A CPU number that no CPU has.
 const NO_CPU: u64 = u64::MAX;
+/// Rounds of a call's wait before it becomes a general wait (a hand-off takes one or two, and
+/// up to a few dozen spins while the other CPU hands its core over).
+const QUICK_ROUNDS: u32 = 256;
+/// Spins in a row while every awaited rank looks elsewhere, before a yield anyway (a rank that
+/// moved, or a CPU that another process took).
+const QUICK_SPINS: u32 = 64;
 /// Word 0 counts arrivals, ever; word 1 counts ranks that are not polite (set at attach).
 const HEAD_WORDS: usize = 8;
 
@@ -187,6 +193,28 @@ impl Global<'_> {
                     }
             })
         };
+        // A call's wait is a hand-off of the cores: first a few rounds of a poll and a spin
+        // or a yield, nothing else (measured 0.1-0.2 µs a call faster than the runtime's
+        // general wait, whose rounds do more); a wait that outlasts them goes on in that
+        // wait, which publishes it for the hang report and watches for mismatches.
+        let done = || hub.word(0).load(Ordering::Acquire) >= all_in;
+        let mut spins = 0;
+        for _ in 0..QUICK_ROUNDS {
+            if done() {
+                break;
+            }
+            self.rt.poll();
+            if done() {
+                break;
+            }
+            if running() && spins < QUICK_SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                spins = 0;
+                self.rt.yield_core();
+            }
+        }
         self.wait_awaiting(
             || {
                 if hub.word(0).load(Ordering::Acquire) >= all_in {

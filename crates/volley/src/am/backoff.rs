@@ -20,7 +20,7 @@ const POLITE_SPIN_POLLS: u32 = 8;
 /// rank preempted without yielding still looks running).
 const AWAITED_SPIN_POLLS: u32 = 64;
 /// Yields between two checks of the job's health (peers that exited without finalizing).
-const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
+pub(crate) const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 /// Yields after which a polite wait counts as long: a round trip to a rank that waits for a
 /// core yields once or twice, a wait for a rank that computes many times.
 const LONG_WAIT_YIELDS: u32 = 4;

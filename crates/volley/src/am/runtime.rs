@@ -693,6 +693,16 @@ impl Runtime {
         self.engine().is_running(rank)
     }
 
+    /// Gives this rank's core to another process once, as a polite wait does between its
+    /// polls: the rank counts as not running meanwhile (see [`Runtime::is_running`]), the
+    /// yield is counted in [`Stats::yields`], and every 2048 yields the job's health is
+    /// checked (a rank that exits without finalizing ends the others). For waits of one's
+    /// own that hand a shared core back and forth, between [`Runtime::poll`]s.
+    pub fn yield_core(&self) {
+        let _e = self.enter();
+        self.engine().yield_core();
+    }
+
     /// Waits until every rank has called `barrier` (a dissemination barrier over Active
     /// Messages; handlers keep running meanwhile).
     ///

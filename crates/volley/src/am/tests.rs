@@ -209,6 +209,19 @@ fn segment_access_is_bounds_checked() {
     assert!(rt.write_segment(usize::MAX, b"x").is_err());
 }
 
+/// A yield of one's own counts as the polite wait's do, and the rank is not marked away
+/// after it.
+#[test]
+fn a_yield_of_the_core_is_counted_and_leaves_the_rank_running() {
+    let rt = Runtime::builder().build().unwrap();
+    let before = rt.stats().yields;
+    for _ in 0..3 {
+        rt.yield_core();
+    }
+    assert_eq!(rt.stats().yields - before, 3);
+    assert!(rt.is_running(0), "still marked away after the yields");
+}
+
 #[test]
 fn bad_ring_size_is_a_clear_error() {
     let mut b = Runtime::builder();

@@ -1,7 +1,7 @@
 //! Waiting: polling until a condition holds, and sleeping in the kernel when there is nothing
 //! to do (block mode, the progress thread).
 
-use super::super::backoff::{Backoff, Snooze};
+use super::super::backoff::{Backoff, Snooze, YIELDS_PER_HEALTH_CHECK};
 use super::super::report::{Doing, LongWait};
 use super::super::stats::bump;
 use super::{Engine, Served};
@@ -105,6 +105,16 @@ impl Engine {
             return;
         }
         self.wait_long(cond, Backoff::new(true), || Some(running()))
+    }
+
+    /// Gives the core away once, as a polite wait does between polls (see
+    /// [`Runtime::yield_core`](crate::Runtime::yield_core)).
+    pub(crate) fn yield_core(&self) {
+        self.own().presence().away_during(std::thread::yield_now);
+        bump(&self.stats.yields);
+        if self.stats.yields.get() % u64::from(YIELDS_PER_HEALTH_CHECK) == 0 {
+            self.check_health();
+        }
     }
 
     /// Whether `rank` is on a CPU now: on this node, and none of its threads is yielding or
