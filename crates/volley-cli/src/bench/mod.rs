@@ -741,6 +741,14 @@ mod tests {
         );
     }
 
+    #[test]
+    fn checked_in_coll_results_match_the_coll_report() {
+        round_trip::<coll::CollReport>(
+            "benchmarks/coll.json",
+            include_str!("../../../../benchmarks/coll.json"),
+        );
+    }
+
     // Quick runs (`--reps 2 --scale 0.01`): the figures mean nothing, the shapes are the point.
     #[test]
     fn recorded_documents_match_their_reports() {

@@ -16,7 +16,9 @@ const DEADLINE: Duration = Duration::from_secs(300);
 /// time per call, in nanoseconds.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct MpiColl {
-    /// Ranks in the job.
+    /// Ranks in the job (read from the MPI program's line; not written, since a run of
+    /// `bench coll` flattens these figures beside its own `ranks`).
+    #[serde(default, skip_serializing)]
     pub ranks: usize,
     /// `MPI_Barrier`.
     pub mpi_barrier_ns: f64,
