@@ -50,15 +50,22 @@ pub fn measure(ranks: usize, scale: f64, reps: usize) -> Result<Option<MpiColl>,
             "MPI collectives: bad parameters (ranks {ranks}, scale {scale}, reps {reps})"
         ));
     }
-    mpi::run_json(
+    let m: MpiColl = mpi::run_json(
         "mpi_coll",
         SOURCE,
         ranks,
         false,
         &[scale.to_string(), reps.to_string()],
         DEADLINE,
-    )
-    .map(Some)
+    )?;
+    // Figures of another job size would sit beside volley's as if they were comparable.
+    if m.ranks != ranks {
+        return Err(format!(
+            "MPI collectives: asked for {ranks} ranks, the program ran on {}",
+            m.ranks
+        ));
+    }
+    Ok(Some(m))
 }
 
 /// The send/receive ping-pong: `mpi_pingpong ITERS REPS`.
