@@ -140,11 +140,11 @@ impl Engine {
         let mut first = true;
         'wait: loop {
             if handled == 0 {
-                // Published from the second round on, and again each time (a blocked send
-                // inside a handler may have ended its own): a polite wait that ends after its
-                // first yield, a collective's hand-off of the core, is no hang and skips the
-                // clock read.
-                if !std::mem::take(&mut first) {
+                // Published before every round but a first one that only yields, and again
+                // each time (a blocked send inside a handler may have ended its own): a polite
+                // wait that ends after its first yield, a collective's hand-off of the core, is
+                // no hang and skips the clock read. A sleep is published from the first.
+                if !std::mem::take(&mut first) || self.block {
                     self.activity.begin(self.purpose.get());
                 }
                 if self.block && backoff.spun_out() {
