@@ -8,7 +8,7 @@
 //! `VOLLEY_COLL_CMA=off`, every rank alike uses the mapped scratch instead.
 
 use super::what::What;
-use super::{copy_pod, reduce_chunk};
+use super::{copy_pod, fold, fold_under, reduce_chunk};
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
 use crate::reduce::Op;
@@ -283,9 +283,7 @@ impl Global<'_> {
                     }
                     acc
                 };
-                for (x, a) in d.iter_mut().zip(acc.iter()) {
-                    *x = f(*a, *x);
-                }
+                fold_under(acc, d, f);
             }
             for src in me + 1..p {
                 read(src, theirs)?;
@@ -299,13 +297,6 @@ impl Global<'_> {
         // Every rank's data holds every chunk's result.
         self.barrier()?;
         Ok(true)
-    }
-}
-
-/// `acc = f(acc, part)` element by element.
-fn fold<T: Pod>(acc: &mut [T], part: &[T], f: &impl Fn(T, T) -> T) {
-    for (a, b) in acc.iter_mut().zip(part) {
-        *a = f(*a, *b);
     }
 }
 

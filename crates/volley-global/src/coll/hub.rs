@@ -11,6 +11,7 @@
 //! Rows alternate by the parity of the hub's call number: a rank writes call c + 2's row only
 //! after every rank arrived at call c + 1, so after every rank has read call c's rows.
 
+use super::combine_in_order;
 use super::what::What;
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
@@ -217,7 +218,7 @@ impl Global<'_> {
         }
         self.wait_awaiting(
             || {
-                if hub.word(0).load(Ordering::Acquire) >= all_in {
+                if done() {
                     return true;
                 }
                 polls = polls.wrapping_add(1);
@@ -302,13 +303,7 @@ impl Global<'_> {
                 hub.read_block(call, r, 0, bytemuck::cast_slice_mut(&mut theirs[..n]));
                 &theirs[..n]
             };
-            if r == 0 {
-                data.copy_from_slice(part);
-            } else {
-                for (d, t) in data.iter_mut().zip(part) {
-                    *d = f(*d, *t);
-                }
-            }
+            combine_in_order(r, data, part, f);
         }
         Some(Ok(()))
     }

@@ -175,16 +175,6 @@ impl Global<'_> {
                 &mut heap
             }
         };
-        let combine = |lower: &[T], higher: &mut [T]| {
-            for (h, l) in higher.iter_mut().zip(lower) {
-                *h = f(*l, *h);
-            }
-        };
-        let combine_into_lower = |lower: &mut [T], higher: &[T]| {
-            for (l, h) in lower.iter_mut().zip(higher) {
-                *l = f(*l, *h);
-            }
-        };
         // Fold: among the first 2·rem ranks, even ranks hand their data to the next one.
         let newrank = if me < 2 * rem {
             if me % 2 == 0 {
@@ -199,7 +189,7 @@ impl Global<'_> {
                     what,
                     bytemuck::cast_slice_mut(theirs),
                 )?;
-                combine(theirs, data);
+                fold_under(theirs, data, f);
                 Some(me / 2)
             }
         } else {
@@ -221,9 +211,9 @@ impl Global<'_> {
                     bytemuck::cast_slice_mut(theirs),
                 )?;
                 if partner < me {
-                    combine(theirs, data);
+                    fold_under(theirs, data, f);
                 } else {
-                    combine_into_lower(data, theirs);
+                    fold(data, theirs, f);
                 }
                 mask <<= 1;
                 step += 1;
@@ -282,9 +272,7 @@ impl Global<'_> {
             if src == 0 {
                 acc.extend_from_slice(part);
             } else {
-                for (a, b) in acc.iter_mut().zip(part) {
-                    *a = f(*a, *b);
-                }
+                fold(&mut acc, part, f);
             }
         }
         copy_pod(&mut data[mine.clone()], &acc);
@@ -329,9 +317,7 @@ impl Global<'_> {
             if vr + mask < p {
                 let child = (vr + mask + root) % p;
                 self.recv_into(child, epoch, 0, what, &mut theirs)?;
-                for (a, b) in acc.iter_mut().zip(&theirs) {
-                    *a = f(*a, *b);
-                }
+                fold(&mut acc, &theirs, &f);
             }
             mask <<= 1;
         }
@@ -382,9 +368,7 @@ impl Global<'_> {
             }
             if me >= dist {
                 self.recv_into(me - dist, epoch, step, what, &mut theirs)?;
-                for (d, t) in data.iter_mut().zip(&theirs) {
-                    *d = f(*t, *d);
-                }
+                fold_under(&theirs, data, &f);
             }
             dist *= 2;
             step += 1;
@@ -625,8 +609,20 @@ fn combine_in_order<T: Pod>(src: usize, acc: &mut [T], part: &[T], f: &impl Fn(T
     if src == 0 {
         acc.copy_from_slice(part);
     } else {
-        for (a, b) in acc.iter_mut().zip(part) {
-            *a = f(*a, *b);
-        }
+        fold(acc, part, f);
+    }
+}
+
+/// `acc = f(acc, part)` element by element: `part` holds the operands of higher ranks.
+fn fold<T: Pod>(acc: &mut [T], part: &[T], f: &impl Fn(T, T) -> T) {
+    for (a, b) in acc.iter_mut().zip(part) {
+        *a = f(*a, *b);
+    }
+}
+
+/// `acc = f(lower, acc)` element by element: `lower` holds the operands of lower ranks.
+fn fold_under<T: Pod>(lower: &[T], acc: &mut [T], f: &impl Fn(T, T) -> T) {
+    for (a, l) in acc.iter_mut().zip(lower) {
+        *a = f(*l, *a);
     }
 }
