@@ -53,6 +53,7 @@ mod error;
 mod global;
 #[cfg(not(loom))]
 mod handlers;
+mod hub_rows;
 #[cfg(not(loom))]
 mod ops;
 #[cfg(not(loom))]

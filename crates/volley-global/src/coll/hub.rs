@@ -1,21 +1,22 @@
 //! The hub: barriers, small all-reduces and small all-to-alls of ranks that share cores
 //! (every rank polite, under `hw` on one node). Each rank writes its contribution into its
-//! row in rank 0's mapped memory, counts itself in with one atomic add and waits for the
-//! count; then it reads what it needs from every row. A rank that gets the core then has
+//! row in rank 0's mapped memory, the call's epoch last, and waits until every row shows the
+//! epoch; then it reads what it needs from every row (the rows' protocol: [`crate::hub_rows`]).
+//! The rows are the only shared words a call writes: the last arrival's row reaches each
+//! waiter in one cache-line transfer, with its data (a shared count of arrivals would add a
+//! transfer to the writer and one back to every waiter). A rank that gets the core then has
 //! nothing to wait for but the last arrival, which completes the call without waking anyone:
 //! each rank needs the core about once per call, where a dissemination or recursive-doubling
 //! round waits on a rank that may not have run since the last round. A waiting rank yields
 //! its core only while an awaited rank needs that core (see [`Hub::elsewhere`]), so that each
 //! core changes hands about once per call.
-//!
-//! Rows alternate by the parity of the hub's call number: a rank writes call c + 2's row only
-//! after every rank arrived at call c + 1, so after every rank has read call c's rows.
 
 use super::combine_in_order;
 use super::what::What;
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
 use crate::handlers::{from_words, to_words, FAST_WORDS};
+use crate::hub_rows::{Header, Rows};
 use crate::strategy::Strategy;
 use bytemuck::Pod;
 use std::cell::Cell;
@@ -26,19 +27,17 @@ use volley::Runtime;
 
 /// The hub serves jobs of up to this many ranks (a row holds a block for every rank).
 const HUB_RANKS: usize = 16;
-/// Words of a row before its blocks: epoch, what, block length, CPU.
-const ROW_HEADER: usize = 4;
-/// The row word with the CPU the rank arrived on (`NO_CPU`: not known).
-const CPU_WORD: usize = 3;
 /// A CPU number that no CPU has.
 const NO_CPU: u64 = u64::MAX;
 /// Rounds of a call's wait before it becomes a general wait (a hand-off takes one or two, and
 /// up to a few dozen spins while the other CPU hands its core over).
 const QUICK_ROUNDS: u32 = 256;
+/// A call's quick rounds poll for messages every this many rounds.
+const POLL_ROUNDS: u32 = 4;
 /// Spins in a row while every awaited rank looks elsewhere, before a yield anyway (a rank that
 /// moved, or a CPU that another process took).
 const QUICK_SPINS: u32 = 64;
-/// Word 0 counts arrivals, ever; word 1 counts ranks that are not polite (set at attach).
+/// Words before the rows: word 0 counts ranks that are not polite (set at attach).
 const HEAD_WORDS: usize = 8;
 
 /// Rank 0's hub, as mapped in this process.
@@ -46,7 +45,8 @@ const HEAD_WORDS: usize = 8;
 pub(crate) struct Hub {
     base: NonNull<AtomicU64>,
     procs: usize,
-    row_words: usize,
+    /// Words of the mapping.
+    words: usize,
     /// Hub calls so far (every rank counts the same).
     calls: Cell<u64>,
     /// The CPU each rank arrived on at the last call (`NO_CPU`: not known), kept here so
@@ -68,23 +68,23 @@ impl Hub {
         if strategy != Strategy::Hw || !local || !(2..=HUB_RANKS).contains(&p) {
             return Ok(None);
         }
-        let row_words = (ROW_HEADER + p * FAST_WORDS).next_multiple_of(8);
-        let bytes = (HEAD_WORDS + 2 * p * row_words) * 8;
+        let words = HEAD_WORDS + Rows::words_for(p, FAST_WORDS);
+        let bytes = words * 8;
         let seg = crate::global::zeroed_symmetric(rma, rt, bytes)?;
         let base = super::direct::map_on(rma, rt, &seg, 0, bytes, "collective hub")?;
         let hub = Self {
             base: base.cast(),
             procs: p,
-            row_words,
+            words,
             calls: Cell::new(0),
             cpus: std::array::from_fn(|_| Cell::new(NO_CPU)),
         };
         // Polite or not is each rank's own setting: the ranks vote, so that all choose alike.
         if !rt.is_polite() {
-            hub.word(1).fetch_add(1, Ordering::Relaxed);
+            hub.mapping()[0].fetch_add(1, Ordering::Relaxed);
         }
         rt.barrier();
-        if hub.word(1).load(Ordering::Relaxed) == 0 {
+        if hub.mapping()[0].load(Ordering::Relaxed) == 0 {
             return Ok(Some(hub));
         }
         // Every rank read the vote before any frees (the barrier orders the reads first).
@@ -93,26 +93,22 @@ impl Hub {
         Ok(None)
     }
 
-    fn word(&self, i: usize) -> &AtomicU64 {
-        debug_assert!(i < HEAD_WORDS + 2 * self.procs * self.row_words);
-        // SAFETY: `i` is inside the hub's zeroed, 8-aligned mapping, valid for the job's life
-        // and only accessed through atomics.
-        unsafe { &*self.base.as_ptr().add(i) }
+    fn mapping(&self) -> &[AtomicU64] {
+        // SAFETY: the hub's mapping is `words` zeroed, 8-aligned words, valid for the job's
+        // life and only accessed through atomics.
+        unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.words) }
     }
 
-    /// Word `i` of rank `r`'s row of call `call`.
-    fn row(&self, call: u64, r: usize, i: usize) -> &AtomicU64 {
-        let row = (call as usize & 1) * self.procs + r;
-        self.word(HEAD_WORDS + row * self.row_words + i)
+    fn rows(&self) -> Rows<'_> {
+        Rows::new(&self.mapping()[HEAD_WORDS..], self.procs, FAST_WORDS)
     }
 
     /// Block `j` of rank `r`'s row of call `call`, into `dst` (blocks of `dst.len()` bytes).
     fn read_block(&self, call: u64, r: usize, j: usize, dst: &mut [u8]) {
+        let rows = self.rows();
         let mut words = [0u64; FAST_WORDS];
         for (k, w) in words.iter_mut().enumerate().take(dst.len().div_ceil(8)) {
-            *w = self
-                .row(call, r, block_word(j, dst.len()) + k)
-                .load(Ordering::Relaxed);
+            *w = rows.block(call, r, j, dst.len(), k);
         }
         from_words(&words, dst);
     }
@@ -128,20 +124,8 @@ impl Hub {
     /// What collective rank `r`'s row of a call at `epoch` belongs to, if one is here (for
     /// mismatch diagnosis).
     pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
-        (0..2u64).find_map(|call| {
-            (0..self.procs).find_map(|r| {
-                let w = self.row(call, r, 1).load(Ordering::Acquire);
-                (w != 0 && self.row(call, r, 0).load(Ordering::Acquire) == epoch).then_some((w, r))
-            })
-        })
+        self.rows().what_of(epoch)
     }
-}
-
-/// The row word where block `j` of a call with blocks of `len` bytes starts: blocks are
-/// packed, so that small blocks share the header's cache line (an 8-byte all-to-all on 4
-/// ranks writes and reads one line per row).
-fn block_word(j: usize, len: usize) -> usize {
-    ROW_HEADER + j * len.div_ceil(8)
 }
 
 impl Global<'_> {
@@ -160,22 +144,20 @@ impl Global<'_> {
         let (me, p) = (self.me, self.procs);
         let call = hub.calls.get();
         hub.calls.set(call + 1);
+        let rows = hub.rows();
         for (j, block) in blocks.iter().enumerate() {
             let mut words = [0u64; FAST_WORDS];
             let n = to_words(block, &mut words);
-            for (k, w) in words[..n].iter().enumerate() {
-                hub.row(call, me, block_word(j, len) + k)
-                    .store(*w, Ordering::Relaxed);
-            }
+            rows.put_block(call, me, j, len, &words[..n]);
         }
-        hub.row(call, me, 0).store(epoch, Ordering::Relaxed);
-        hub.row(call, me, 2).store(len as u64, Ordering::Relaxed);
         let cpu = nix::sched::sched_getcpu().map_or(NO_CPU, |c| c as u64);
-        hub.row(call, me, CPU_WORD).store(cpu, Ordering::Relaxed);
-        hub.row(call, me, 1).store(what.code(), Ordering::Relaxed);
-        // Release: whoever sees the count sees the row.
-        hub.word(0).fetch_add(1, Ordering::AcqRel);
-        let all_in = (p as u64) * (call + 1);
+        let mine = Header {
+            epoch,
+            what: what.code(),
+            len,
+            cpu,
+        };
+        rows.arrive(call, me, mine);
         let (mut polls, mut elsewhere) = (0u32, None);
         let mb = &self.shared.mailbox;
         // The ranks still awaited are those whose row is not yet this call's. Spin while none
@@ -184,7 +166,7 @@ impl Global<'_> {
         // arrived and back. Yield while one needs this CPU (it shares it with this rank; or,
         // where CPUs are not known, it is not on a CPU). Only the rows of ranks that may need
         // this CPU are read: a row being written on another CPU is not pulled away from it.
-        let arrived = |r: usize| hub.row(call, r, 0).load(Ordering::Relaxed) == epoch;
+        let arrived = |r: usize| rows.arrived(call, r, epoch);
         let running = || {
             (0..p).all(|r| {
                 r == me
@@ -194,19 +176,39 @@ impl Global<'_> {
                     }
             })
         };
-        // A call's wait is a hand-off of the cores: first a few rounds of a poll and a spin
-        // or a yield, nothing else (measured 0.1-0.2 µs a call faster than the runtime's
-        // general wait, whose rounds do more); a wait that outlasts them goes on in that
-        // wait, which publishes it for the hang report and watches for mismatches.
-        let done = || hub.word(0).load(Ordering::Acquire) >= all_in;
+        // The ranks not yet seen at this call, one bit each (a row keeps its epoch until
+        // every rank has arrived at the next call).
+        let pending = Cell::new(((1u32 << p) - 1) & !(1 << me));
+        let done = || {
+            let mut left = pending.get();
+            let mut todo = left;
+            while todo != 0 {
+                let r = todo.trailing_zeros() as usize;
+                todo &= todo - 1;
+                if arrived(r) {
+                    left &= !(1 << r);
+                }
+            }
+            pending.set(left);
+            left == 0
+        };
+        // A call's wait is a hand-off of the cores: first a few rounds of a spin or a yield,
+        // and now and then a poll, nothing else (measured 0.1-0.2 µs a call faster than the
+        // runtime's general wait, whose rounds do more); a wait that outlasts them goes on in
+        // that wait, which publishes it for the hang report and watches for mismatches.
         let mut spins = 0;
-        for _ in 0..QUICK_ROUNDS {
+        for round in 1..=QUICK_ROUNDS {
             if done() {
                 break;
             }
-            self.rt.poll();
-            if done() {
-                break;
+            // A hand-off usually ends the wait in its second round, with no message to
+            // serve; a longer wait serves messages every few rounds (a rank may need this
+            // one's reply before it can arrive).
+            if round % POLL_ROUNDS == 0 {
+                self.rt.poll();
+                if done() {
+                    break;
+                }
             }
             if running() && spins < QUICK_SPINS {
                 spins += 1;
@@ -251,18 +253,14 @@ impl Global<'_> {
             return Err(mismatch(rank, What::describe(theirs)));
         }
         for r in 0..p {
-            let (e, w, l) = (
-                hub.row(call, r, 0).load(Ordering::Relaxed),
-                hub.row(call, r, 1).load(Ordering::Relaxed),
-                hub.row(call, r, 2).load(Ordering::Relaxed) as usize,
-            );
-            if e != epoch || w != what.code() || l != len {
+            let (e, theirs) = rows.header(call, r);
+            if e != Some(epoch) || theirs.what != what.code() || theirs.len != len {
                 return Err(mismatch(
                     r,
-                    What::describe(w) + &format!(" ({l} bytes per message)"),
+                    What::describe(theirs.what) + &format!(" ({} bytes per message)", theirs.len),
                 ));
             }
-            hub.cpus[r].set(hub.row(call, r, CPU_WORD).load(Ordering::Relaxed));
+            hub.cpus[r].set(theirs.cpu);
         }
         Ok(call)
     }

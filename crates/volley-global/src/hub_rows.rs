@@ -1,0 +1,213 @@
+//! The hub's rows and their protocol: atomics only, all zero before the first call, so that
+//! they may live in mapped shared memory; under `--cfg loom` on loom's atomics, for the model
+//! below.
+//!
+//! Every rank has a row for each parity of the hub's call number. A rank arrives at a call by
+//! writing its blocks and header into its row of the call's parity, the row's mark last, with
+//! release; it has arrived when the mark shows the call's epoch. A rank writes call c + 2's
+//! row only after every rank arrived at call c + 1, so after every rank has read call c's
+//! rows.
+
+// Under loom only the model uses the rows.
+#![cfg_attr(all(loom, not(test)), allow(dead_code))]
+
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU64, Ordering};
+#[cfg(not(loom))]
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Words of a row before its blocks: mark (see [`mark`]), what, block length, CPU.
+const ROW_HEADER: usize = 4;
+
+/// What a row shows of its rank's call, once the rank arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    /// The collective's epoch.
+    pub(crate) epoch: u64,
+    /// The collective's code (see `What`).
+    pub(crate) what: u64,
+    /// Bytes per block.
+    pub(crate) len: usize,
+    /// The CPU the rank arrived on.
+    pub(crate) cpu: u64,
+}
+
+/// Both parities' rows of every rank.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Rows<'a> {
+    words: &'a [AtomicU64],
+    procs: usize,
+    row_words: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// Words for the rows of `procs` ranks whose blocks hold up to `block_words` words each
+    /// (each row starts a cache line).
+    pub(crate) fn words_for(procs: usize, block_words: usize) -> usize {
+        2 * procs * Self::row_words(procs, block_words)
+    }
+
+    fn row_words(procs: usize, block_words: usize) -> usize {
+        (ROW_HEADER + procs * block_words).next_multiple_of(8)
+    }
+
+    /// The rows of `procs` ranks in `words` (zeroed before the first call; see
+    /// [`Rows::words_for`]).
+    pub(crate) fn new(words: &'a [AtomicU64], procs: usize, block_words: usize) -> Self {
+        let row_words = Self::row_words(procs, block_words);
+        assert!(words.len() >= 2 * procs * row_words, "hub rows too small");
+        Self {
+            words,
+            procs,
+            row_words,
+        }
+    }
+
+    /// Word `i` of rank `r`'s row of call `call`.
+    fn word(&self, call: u64, r: usize, i: usize) -> &'a AtomicU64 {
+        let row = (call as usize & 1) * self.procs + r;
+        &self.words[row * self.row_words + i]
+    }
+
+    /// Writes block `j` (blocks of `len` bytes) of rank `me`'s row of `call`, before
+    /// [`Rows::arrive`].
+    pub(crate) fn put_block(&self, call: u64, me: usize, j: usize, len: usize, words: &[u64]) {
+        for (k, w) in words.iter().enumerate() {
+            self.word(call, me, block_word(j, len) + k)
+                .store(*w, Ordering::Relaxed);
+        }
+    }
+
+    /// Rank `me` arrives at `call`: writes its header, the mark last.
+    pub(crate) fn arrive(&self, call: u64, me: usize, h: Header) {
+        self.word(call, me, 1).store(h.what, Ordering::Relaxed);
+        self.word(call, me, 2)
+            .store(h.len as u64, Ordering::Relaxed);
+        self.word(call, me, 3).store(h.cpu, Ordering::Relaxed);
+        // Release: whoever sees the mark sees the row.
+        self.word(call, me, 0)
+            .store(mark(h.epoch), Ordering::Release);
+    }
+
+    /// Whether rank `r` arrived at `call`, the collective of `epoch`.
+    pub(crate) fn arrived(&self, call: u64, r: usize, epoch: u64) -> bool {
+        self.word(call, r, 0).load(Ordering::Acquire) == mark(epoch)
+    }
+
+    /// Rank `r`'s header of `call` (once it arrived; its epoch is `None` before).
+    pub(crate) fn header(&self, call: u64, r: usize) -> (Option<u64>, Header) {
+        let m = self.word(call, r, 0).load(Ordering::Acquire);
+        let epoch = m.checked_sub(1);
+        let h = Header {
+            epoch: epoch.unwrap_or(0),
+            what: self.word(call, r, 1).load(Ordering::Relaxed),
+            len: self.word(call, r, 2).load(Ordering::Relaxed) as usize,
+            cpu: self.word(call, r, 3).load(Ordering::Relaxed),
+        };
+        (epoch, h)
+    }
+
+    /// Word `k` of block `j` (blocks of `len` bytes) of rank `r`'s row of `call` (once it
+    /// arrived).
+    pub(crate) fn block(&self, call: u64, r: usize, j: usize, len: usize, k: usize) -> u64 {
+        self.word(call, r, block_word(j, len) + k)
+            .load(Ordering::Relaxed)
+    }
+
+    /// What collective a rank's row at `epoch` belongs to, and the rank, if one is here (for
+    /// mismatch diagnosis).
+    pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
+        (0..2u64).find_map(|call| {
+            (0..self.procs).find_map(|r| {
+                // The mark first: a row that shows it shows the rest of its call.
+                self.arrived(call, r, epoch)
+                    .then(|| (self.word(call, r, 1).load(Ordering::Relaxed), r))
+            })
+        })
+    }
+}
+
+/// What a row's first word holds once its rank arrived at the collective of `epoch` (never
+/// 0, which the rows hold before any call).
+fn mark(epoch: u64) -> u64 {
+    epoch + 1
+}
+
+/// The row word where block `j` of a call with blocks of `len` bytes starts: blocks are
+/// packed, so that small blocks share the header's cache line (an 8-byte all-to-all on 4
+/// ranks writes and reads one line per row).
+fn block_word(j: usize, len: usize) -> usize {
+    ROW_HEADER + j * len.div_ceil(8)
+}
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// The value rank `src` sends rank `dst` at call `call`.
+    fn value(call: u64, src: usize, dst: usize) -> u64 {
+        (call << 16) | ((src as u64) << 8) | dst as u64
+    }
+
+    /// `ranks` threads make `calls` all-to-alls of one word through the rows; every rank
+    /// reads every other's word of each call whole, none overwritten before it read.
+    fn model(ranks: usize, calls: u64) {
+        let mut builder = loom::model::Builder::new();
+        builder.preemption_bound = Some(3);
+        builder.max_branches = 100_000;
+        builder.check(move || {
+            let words: Arc<Vec<AtomicU64>> = Arc::new(
+                (0..Rows::words_for(ranks, 1))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+            );
+            let rank = move |me: usize, words: Arc<Vec<AtomicU64>>| {
+                let rows = Rows::new(&words, ranks, 1);
+                for call in 0..calls {
+                    let epoch = 10 + call;
+                    for j in (0..ranks).filter(|&j| j != me) {
+                        rows.put_block(call, me, j, 8, &[value(call, me, j)]);
+                    }
+                    let h = Header {
+                        epoch,
+                        what: 7,
+                        len: 8,
+                        cpu: me as u64,
+                    };
+                    rows.arrive(call, me, h);
+                    while !(0..ranks).all(|r| rows.arrived(call, r, epoch)) {
+                        loom::thread::yield_now();
+                    }
+                    for r in (0..ranks).filter(|&r| r != me) {
+                        let (e, theirs) = rows.header(call, r);
+                        assert_eq!(e, Some(epoch), "call {call}: rank {r}'s mark");
+                        assert_eq!((theirs.what, theirs.len, theirs.cpu), (7, 8, r as u64));
+                        assert_eq!(
+                            rows.block(call, r, me, 8, 0),
+                            value(call, r, me),
+                            "call {call}: rank {r}'s word to rank {me}"
+                        );
+                    }
+                }
+            };
+            let others: Vec<_> = (1..ranks)
+                .map(|me| {
+                    let words = words.clone();
+                    loom::thread::spawn(move || rank(me, words))
+                })
+                .collect();
+            rank(0, words.clone());
+            for h in others {
+                h.join().unwrap();
+            }
+        });
+    }
+
+    /// Three calls, so that a row is written again (call 2 reuses call 0's rows) while a
+    /// slower rank may still be at the call between.
+    #[test]
+    fn loom_hub_rows_reused_by_parity() {
+        model(2, 3);
+    }
+}
