@@ -91,13 +91,18 @@ impl<'a> Rows<'a> {
 
     /// Whether rank `r` arrived at `call`, the collective of `epoch`.
     pub(crate) fn arrived(&self, call: u64, r: usize, epoch: u64) -> bool {
-        self.word(call, r, 0).load(Ordering::Acquire) == mark(epoch)
+        self.epoch_of(call, r) == Some(epoch)
+    }
+
+    /// The epoch rank `r`'s row of `call`'s parity shows: `call`'s once the rank arrived,
+    /// before that the call's two before (`None` before the rank's first call of the parity).
+    pub(crate) fn epoch_of(&self, call: u64, r: usize) -> Option<u64> {
+        self.word(call, r, 0).load(Ordering::Acquire).checked_sub(1)
     }
 
     /// Rank `r`'s header of `call` (once it arrived; its epoch is `None` before).
     pub(crate) fn header(&self, call: u64, r: usize) -> (Option<u64>, Header) {
-        let m = self.word(call, r, 0).load(Ordering::Acquire);
-        let epoch = m.checked_sub(1);
+        let epoch = self.epoch_of(call, r);
         let h = Header {
             epoch: epoch.unwrap_or(0),
             what: self.word(call, r, 1).load(Ordering::Relaxed),
@@ -176,7 +181,9 @@ mod loom_tests {
                         cpu: me as u64,
                     };
                     rows.arrive(call, me, h);
-                    while !(0..ranks).all(|r| rows.arrived(call, r, epoch)) {
+                    // As the hub waits: until no row shows the epoch of the call two before.
+                    let stale = call.checked_sub(2).map(|c| 10 + c);
+                    while (0..ranks).any(|r| rows.epoch_of(call, r) == stale) {
                         loom::thread::yield_now();
                     }
                     for r in (0..ranks).filter(|&r| r != me) {

@@ -49,6 +49,9 @@ pub(crate) struct Hub {
     words: usize,
     /// Hub calls so far (every rank counts the same).
     calls: Cell<u64>,
+    /// The epoch of the last call of each parity (`None`: none yet): what a row of that
+    /// parity shows until its rank arrives at the next call.
+    before: [Cell<Option<u64>>; 2],
     /// The CPU each rank arrived on at the last call (`NO_CPU`: not known), kept here so
     /// that a wait does not read the rows of ranks on another CPU while they write them.
     cpus: [Cell<u64>; HUB_RANKS],
@@ -77,6 +80,7 @@ impl Hub {
             procs: p,
             words,
             calls: Cell::new(0),
+            before: [Cell::new(None), Cell::new(None)],
             cpus: std::array::from_fn(|_| Cell::new(NO_CPU)),
         };
         // Polite or not is each rank's own setting: the ranks vote, so that all choose alike.
@@ -145,6 +149,7 @@ impl Global<'_> {
         let call = hub.calls.get();
         hub.calls.set(call + 1);
         let rows = hub.rows();
+        let stale = hub.before[call as usize & 1].replace(Some(epoch));
         for (j, block) in blocks.iter().enumerate() {
             let mut words = [0u64; FAST_WORDS];
             let n = to_words(block, &mut words);
@@ -166,7 +171,9 @@ impl Global<'_> {
         // arrived and back. Yield while one needs this CPU (it shares it with this rank; or,
         // where CPUs are not known, it is not on a CPU). Only the rows of ranks that may need
         // this CPU are read: a row being written on another CPU is not pulled away from it.
-        let arrived = |r: usize| rows.arrived(call, r, epoch);
+        // A rank arrived once its row shows another epoch than the call two before: this
+        // call's, or another that the check below refuses (a rank at another collective).
+        let arrived = |r: usize| rows.epoch_of(call, r) != stale;
         let running = || {
             (0..p).all(|r| {
                 r == me
@@ -176,8 +183,8 @@ impl Global<'_> {
                     }
             })
         };
-        // The ranks not yet seen at this call, one bit each (a row keeps its epoch until
-        // every rank has arrived at the next call).
+        // The ranks not yet seen at this call, one bit each (a row keeps this call's epoch
+        // until every rank has arrived at the next call).
         let pending = Cell::new(((1u32 << p) - 1) & !(1 << me));
         let done = || {
             let mut left = pending.get();
