@@ -8,8 +8,8 @@
 //! row only after every rank arrived at call c + 1, so after every rank has read call c's
 //! rows.
 
-// Under loom only the model uses the rows.
-#![cfg_attr(all(loom, not(test)), allow(dead_code))]
+// Under loom only the model uses the rows, and not all of them.
+#![cfg_attr(loom, allow(dead_code))]
 
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU64, Ordering};
@@ -89,11 +89,6 @@ impl<'a> Rows<'a> {
             .store(mark(h.epoch), Ordering::Release);
     }
 
-    /// Whether rank `r` arrived at `call`, the collective of `epoch`.
-    pub(crate) fn arrived(&self, call: u64, r: usize, epoch: u64) -> bool {
-        self.epoch_of(call, r) == Some(epoch)
-    }
-
     /// The epoch rank `r`'s row of `call`'s parity shows: `call`'s once the rank arrived,
     /// before that the call's two before (`None` before the rank's first call of the parity).
     pub(crate) fn epoch_of(&self, call: u64, r: usize) -> Option<u64> {
@@ -125,7 +120,7 @@ impl<'a> Rows<'a> {
         (0..2u64).find_map(|call| {
             (0..self.procs).find_map(|r| {
                 // The mark first: a row that shows it shows the rest of its call.
-                self.arrived(call, r, epoch)
+                (self.epoch_of(call, r) == Some(epoch))
                     .then(|| (self.word(call, r, 1).load(Ordering::Relaxed), r))
             })
         })
@@ -198,16 +193,7 @@ mod loom_tests {
                     }
                 }
             };
-            let others: Vec<_> = (1..ranks)
-                .map(|me| {
-                    let words = words.clone();
-                    loom::thread::spawn(move || rank(me, words))
-                })
-                .collect();
-            rank(0, words.clone());
-            for h in others {
-                h.join().unwrap();
-            }
+            crate::loom_ranks::run_ranks(ranks, words, rank);
         });
     }
 

@@ -54,6 +54,8 @@ mod global;
 #[cfg(not(loom))]
 mod handlers;
 mod hub_rows;
+#[cfg(all(test, loom))]
+mod loom_ranks;
 #[cfg(not(loom))]
 mod ops;
 #[cfg(not(loom))]

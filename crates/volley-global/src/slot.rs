@@ -152,16 +152,7 @@ mod loom_tests {
                     ring.consume(me, call);
                 }
             };
-            let others: Vec<_> = (1..ranks)
-                .map(|me| {
-                    let mem = mem.clone();
-                    loom::thread::spawn(move || rank(me, mem))
-                })
-                .collect();
-            rank(0, mem.clone());
-            for h in others {
-                h.join().unwrap();
-            }
+            crate::loom_ranks::run_ranks(ranks, mem, rank);
         });
     }
 
