@@ -53,6 +53,7 @@ impl<'a> Rows<'a> {
 
     /// The rows of `procs` ranks in `words` (zeroed before the first call; see
     /// [`Rows::words_for`]).
+    #[inline]
     pub(crate) fn new(words: &'a [AtomicU64], procs: usize, block_words: usize) -> Self {
         let row_words = Self::row_words(procs, block_words);
         assert!(words.len() >= 2 * procs * row_words, "hub rows too small");
@@ -64,17 +65,44 @@ impl<'a> Rows<'a> {
     }
 
     /// Word `i` of rank `r`'s row of call `call`.
+    #[inline]
     fn word(&self, call: u64, r: usize, i: usize) -> &'a AtomicU64 {
         let row = (call as usize & 1) * self.procs + r;
         &self.words[row * self.row_words + i]
     }
 
-    /// Writes block `j` (blocks of `len` bytes) of rank `me`'s row of `call`, before
-    /// [`Rows::arrive`].
-    pub(crate) fn put_block(&self, call: u64, me: usize, j: usize, len: usize, words: &[u64]) {
-        for (k, w) in words.iter().enumerate() {
-            self.word(call, me, block_word(j, len) + k)
-                .store(*w, Ordering::Relaxed);
+    /// Writes `bytes` as block `j` (blocks of `bytes.len()` bytes) of rank `me`'s row of
+    /// `call`, before [`Rows::arrive`]: in native byte order, since every rank that reads
+    /// the rows runs on this node.
+    #[inline]
+    pub(crate) fn put_bytes(&self, call: u64, me: usize, j: usize, bytes: &[u8]) {
+        let first = block_word(j, bytes.len());
+        for (k, chunk) in bytes.chunks(8).enumerate() {
+            // Whole words by a load each (a copy of a length unknown here calls memcpy).
+            let w = <[u8; 8]>::try_from(chunk).unwrap_or_else(|_| {
+                let mut w = [0u8; 8];
+                w[..chunk.len()].copy_from_slice(chunk);
+                w
+            });
+            self.word(call, me, first + k)
+                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        }
+    }
+
+    /// Block `j` (blocks of `dst.len()` bytes) of rank `r`'s row of `call` into `dst` (once
+    /// the rank arrived; see [`Rows::put_bytes`]).
+    #[inline]
+    pub(crate) fn read_bytes(&self, call: u64, r: usize, j: usize, dst: &mut [u8]) {
+        let first = block_word(j, dst.len());
+        for (k, chunk) in dst.chunks_mut(8).enumerate() {
+            let w = self
+                .word(call, r, first + k)
+                .load(Ordering::Relaxed)
+                .to_ne_bytes();
+            match <&mut [u8; 8]>::try_from(&mut *chunk) {
+                Ok(whole) => *whole = w,
+                Err(_) => chunk.copy_from_slice(&w[..chunk.len()]),
+            }
         }
     }
 
@@ -105,13 +133,6 @@ impl<'a> Rows<'a> {
             cpu: self.word(call, r, 3).load(Ordering::Relaxed),
         };
         (epoch, h)
-    }
-
-    /// Word `k` of block `j` (blocks of `len` bytes) of rank `r`'s row of `call` (once it
-    /// arrived).
-    pub(crate) fn block(&self, call: u64, r: usize, j: usize, len: usize, k: usize) -> u64 {
-        self.word(call, r, block_word(j, len) + k)
-            .load(Ordering::Relaxed)
     }
 
     /// What collective a rank's row at `epoch` belongs to, and the rank, if one is here (for
@@ -167,7 +188,7 @@ mod loom_tests {
                 for call in 0..calls {
                     let epoch = 10 + call;
                     for j in (0..ranks).filter(|&j| j != me) {
-                        rows.put_block(call, me, j, 8, &[value(call, me, j)]);
+                        rows.put_bytes(call, me, j, &value(call, me, j).to_ne_bytes());
                     }
                     let h = Header {
                         epoch,
@@ -185,8 +206,10 @@ mod loom_tests {
                         let (e, theirs) = rows.header(call, r);
                         assert_eq!(e, Some(epoch), "call {call}: rank {r}'s mark");
                         assert_eq!((theirs.what, theirs.len, theirs.cpu), (7, 8, r as u64));
+                        let mut word = [0u8; 8];
+                        rows.read_bytes(call, r, me, &mut word);
                         assert_eq!(
-                            rows.block(call, r, me, 8, 0),
+                            u64::from_ne_bytes(word),
                             value(call, r, me),
                             "call {call}: rank {r}'s word to rank {me}"
                         );

@@ -759,6 +759,16 @@ impl Suite<'_, '_> {
                 (0..p).all(|q| (0..n).all(|i| recv[q * n + i] == val(q, me * n + i, salt))),
                 "all_to_all n={n}"
             );
+            // Blocks of 2-byte elements, which end inside a word (2, 6 and 34 bytes through
+            // the hub).
+            let send: Vec<u16> = (0..n * p).map(|i| val(me, i, salt) as u16).collect();
+            let mut recv = vec![0u16; n * p];
+            ok(self, "all_to_all u16", g.all_to_all(&send, &mut recv));
+            check!(
+                self,
+                (0..p).all(|q| (0..n).all(|i| recv[q * n + i] == val(q, me * n + i, salt) as u16)),
+                "all_to_all u16 n={n}"
+            );
             // all_to_all_v: rank q sends (q + j + round) % 4 elements to rank j.
             let counts: Vec<usize> = (0..p).map(|j| (me + j + round) % 4).collect();
             let send: Vec<u64> = counts

@@ -11,11 +11,10 @@
 //! its core only while an awaited rank needs that core (see [`Hub::elsewhere`]), so that each
 //! core changes hands about once per call.
 
-use super::combine_in_order;
 use super::what::What;
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
-use crate::handlers::{from_words, to_words, FAST_WORDS};
+use crate::handlers::FAST_WORDS;
 use crate::hub_rows::{Header, Rows};
 use crate::strategy::Strategy;
 use bytemuck::Pod;
@@ -103,18 +102,18 @@ impl Hub {
         unsafe { std::slice::from_raw_parts(self.base.as_ptr(), self.words) }
     }
 
-    fn rows(&self) -> Rows<'_> {
-        Rows::new(&self.mapping()[HEAD_WORDS..], self.procs, FAST_WORDS)
+    /// The next hub call's number (every rank counts the same) and the rows, into which the
+    /// caller writes its blocks before it makes the call (`Global::hub_call`).
+    #[inline]
+    fn next_call(&self) -> (Rows<'_>, u64) {
+        let call = self.calls.get();
+        self.calls.set(call + 1);
+        (self.rows(), call)
     }
 
-    /// Block `j` of rank `r`'s row of call `call`, into `dst` (blocks of `dst.len()` bytes).
-    fn read_block(&self, call: u64, r: usize, j: usize, dst: &mut [u8]) {
-        let rows = self.rows();
-        let mut words = [0u64; FAST_WORDS];
-        for (k, w) in words.iter_mut().enumerate().take(dst.len().div_ceil(8)) {
-            *w = rows.block(call, r, j, dst.len(), k);
-        }
-        from_words(&words, dst);
+    #[inline]
+    fn rows(&self) -> Rows<'_> {
+        Rows::new(&self.mapping()[HEAD_WORDS..], self.procs, FAST_WORDS)
     }
 
     /// Whether rank `r` waits for a core other than `cpu` (this rank's) when it has not
@@ -133,28 +132,17 @@ impl Hub {
 }
 
 impl Global<'_> {
-    /// One hub call: writes this rank's row (header, then `blocks[j]` as block j), arrives,
-    /// waits for every rank and checks that all called the same collective with blocks of the
-    /// same length. Returns the call number, whose rows the caller may read until it makes
-    /// its next hub call.
-    fn hub_call(
-        &self,
-        hub: &Hub,
-        epoch: u64,
-        what: What,
-        len: usize,
-        blocks: &[&[u8]],
-    ) -> Result<u64> {
+    /// One hub call, after the caller took its number from [`Hub::next_call`] and wrote its
+    /// blocks of `len` bytes: arrives, waits for every rank and checks that all called the same
+    /// collective with blocks of the same length; the caller may then read the call's rows
+    /// until it takes the next number. Out of line, one copy for every collective: what a
+    /// rank runs after its core comes back is a cold start (another process ran meanwhile),
+    /// so the fewer instruction lines a call spans, the shorter each hand-off.
+    #[inline(never)]
+    fn hub_call(&self, hub: &Hub, call: u64, epoch: u64, what: What, len: usize) -> Result<()> {
         let (me, p) = (self.me, self.procs);
-        let call = hub.calls.get();
-        hub.calls.set(call + 1);
         let rows = hub.rows();
         let stale = hub.before[call as usize & 1].replace(Some(epoch));
-        for (j, block) in blocks.iter().enumerate() {
-            let mut words = [0u64; FAST_WORDS];
-            let n = to_words(block, &mut words);
-            rows.put_block(call, me, j, len, &words[..n]);
-        }
         let cpu = nix::sched::sched_getcpu().map_or(NO_CPU, |c| c as u64);
         let mine = Header {
             epoch,
@@ -249,33 +237,31 @@ impl Global<'_> {
                 )
             },
         );
-        let mismatch = |rank: usize, theirs: String| GlobalError::CollectiveMismatch {
-            epoch,
-            me,
-            rank,
-            mine: What::describe(what.code()) + &format!(" ({len} bytes per message)"),
-            theirs,
-        };
         if let Some((theirs, rank)) = elsewhere {
-            return Err(mismatch(rank, What::describe(theirs)));
+            return Err(mismatch(
+                epoch,
+                me,
+                rank,
+                (what.code(), len),
+                (theirs, None),
+            ));
         }
         for r in 0..p {
             let (e, theirs) = rows.header(call, r);
             if e != Some(epoch) || theirs.what != what.code() || theirs.len != len {
-                return Err(mismatch(
-                    r,
-                    What::describe(theirs.what) + &format!(" ({} bytes per message)", theirs.len),
-                ));
+                let theirs = (theirs.what, Some(theirs.len));
+                return Err(mismatch(epoch, me, r, (what.code(), len), theirs));
             }
             hub.cpus[r].set(theirs.cpu);
         }
-        Ok(call)
+        Ok(())
     }
 
     /// The barrier through the hub; `None` where there is no hub.
     pub(super) fn hub_barrier(&self, epoch: u64, what: What) -> Option<Result<()>> {
         let hub = self.hub.as_ref()?;
-        Some(self.hub_call(hub, epoch, what, 0, &[]).map(drop))
+        let (_, call) = hub.next_call();
+        Some(self.hub_call(hub, call, epoch, what, 0))
     }
 
     /// The all-reduce of `data` (at most a block) through the hub, combined in rank order
@@ -292,23 +278,22 @@ impl Global<'_> {
         if bytes > FAST_WORDS * 8 {
             return None;
         }
-        let block: &[u8] = bytemuck::cast_slice(data);
-        let call = match self.hub_call(hub, epoch, what, bytes, &[block]) {
-            Ok(c) => c,
-            Err(e) => return Some(Err(e)),
-        };
-        let mut mine = [T::zeroed(); FAST_WORDS * 8];
-        let n = data.len();
-        mine[..n].copy_from_slice(data);
-        let mut theirs = [T::zeroed(); FAST_WORDS * 8];
+        let (rows, call) = hub.next_call();
+        rows.put_bytes(call, self.me, 0, bytemuck::cast_slice(data));
+        if let Err(e) = self.hub_call(hub, call, epoch, what, bytes) {
+            return Some(Err(e));
+        }
+        // Every rank's part, this one's too, read back from the rows in rank order: each
+        // element straight from the row's bytes into the fold (no copies of whole parts).
+        let size = std::mem::size_of::<T>();
+        let mut words = [0u64; FAST_WORDS];
+        let part: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut words)[..bytes];
         for r in 0..self.procs {
-            let part: &[T] = if r == self.me {
-                &mine[..n]
-            } else {
-                hub.read_block(call, r, 0, bytemuck::cast_slice_mut(&mut theirs[..n]));
-                &theirs[..n]
-            };
-            combine_in_order(r, data, part, f);
+            rows.read_bytes(call, r, 0, part);
+            for (i, acc) in data.iter_mut().enumerate() {
+                let theirs: T = bytemuck::pod_read_unaligned(&part[i * size..(i + 1) * size]);
+                *acc = if r == 0 { theirs } else { f(*acc, theirs) };
+            }
         }
         Some(Ok(()))
     }
@@ -329,21 +314,40 @@ impl Global<'_> {
         if bytes > FAST_WORDS * 8 {
             return None;
         }
-        let mut blocks: [&[u8]; HUB_RANKS] = [&[]; HUB_RANKS];
-        for (j, b) in blocks.iter_mut().enumerate().take(p) {
-            if j != me {
-                *b = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
-            }
+        let block = |j: usize| &send[j * n..(j + 1) * n];
+        let (rows, call) = hub.next_call();
+        for j in 0..p {
+            rows.put_bytes(call, me, j, bytemuck::cast_slice(block(j)));
         }
-        let call = match self.hub_call(hub, epoch, what, bytes, &blocks[..p]) {
-            Ok(c) => c,
-            Err(e) => return Some(Err(e)),
-        };
-        recv[me * n..(me + 1) * n].copy_from_slice(&send[me * n..(me + 1) * n]);
-        for src in (0..p).filter(|&s| s != me) {
+        if let Err(e) = self.hub_call(hub, call, epoch, what, bytes) {
+            return Some(Err(e));
+        }
+        for src in 0..p {
             let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
-            hub.read_block(call, src, me, into);
+            rows.read_bytes(call, src, me, into);
         }
         Some(Ok(()))
+    }
+}
+
+/// The error of a hub call at `epoch` where rank `rank` called another collective than this
+/// rank `me`: (what code, bytes per block) of each (theirs without a length where only a
+/// parcel elsewhere told). Cold and out of line, like all of a call's failures.
+#[cold]
+#[inline(never)]
+fn mismatch(
+    epoch: u64,
+    me: usize,
+    rank: usize,
+    mine: (u64, usize),
+    theirs: (u64, Option<usize>),
+) -> GlobalError {
+    let bytes = |len: usize| format!(" ({len} bytes per message)");
+    GlobalError::CollectiveMismatch {
+        epoch,
+        me,
+        rank,
+        mine: What::describe(mine.0) + &bytes(mine.1),
+        theirs: What::describe(theirs.0) + &theirs.1.map(bytes).unwrap_or_default(),
     }
 }

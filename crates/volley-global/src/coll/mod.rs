@@ -66,6 +66,14 @@ impl Global<'_> {
         if let Some(r) = self.hub_barrier(epoch, what) {
             return r;
         }
+        self.dissemination_barrier(epoch, what)
+    }
+
+    /// The barrier on Active Messages: ⌈log₂ P⌉ rounds of one message each. Out of line,
+    /// like every collective's general path, so that a call through the hub spans few
+    /// instruction lines (see `hub_call`).
+    #[inline(never)]
+    fn dissemination_barrier(&self, epoch: u64, what: What) -> Result<()> {
         let p = self.procs;
         let lane = self.lane(BARRIER_LANE, 0);
         let mut dist = 1;
@@ -138,12 +146,25 @@ impl Global<'_> {
         if let Some(r) = self.hub_all_reduce(epoch, what, data, &f) {
             return r;
         }
+        self.all_reduce_general(epoch, what, data, &f)
+    }
+
+    /// The all-reduce where the hub does not serve: recursive doubling for small data, else
+    /// the large paths. Out of line (see [`Global::dissemination_barrier`]).
+    #[inline(never)]
+    fn all_reduce_general<T: Pod>(
+        &self,
+        epoch: u64,
+        what: What,
+        data: &mut [T],
+        f: &impl Fn(T, T) -> T,
+    ) -> Result<()> {
         if std::mem::size_of_val(data) <= SMALL_REDUCE || data.len() < self.procs {
-            self.recursive_doubling(epoch, what, data, &f)
-        } else if self.cma_all_reduce(epoch, what, data, &f)? || self.mapped_all_reduce(data, &f)? {
+            self.recursive_doubling(epoch, what, data, f)
+        } else if self.cma_all_reduce(epoch, what, data, f)? || self.mapped_all_reduce(data, f)? {
             Ok(())
         } else {
-            self.reduce_scatter_gather(epoch, what, data, &f)
+            self.reduce_scatter_gather(epoch, what, data, f)
         }
     }
 
@@ -427,13 +448,26 @@ impl Global<'_> {
                 recv.len()
             )));
         }
-        let n = send.len() / p;
         let epoch = self.next_epoch();
         let what = What::of::<T>(Kind::AllToAll);
-        let me = self.me;
         if let Some(r) = self.hub_all_to_all(epoch, what, send, recv) {
             return r;
         }
+        self.all_to_all_general(epoch, what, send, recv)
+    }
+
+    /// The all-to-all where the hub does not serve. Out of line (see
+    /// [`Global::dissemination_barrier`]).
+    #[inline(never)]
+    fn all_to_all_general<T: Pod>(
+        &self,
+        epoch: u64,
+        what: What,
+        send: &[T],
+        recv: &mut [T],
+    ) -> Result<()> {
+        let (me, p) = (self.me, self.procs);
+        let n = send.len() / p;
         // Checked here first: a small all-to-all's path then calls neither large path.
         let large = self.mapped_applies(std::mem::size_of_val(send));
         if large
