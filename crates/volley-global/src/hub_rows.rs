@@ -2,11 +2,10 @@
 //! they may live in mapped shared memory; under `--cfg loom` on loom's atomics, for the model
 //! below.
 //!
-//! Every rank has a row for each parity of the hub's call number. A rank arrives at a call by
-//! writing its blocks and header into its row of the call's parity, the row's mark last, with
-//! release; it has arrived when the mark shows the call's epoch. A rank writes call c + 2's
-//! row only after every rank arrived at call c + 1, so after every rank has read call c's
-//! rows.
+//! Every rank has a row for each parity of the hub's call number: a header word, then the
+//! blocks. A rank arrives at a call by writing its blocks, then its header with release; it
+//! has arrived when the header shows the call's epoch. A rank writes call c + 2's row only
+//! after every rank arrived at call c + 1, so after every rank has read call c's rows.
 
 // Under loom only the model uses the rows, and not all of them.
 #![cfg_attr(loom, allow(dead_code))]
@@ -16,20 +15,52 @@ use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Words of a row before its blocks: mark (see [`mark`]), what, block length, CPU.
-const ROW_HEADER: usize = 4;
+/// Words of a row before its blocks: the header (see [`Header`]).
+const ROW_HEADER: usize = 1;
 
-/// What a row shows of its rank's call, once the rank arrived.
+/// What a row shows of its rank's call once the rank arrived, in one word: the header and
+/// the seven 8-byte blocks of an all-to-all on 8 ranks fill one cache line, the one line a
+/// reader fetches from each row.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Header {
-    /// The collective's epoch.
-    pub(crate) epoch: u64,
-    /// The collective's code (see `What`).
+    /// The collective's epoch, modulo 2^32: ranks of one call are never 2^32 collectives
+    /// apart.
+    pub(crate) epoch: u32,
+    /// The collective's code (see `What`: kind, operator, element size; no root).
     pub(crate) what: u64,
     /// Bytes per block.
     pub(crate) len: usize,
-    /// The CPU the rank arrived on.
-    pub(crate) cpu: u64,
+}
+
+impl Header {
+    /// The header of a call at `epoch` of the collective `what` with blocks of `len` bytes;
+    /// `None` if it does not fit a word (a kind above 15, an element above 255 bytes or a
+    /// block above 255, a root): such a call does not come to the hub.
+    pub(crate) fn new(epoch: u64, what: u64, len: usize) -> Option<Self> {
+        let (kind, elem, root) = (what & 0xff, (what >> 16) & 0xffff, what >> 32);
+        (kind < 16 && elem < 256 && root == 0 && len < 256).then_some(Self {
+            epoch: epoch as u32,
+            what,
+            len,
+        })
+    }
+
+    /// The word: epoch (bits 0-31), kind (32-35), operator (36-43), element size (44-51),
+    /// block length (52-59). Never 0, which the rows hold before any call: no kind is 0.
+    fn word(self) -> u64 {
+        let (kind, op, elem) = (self.what & 0xff, (self.what >> 8) & 0xff, self.what >> 16);
+        u64::from(self.epoch) | kind << 32 | op << 36 | elem << 44 | (self.len as u64) << 52
+    }
+
+    /// The header a row's word shows (`None` for 0: no call yet).
+    fn of_word(w: u64) -> Option<Self> {
+        let field = |at: u32, bits: u32| (w >> at) & ((1 << bits) - 1);
+        (w != 0).then(|| Self {
+            epoch: w as u32,
+            what: field(32, 4) | field(36, 8) << 8 | field(44, 8) << 16,
+            len: field(52, 8) as usize,
+        })
+    }
 }
 
 /// Both parities' rows of every rank.
@@ -106,33 +137,24 @@ impl<'a> Rows<'a> {
         }
     }
 
-    /// Rank `me` arrives at `call`: writes its header, the mark last.
+    /// Rank `me` arrives at `call`: writes its header, after its blocks.
     pub(crate) fn arrive(&self, call: u64, me: usize, h: Header) {
-        self.word(call, me, 1).store(h.what, Ordering::Relaxed);
-        self.word(call, me, 2)
-            .store(h.len as u64, Ordering::Relaxed);
-        self.word(call, me, 3).store(h.cpu, Ordering::Relaxed);
-        // Release: whoever sees the mark sees the row.
-        self.word(call, me, 0)
-            .store(mark(h.epoch), Ordering::Release);
+        // Release: whoever sees the header sees the blocks.
+        self.word(call, me, 0).store(h.word(), Ordering::Release);
     }
 
-    /// The epoch rank `r`'s row of `call`'s parity shows: `call`'s once the rank arrived,
-    /// before that the call's two before (`None` before the rank's first call of the parity).
-    pub(crate) fn epoch_of(&self, call: u64, r: usize) -> Option<u64> {
-        self.word(call, r, 0).load(Ordering::Acquire).checked_sub(1)
+    /// Rank `r`'s header of `call`'s parity: `call`'s once the rank arrived, before that the
+    /// call's two before (`None` before the rank's first call of the parity).
+    #[inline]
+    pub(crate) fn header(&self, call: u64, r: usize) -> Option<Header> {
+        Header::of_word(self.word(call, r, 0).load(Ordering::Acquire))
     }
 
-    /// Rank `r`'s header of `call` (once it arrived; its epoch is `None` before).
-    pub(crate) fn header(&self, call: u64, r: usize) -> (Option<u64>, Header) {
-        let epoch = self.epoch_of(call, r);
-        let h = Header {
-            epoch: epoch.unwrap_or(0),
-            what: self.word(call, r, 1).load(Ordering::Relaxed),
-            len: self.word(call, r, 2).load(Ordering::Relaxed) as usize,
-            cpu: self.word(call, r, 3).load(Ordering::Relaxed),
-        };
-        (epoch, h)
+    /// The epoch (modulo 2^32) rank `r`'s row of `call`'s parity shows (see
+    /// [`Rows::header`]).
+    #[inline]
+    pub(crate) fn epoch_of(&self, call: u64, r: usize) -> Option<u32> {
+        self.header(call, r).map(|h| h.epoch)
     }
 
     /// What collective a rank's row at `epoch` belongs to, and the rank, if one is here (for
@@ -140,23 +162,15 @@ impl<'a> Rows<'a> {
     pub(crate) fn what_of(&self, epoch: u64) -> Option<(u64, usize)> {
         (0..2u64).find_map(|call| {
             (0..self.procs).find_map(|r| {
-                // The mark first: a row that shows it shows the rest of its call.
-                (self.epoch_of(call, r) == Some(epoch))
-                    .then(|| (self.word(call, r, 1).load(Ordering::Relaxed), r))
+                let h = self.header(call, r)?;
+                (h.epoch == epoch as u32).then_some((h.what, r))
             })
         })
     }
 }
 
-/// What a row's first word holds once its rank arrived at the collective of `epoch` (never
-/// 0, which the rows hold before any call).
-fn mark(epoch: u64) -> u64 {
-    epoch + 1
-}
-
 /// The row word where block `j` of a call with blocks of `len` bytes starts: blocks are
-/// packed, so that small blocks share the header's cache line (an 8-byte all-to-all on 4
-/// ranks writes and reads one line per row).
+/// packed, so that small blocks share the header's cache line.
 fn block_word(j: usize, len: usize) -> usize {
     ROW_HEADER + j * len.div_ceil(8)
 }
@@ -190,22 +204,19 @@ mod loom_tests {
                     for j in (0..ranks).filter(|&j| j != me) {
                         rows.put_bytes(call, me, j, &value(call, me, j).to_ne_bytes());
                     }
-                    let h = Header {
-                        epoch,
-                        what: 7,
-                        len: 8,
-                        cpu: me as u64,
-                    };
+                    let h = Header::new(epoch, 0x08_0108, 8).expect("fits");
                     rows.arrive(call, me, h);
                     // As the hub waits: until no row shows the epoch of the call two before.
-                    let stale = call.checked_sub(2).map(|c| 10 + c);
+                    let stale = call.checked_sub(2).map(|c| 10 + c as u32);
                     while (0..ranks).any(|r| rows.epoch_of(call, r) == stale) {
                         loom::thread::yield_now();
                     }
                     for r in (0..ranks).filter(|&r| r != me) {
-                        let (e, theirs) = rows.header(call, r);
-                        assert_eq!(e, Some(epoch), "call {call}: rank {r}'s mark");
-                        assert_eq!((theirs.what, theirs.len, theirs.cpu), (7, 8, r as u64));
+                        assert_eq!(
+                            rows.header(call, r),
+                            Some(h),
+                            "call {call}: rank {r}'s header"
+                        );
                         let mut word = [0u8; 8];
                         rows.read_bytes(call, r, me, &mut word);
                         assert_eq!(
@@ -225,5 +236,46 @@ mod loom_tests {
     #[test]
     fn loom_hub_rows_reused_by_parity() {
         model(2, 3);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_header_comes_back_whole_from_its_word() {
+        // An all-to-all of 8-byte elements, an all-reduce of 4-byte ones with operator 2, a
+        // barrier; epochs past 2^32 keep their low half.
+        for (epoch, what, len) in [
+            (7, 0x08_0008, 96),
+            ((1 << 32) + 5, 0x04_0204, 12),
+            (u64::MAX, 0x1, 0),
+        ] {
+            let h = Header::new(epoch, what, len).expect("fits");
+            assert_eq!(Header::of_word(h.word()), Some(h));
+            assert_eq!(h.epoch, epoch as u32);
+            assert_ne!(h.word(), 0);
+        }
+        assert_eq!(Header::of_word(0), None);
+    }
+
+    #[test]
+    fn a_collective_that_does_not_fit_a_header_word_is_refused() {
+        assert_eq!(Header::new(1, 0x1_0000_0002, 8), None, "a root");
+        assert_eq!(Header::new(1, 0x100_0008, 8), None, "256-byte elements");
+        assert_eq!(Header::new(1, 0x08_0008, 256), None, "256-byte blocks");
+        assert_eq!(Header::new(1, 0x10, 8), None, "kind 16");
+    }
+
+    #[test]
+    fn headers_of_different_calls_differ() {
+        let h = |epoch, what, len| Header::new(epoch, what, len).unwrap().word();
+        let base = h(9, 0x08_0108, 8);
+        assert_ne!(base, h(10, 0x08_0108, 8));
+        assert_ne!(base, h(9, 0x08_0104, 8));
+        assert_ne!(base, h(9, 0x08_0208, 8));
+        assert_ne!(base, h(9, 0x04_0108, 8));
+        assert_ne!(base, h(9, 0x08_0108, 16));
     }
 }

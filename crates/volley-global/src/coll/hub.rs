@@ -36,8 +36,12 @@ const POLL_ROUNDS: u32 = 4;
 /// Spins in a row while every awaited rank looks elsewhere, before a yield anyway (a rank that
 /// moved, or a CPU that another process took).
 const QUICK_SPINS: u32 = 64;
-/// Words before the rows: word 0 counts ranks that are not polite (set at attach).
-const HEAD_WORDS: usize = 8;
+/// Words before the rows: word 0 counts ranks that are not polite (set at attach); word
+/// `CPU_WORDS + r` holds the CPU rank r last arrived on, plus one (0: not known), written only
+/// when it changes, so that reading it costs a cache hit.
+const HEAD_WORDS: usize = CPU_WORDS + HUB_RANKS;
+/// Where the ranks' CPUs start, a cache line after the vote.
+const CPU_WORDS: usize = 8;
 
 /// Rank 0's hub, as mapped in this process.
 #[derive(Debug)]
@@ -50,10 +54,12 @@ pub(crate) struct Hub {
     calls: Cell<u64>,
     /// The epoch of the last call of each parity (`None`: none yet): what a row of that
     /// parity shows until its rank arrives at the next call.
-    before: [Cell<Option<u64>>; 2],
-    /// The CPU each rank arrived on at the last call (`NO_CPU`: not known), kept here so
-    /// that a wait does not read the rows of ranks on another CPU while they write them.
+    before: [Cell<Option<u32>>; 2],
+    /// The CPU each rank had published by the last call (`NO_CPU`: not known), copied here
+    /// so that a wait does not read the rows of ranks on another CPU while they write them.
     cpus: [Cell<u64>; HUB_RANKS],
+    /// The CPU this rank last published in its CPU word.
+    my_cpu: Cell<u64>,
 }
 
 // SAFETY: `base` names mapped shared memory that stays valid for the job's life (the segment
@@ -81,6 +87,7 @@ impl Hub {
             calls: Cell::new(0),
             before: [Cell::new(None), Cell::new(None)],
             cpus: std::array::from_fn(|_| Cell::new(NO_CPU)),
+            my_cpu: Cell::new(NO_CPU),
         };
         // Polite or not is each rank's own setting: the ranks vote, so that all choose alike.
         if !rt.is_polite() {
@@ -116,6 +123,11 @@ impl Hub {
         Rows::new(&self.mapping()[HEAD_WORDS..], self.procs, FAST_WORDS)
     }
 
+    /// Rank `r`'s CPU word (see [`HEAD_WORDS`]).
+    fn cpu_word(&self, r: usize) -> &AtomicU64 {
+        &self.mapping()[CPU_WORDS + r]
+    }
+
     /// Whether rank `r` waits for a core other than `cpu` (this rank's) when it has not
     /// arrived: true if it arrived at the last call on another CPU (the CPU it needs, if
     /// pinned, and most likely otherwise); `None` if that is not known.
@@ -139,17 +151,15 @@ impl Global<'_> {
     /// rank runs after its core comes back is a cold start (another process ran meanwhile),
     /// so the fewer instruction lines a call spans, the shorter each hand-off.
     #[inline(never)]
-    fn hub_call(&self, hub: &Hub, call: u64, epoch: u64, what: What, len: usize) -> Result<()> {
+    fn hub_call(&self, hub: &Hub, call: u64, epoch: u64, mine: Header) -> Result<()> {
         let (me, p) = (self.me, self.procs);
         let rows = hub.rows();
-        let stale = hub.before[call as usize & 1].replace(Some(epoch));
+        let stale = hub.before[call as usize & 1].replace(Some(mine.epoch));
         let cpu = nix::sched::sched_getcpu().map_or(NO_CPU, |c| c as u64);
-        let mine = Header {
-            epoch,
-            what: what.code(),
-            len,
-            cpu,
-        };
+        if hub.my_cpu.replace(cpu) != cpu {
+            hub.cpu_word(me)
+                .store(cpu.wrapping_add(1), Ordering::Relaxed);
+        }
         rows.arrive(call, me, mine);
         let (mut polls, mut elsewhere) = (0u32, None);
         let mb = &self.shared.mailbox;
@@ -233,26 +243,21 @@ impl Global<'_> {
                 format!(
                     "every rank in collective #{epoch} ({}); a rank that never calls it, or \
                      calls another, keeps every other rank here",
-                    What::describe(what.code())
+                    What::describe(mine.what)
                 )
             },
         );
         if let Some((theirs, rank)) = elsewhere {
-            return Err(mismatch(
-                epoch,
-                me,
-                rank,
-                (what.code(), len),
-                (theirs, None),
-            ));
+            return Err(mismatch(epoch, me, rank, mine, (theirs, None)));
         }
         for r in 0..p {
-            let (e, theirs) = rows.header(call, r);
-            if e != Some(epoch) || theirs.what != what.code() || theirs.len != len {
-                let theirs = (theirs.what, Some(theirs.len));
-                return Err(mismatch(epoch, me, r, (what.code(), len), theirs));
+            let theirs = rows.header(call, r);
+            if theirs != Some(mine) {
+                let theirs = theirs.map_or((0, None), |h| (h.what, Some(h.len)));
+                return Err(mismatch(epoch, me, r, mine, theirs));
             }
-            hub.cpus[r].set(theirs.cpu);
+            let cpu = hub.cpu_word(r).load(Ordering::Relaxed);
+            hub.cpus[r].set(cpu.wrapping_sub(1));
         }
         Ok(())
     }
@@ -260,12 +265,14 @@ impl Global<'_> {
     /// The barrier through the hub; `None` where there is no hub.
     pub(super) fn hub_barrier(&self, epoch: u64, what: What) -> Option<Result<()>> {
         let hub = self.hub.as_ref()?;
+        let mine = Header::new(epoch, what.code(), 0)?;
         let (_, call) = hub.next_call();
-        Some(self.hub_call(hub, call, epoch, what, 0))
+        Some(self.hub_call(hub, call, epoch, mine))
     }
 
     /// The all-reduce of `data` (at most a block) through the hub, combined in rank order
-    /// (the same bits on every rank); `None` where there is no hub or `data` is larger.
+    /// (the same bits on every rank); `None` where there is no hub, `data` is larger or its
+    /// elements do not fit a row's header (see [`Header::new`]).
     pub(super) fn hub_all_reduce<T: Pod>(
         &self,
         epoch: u64,
@@ -278,9 +285,10 @@ impl Global<'_> {
         if bytes > FAST_WORDS * 8 {
             return None;
         }
+        let mine = Header::new(epoch, what.code(), bytes)?;
         let (rows, call) = hub.next_call();
         rows.put_bytes(call, self.me, 0, bytemuck::cast_slice(data));
-        if let Err(e) = self.hub_call(hub, call, epoch, what, bytes) {
+        if let Err(e) = self.hub_call(hub, call, epoch, mine) {
             return Some(Err(e));
         }
         // Every rank's part, this one's too, read back from the rows in rank order: each
@@ -299,7 +307,9 @@ impl Global<'_> {
     }
 
     /// The all-to-all of `send` into `recv` (checked by the caller: `PROCS` blocks each)
-    /// through the hub; `None` where there is no hub or a block is larger than the hub's.
+    /// through the hub; `None` where there is no hub, a block is larger than the hub's or its
+    /// elements do not fit a row's header. A row holds the blocks for the other ranks in
+    /// their order, then this rank's own (see [`slot`]).
     pub(super) fn hub_all_to_all<T: Pod>(
         &self,
         epoch: u64,
@@ -314,32 +324,45 @@ impl Global<'_> {
         if bytes > FAST_WORDS * 8 {
             return None;
         }
-        let block = |j: usize| &send[j * n..(j + 1) * n];
+        let mine = Header::new(epoch, what.code(), bytes)?;
         let (rows, call) = hub.next_call();
         for j in 0..p {
-            rows.put_bytes(call, me, j, bytemuck::cast_slice(block(j)));
+            let block = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
+            rows.put_bytes(call, me, slot(me, j, p), block);
         }
-        if let Err(e) = self.hub_call(hub, call, epoch, what, bytes) {
+        if let Err(e) = self.hub_call(hub, call, epoch, mine) {
             return Some(Err(e));
         }
         for src in 0..p {
             let into = bytemuck::cast_slice_mut(&mut recv[src * n..(src + 1) * n]);
-            rows.read_bytes(call, src, me, into);
+            rows.read_bytes(call, src, slot(src, me, p), into);
         }
         Some(Ok(()))
     }
 }
 
+/// The block of rank `src`'s row that holds its all-to-all block for rank `dst`: the blocks
+/// for the other ranks first, in their order, so that with one-word blocks on 8 ranks they
+/// fill the header's cache line, the one line each reader fetches; the block a rank keeps
+/// last, in a line that stays in its own cache.
+fn slot(src: usize, dst: usize, p: usize) -> usize {
+    if src == dst {
+        p - 1
+    } else {
+        dst - usize::from(dst > src)
+    }
+}
+
 /// The error of a hub call at `epoch` where rank `rank` called another collective than this
-/// rank `me`: (what code, bytes per block) of each (theirs without a length where only a
-/// parcel elsewhere told). Cold and out of line, like all of a call's failures.
+/// rank `me`: theirs as (what code, bytes per block), without a length where only a parcel
+/// elsewhere told. Cold and out of line, like all of a call's failures.
 #[cold]
 #[inline(never)]
 fn mismatch(
     epoch: u64,
     me: usize,
     rank: usize,
-    mine: (u64, usize),
+    mine: Header,
     theirs: (u64, Option<usize>),
 ) -> GlobalError {
     let bytes = |len: usize| format!(" ({len} bytes per message)");
@@ -347,7 +370,7 @@ fn mismatch(
         epoch,
         me,
         rank,
-        mine: What::describe(mine.0) + &bytes(mine.1),
+        mine: What::describe(mine.what) + &bytes(mine.len),
         theirs: What::describe(theirs.0) + &theirs.1.map(bytes).unwrap_or_default(),
     }
 }
