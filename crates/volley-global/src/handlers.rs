@@ -252,10 +252,18 @@ pub(crate) fn to_words(bytes: &[u8], out: &mut [u64]) -> usize {
     bytes.len().div_ceil(8)
 }
 
-/// Unpacks `dst.len()` bytes from little-endian words.
+/// Unpacks `dst.len()` bytes from little-endian words. Whole words go as single stores (a
+/// copy of a length unknown here would call memcpy for each).
+#[inline]
 pub(crate) fn from_words(words: &[u64], dst: &mut [u8]) {
-    for (i, chunk) in dst.chunks_mut(8).enumerate() {
-        chunk.copy_from_slice(&words[i].to_le_bytes()[..chunk.len()]);
+    let full = dst.len() / 8;
+    let mut whole = dst.chunks_exact_mut(8);
+    for (chunk, w) in whole.by_ref().zip(words) {
+        *<&mut [u8; 8]>::try_from(chunk).expect("8-byte chunk") = w.to_le_bytes();
+    }
+    let rest = whole.into_remainder();
+    if !rest.is_empty() {
+        rest.copy_from_slice(&words[full].to_le_bytes()[..rest.len()]);
     }
 }
 
