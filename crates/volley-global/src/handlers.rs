@@ -24,6 +24,7 @@
 use crate::coll::Mailbox;
 use crate::completion::{Completion, RefusalWords};
 use crate::counter::SplitCounter;
+use crate::words::{padded_word, store_word};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use volley::rma::{AtomicOp, OwnSegments, Perms, Refusal, SegmentRef};
@@ -244,26 +245,17 @@ pub(crate) fn to_words(bytes: &[u8], out: &mut [u64]) -> usize {
     }
     if !rest.is_empty() {
         if let Some(w) = words.next() {
-            let mut b = [0u8; 8];
-            b[..rest.len()].copy_from_slice(rest);
-            *w = u64::from_le_bytes(b);
+            *w = u64::from_le_bytes(padded_word(rest));
         }
     }
     bytes.len().div_ceil(8)
 }
 
-/// Unpacks `dst.len()` bytes from little-endian words. Whole words go as single stores (a
-/// copy of a length unknown here would call memcpy for each).
+/// Unpacks `dst.len()` bytes from little-endian words.
 #[inline]
 pub(crate) fn from_words(words: &[u64], dst: &mut [u8]) {
-    let full = dst.len() / 8;
-    let mut whole = dst.chunks_exact_mut(8);
-    for (chunk, w) in whole.by_ref().zip(words) {
-        *<&mut [u8; 8]>::try_from(chunk).expect("8-byte chunk") = w.to_le_bytes();
-    }
-    let rest = whole.into_remainder();
-    if !rest.is_empty() {
-        rest.copy_from_slice(&words[full].to_le_bytes()[..rest.len()]);
+    for (chunk, w) in dst.chunks_mut(8).zip(words) {
+        store_word(chunk, w.to_le_bytes());
     }
 }
 

@@ -10,6 +10,7 @@
 // Under loom only the model uses the rows, and not all of them.
 #![cfg_attr(loom, allow(dead_code))]
 
+use crate::words::{padded_word, store_word};
 #[cfg(loom)]
 use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
@@ -109,14 +110,8 @@ impl<'a> Rows<'a> {
     pub(crate) fn put_bytes(&self, call: u64, me: usize, j: usize, bytes: &[u8]) {
         let first = block_word(j, bytes.len());
         for (k, chunk) in bytes.chunks(8).enumerate() {
-            // Whole words by a load each (a copy of a length unknown here calls memcpy).
-            let w = <[u8; 8]>::try_from(chunk).unwrap_or_else(|_| {
-                let mut w = [0u8; 8];
-                w[..chunk.len()].copy_from_slice(chunk);
-                w
-            });
             self.word(call, me, first + k)
-                .store(u64::from_ne_bytes(w), Ordering::Relaxed);
+                .store(u64::from_ne_bytes(padded_word(chunk)), Ordering::Relaxed);
         }
     }
 
@@ -126,14 +121,8 @@ impl<'a> Rows<'a> {
     pub(crate) fn read_bytes(&self, call: u64, r: usize, j: usize, dst: &mut [u8]) {
         let first = block_word(j, dst.len());
         for (k, chunk) in dst.chunks_mut(8).enumerate() {
-            let w = self
-                .word(call, r, first + k)
-                .load(Ordering::Relaxed)
-                .to_ne_bytes();
-            match <&mut [u8; 8]>::try_from(&mut *chunk) {
-                Ok(whole) => *whole = w,
-                Err(_) => chunk.copy_from_slice(&w[..chunk.len()]),
-            }
+            let w = self.word(call, r, first + k).load(Ordering::Relaxed);
+            store_word(chunk, w.to_ne_bytes());
         }
     }
 

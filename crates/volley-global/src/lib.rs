@@ -69,6 +69,7 @@ mod slot;
 mod spread;
 #[cfg(not(loom))]
 mod strategy;
+mod words;
 
 #[cfg(not(loom))]
 pub use atomics::{AtomicProc, Bucket};

@@ -144,16 +144,22 @@ impl Hub {
 }
 
 impl Global<'_> {
-    /// One hub call, after the caller took its number from [`Hub::next_call`] and wrote its
-    /// blocks of `len` bytes: arrives, waits for every rank and checks that all called the same
-    /// collective with blocks of the same length; the caller may then read the call's rows
-    /// until it takes the next number. Out of line, one copy for every collective: what a
+    /// One hub call, after the caller took its rows and number from [`Hub::next_call`] and
+    /// wrote its blocks (of `mine.len` bytes): arrives, waits for every rank and checks that
+    /// all called the same collective with blocks of the same length; the caller may then
+    /// read the call's rows until it takes the next number. Out of line, one copy for every collective: what a
     /// rank runs after its core comes back is a cold start (another process ran meanwhile),
     /// so the fewer instruction lines a call spans, the shorter each hand-off.
     #[inline(never)]
-    fn hub_call(&self, hub: &Hub, call: u64, epoch: u64, mine: Header) -> Result<()> {
+    fn hub_call(
+        &self,
+        hub: &Hub,
+        rows: &Rows<'_>,
+        call: u64,
+        epoch: u64,
+        mine: Header,
+    ) -> Result<()> {
         let (me, p) = (self.me, self.procs);
-        let rows = hub.rows();
         let stale = hub.before[call as usize & 1].replace(Some(mine.epoch));
         let cpu = nix::sched::sched_getcpu().map_or(NO_CPU, |c| c as u64);
         if hub.my_cpu.replace(cpu) != cpu {
@@ -266,8 +272,8 @@ impl Global<'_> {
     pub(super) fn hub_barrier(&self, epoch: u64, what: What) -> Option<Result<()>> {
         let hub = self.hub.as_ref()?;
         let mine = Header::new(epoch, what.code(), 0)?;
-        let (_, call) = hub.next_call();
-        Some(self.hub_call(hub, call, epoch, mine))
+        let (rows, call) = hub.next_call();
+        Some(self.hub_call(hub, &rows, call, epoch, mine))
     }
 
     /// The all-reduce of `data` (at most a block) through the hub, combined in rank order
@@ -288,7 +294,7 @@ impl Global<'_> {
         let mine = Header::new(epoch, what.code(), bytes)?;
         let (rows, call) = hub.next_call();
         rows.put_bytes(call, self.me, 0, bytemuck::cast_slice(data));
-        if let Err(e) = self.hub_call(hub, call, epoch, mine) {
+        if let Err(e) = self.hub_call(hub, &rows, call, epoch, mine) {
             return Some(Err(e));
         }
         // Every rank's part, this one's too, read back from the rows in rank order: each
@@ -330,7 +336,7 @@ impl Global<'_> {
             let block = bytemuck::cast_slice(&send[j * n..(j + 1) * n]);
             rows.put_bytes(call, me, slot(me, j, p), block);
         }
-        if let Err(e) = self.hub_call(hub, call, epoch, mine) {
+        if let Err(e) = self.hub_call(hub, &rows, call, epoch, mine) {
             return Some(Err(e));
         }
         for src in 0..p {
