@@ -272,8 +272,8 @@ impl Global<'_> {
     /// The first rounds of a wait for a fast-lane message from a rank on this node, for a rank
     /// with a core of its own: a look at the slot and a spin, with a poll for messages every
     /// [`QUICK_POLL`] rounds; whether the message came. The runtime's wait polls on every
-    /// round, so the message that ends most of these waits, a cache-line transfer away, was
-    /// seen up to a poll late (the 2-rank barrier took 1.09-1.12 × as long). A polite rank
+    /// round, so it sees the message that ends most of these waits, a cache-line transfer
+    /// away, up to a poll late (a 2-rank barrier costs 4-11 % more that way). A polite rank
     /// goes straight to the runtime's wait, which knows when to yield.
     #[inline]
     fn quick_await(&self, slot: &crate::handlers::FastSlot, seq: u64) -> bool {
