@@ -11,6 +11,7 @@
 //! its core only while an awaited rank needs that core (see [`Hub::elsewhere`]), so that each
 //! core changes hands about once per call.
 
+use super::parcels::{QUICK_POLL, QUICK_ROUNDS};
 use super::what::What;
 use crate::error::{GlobalError, Result};
 use crate::global::Global;
@@ -28,11 +29,6 @@ use volley::Runtime;
 const HUB_RANKS: usize = 16;
 /// A CPU number that no CPU has.
 const NO_CPU: u64 = u64::MAX;
-/// Rounds of a call's wait before it becomes a general wait (a hand-off takes one or two, and
-/// up to a few dozen spins while the other CPU hands its core over).
-const QUICK_ROUNDS: u32 = 256;
-/// A call's quick rounds poll for messages every this many rounds.
-const POLL_ROUNDS: u32 = 4;
 /// Spins in a row while every awaited rank looks elsewhere, before a yield anyway (a rank that
 /// moved, or a CPU that another process took).
 const QUICK_SPINS: u32 = 64;
@@ -215,7 +211,7 @@ impl Global<'_> {
             // A hand-off usually ends the wait in its second round, with no message to
             // serve; a longer wait serves messages every few rounds (a rank may need this
             // one's reply before it can arrive).
-            if round % POLL_ROUNDS == 0 {
+            if round % QUICK_POLL == 0 {
                 self.rt.poll();
                 if done() {
                     break;

@@ -27,11 +27,14 @@ pub(super) const UNFOLD_STEP: u64 = 63;
 pub(super) const USER_OP: u8 = 255;
 /// Reductions up to this size use recursive doubling; larger ones reduce-scatter and gather.
 pub(super) const SMALL_REDUCE: usize = 16 << 10;
-/// Rounds of a fast-lane wait that look at the slot alone (see `Global::quick_await`): a
-/// few microseconds, after which the runtime's wait goes on (and reports a hang).
-const QUICK_ROUNDS: u32 = 256;
-/// The quick rounds poll for messages every this many rounds.
-const QUICK_POLL: u32 = 4;
+/// Rounds a collective's wait (a hub call's, a fast-lane message's) runs bare, looking at the
+/// shared words it waits on, before it becomes the runtime's general wait, which publishes it
+/// for the hang report: a few microseconds, long enough for a hand-off (one or two rounds, and
+/// up to a few dozen spins while the other CPU hands its core over) or a cache-line transfer.
+pub(super) const QUICK_ROUNDS: u32 = 256;
+/// The quick rounds poll for messages every this many rounds (a rank may need this one's
+/// reply before it can arrive).
+pub(super) const QUICK_POLL: u32 = 4;
 
 impl Global<'_> {
     pub(super) fn next_epoch(&self) -> u64 {

@@ -20,8 +20,8 @@ use volley::Runtime;
 
 /// Broadcasts a root may be ahead of the slowest rank. Where ranks share cores, every rank must
 /// have a core once for each ring's worth of broadcasts, so the cores' hand-offs are shared by
-/// this many calls (8-byte broadcasts on 8 ranks of 2 cores, measured: 0.55-0.74 µs a call
-/// with 16 slots, 0.26-0.35 with 64, 0.14-0.18 with 256); 48 KiB of slots.
+/// this many calls (8-byte broadcasts on 8 ranks of 2 cores: 0.14-0.18 µs a call, where a
+/// hand-off costs 1.5 µs); 48 KiB of slots.
 const DEPTH: usize = 256;
 
 /// Rank 0's broadcast ring, as mapped in this process: `DEPTH` slots, then a consumed count
