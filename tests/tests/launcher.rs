@@ -453,6 +453,45 @@ fn a_rank_in_a_polite_wait_is_seen_away_by_its_peers() {
         .assert_stdout_has(&["presence: rank 1 seen away"]);
 }
 
+#[test]
+fn a_polite_rank_pinned_alone_on_its_core_spins_instead_of_yielding() {
+    const PRESENCE: &str = env!("CARGO_BIN_EXE_presence");
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        eprintln!("skipped: one CPU, so two bound ranks share it");
+        return;
+    }
+    // Rank 1 waits 200 ms; bound, each of the two ranks has a CPU of its own.
+    let yields = |bind: bool| -> u64 {
+        let mut args = vec!["run", "-n", "2"];
+        if bind {
+            args.push("--bind");
+        }
+        args.extend([PRESENCE, "yields"]);
+        let out = Job::raw(args).output();
+        out.assert_success();
+        let line = out
+            .stdout
+            .lines()
+            .find_map(|l| {
+                l.split("presence: rank 1 yielded ")
+                    .nth(1)
+                    .map(str::to_owned)
+            })
+            .expect("rank 1's yields");
+        line.trim_end_matches(" times")
+            .trim()
+            .parse()
+            .expect("a count")
+    };
+    let (alone, floating) = (yields(true), yields(false));
+    // Alone: a yield per 16k empty polls (tens of µs or more each); floating: one every few
+    // polls.
+    assert!(
+        alone < 5_000 && alone * 10 < floating,
+        "rank 1 yielded {alone} times pinned alone, {floating} times unpinned"
+    );
+}
+
 /// A bare `volley run` with `TMPDIR` set to `tmp` (none of the suite's checks: this test makes
 /// its own), output thrown away.
 fn launcher_in(tmp: &std::path::Path, args: &[&str]) -> std::process::Command {

@@ -9,6 +9,12 @@
 //! are on a CPU (`transport::shm::presence`): it spins while they are, since the answer may then
 //! come within a round trip and the spin takes no core from them, and yields at once when one
 //! is not, since that rank needs a core before anything can arrive.
+//!
+//! A polite rank pinned to a CPU that no other rank of its node is pinned to (one alone on its
+//! core while its peers share the other) has nobody to give its core to: its yields would only make it
+//! look away to the ranks that wait for it, and cost it a system call's time before it sees
+//! their messages. Where it wants to yield it spins instead, as long as a rank with a core of
+//! its own spins, then yields once (another task may want the core) and looks again.
 
 use crate::transport::shm::presence::Presence;
 
@@ -43,6 +49,8 @@ pub(crate) struct Backoff {
     yields: u32,
     /// Empty polls spun for running awaited ranks since the last yield.
     awaited: u32,
+    /// Empty polls still to spin instead of yielding, on a core the rank has to itself.
+    own_core: u32,
 }
 
 impl Default for Backoff {
@@ -63,14 +71,21 @@ impl Backoff {
             },
             yields: 0,
             awaited: 0,
+            own_core: 0,
         }
     }
 
     /// Called after a poll that found nothing: spins or yields. `pause`: spin with a `pause`
     /// (the rank waits on rings that other cores write); `me`: this rank's presence, marked
-    /// away while it yields.
+    /// away while it yields; `alone`: whether no other rank shares this rank's CPU (asked only
+    /// where the wait would yield).
     #[inline(always)]
-    pub(crate) fn snooze(&mut self, pause: bool, me: &Presence) -> Snooze {
+    pub(crate) fn snooze(
+        &mut self,
+        pause: bool,
+        me: &Presence,
+        alone: impl FnOnce() -> bool,
+    ) -> Snooze {
         if self.empty < self.limit {
             // `pause` between polls: without it the short poll loop keeps many speculative
             // loads of the ring heads in flight, every remote write then costs a memory-ordering
@@ -82,7 +97,7 @@ impl Backoff {
             }
             Snooze::Spun
         } else {
-            self.yield_core(me)
+            self.yield_core(me, alone)
         }
     }
 
@@ -90,7 +105,13 @@ impl Backoff {
     /// CPU) or not: spins while they run, up to [`AWAITED_SPIN_POLLS`] in a row, and
     /// otherwise yields at once.
     #[inline]
-    pub(crate) fn snooze_awaiting(&mut self, pause: bool, running: bool, me: &Presence) -> Snooze {
+    pub(crate) fn snooze_awaiting(
+        &mut self,
+        pause: bool,
+        running: bool,
+        me: &Presence,
+        alone: impl FnOnce() -> bool,
+    ) -> Snooze {
         if running && self.awaited < AWAITED_SPIN_POLLS {
             self.awaited += 1;
             if pause {
@@ -99,12 +120,28 @@ impl Backoff {
             return Snooze::Spun;
         }
         self.awaited = 0;
-        self.yield_core(me)
+        self.yield_core(me, alone)
     }
 
-    /// Yields the core, marked away meanwhile.
+    /// Yields the core, marked away meanwhile; on a core the rank has to itself (`alone`),
+    /// spins instead for [`SPIN_POLLS`] empty polls between yields.
     #[inline]
-    fn yield_core(&mut self, me: &Presence) -> Snooze {
+    fn yield_core(&mut self, me: &Presence, alone: impl FnOnce() -> bool) -> Snooze {
+        let spin = if self.own_core > 0 {
+            self.own_core -= 1;
+            // The spin's last poll yields once and asks again.
+            self.own_core > 0
+        } else if alone() {
+            // This poll and SPIN_POLLS - 1 more spin; the one after them yields.
+            self.own_core = SPIN_POLLS - 1;
+            true
+        } else {
+            false
+        };
+        if spin {
+            std::hint::spin_loop();
+            return Snooze::Spun;
+        }
         me.away_during(std::thread::yield_now);
         self.yields = self.yields.wrapping_add(1);
         Snooze::Yielded {
@@ -146,22 +183,27 @@ impl Backoff {
 mod tests {
     use super::*;
 
+    /// A CPU that another rank shares.
+    fn shared() -> bool {
+        false
+    }
+
     #[test]
     fn a_wait_is_long_after_several_yields_not_after_a_round_trips_one() {
         let me = Presence::default();
         let mut b = Backoff::new(true);
         for _ in 0..POLITE_SPIN_POLLS {
-            b.snooze(false, &me);
+            b.snooze(false, &me, shared);
         }
         assert!(!b.yielded_often(), "a wait that only spun counts as long");
-        b.snooze_awaiting(false, false, &me);
+        b.snooze_awaiting(false, false, &me, shared);
         assert!(
             !b.yielded_often(),
             "a wait that yielded once counts as long"
         );
         for _ in 1..LONG_WAIT_YIELDS {
             b.reset();
-            b.snooze_awaiting(false, false, &me);
+            b.snooze_awaiting(false, false, &me, shared);
         }
         assert!(
             b.yielded_often(),
@@ -174,7 +216,7 @@ mod tests {
         let me = Presence::default();
         let mut b = Backoff::new(true);
         assert_eq!(
-            b.snooze_awaiting(false, false, &me),
+            b.snooze_awaiting(false, false, &me, shared),
             Snooze::Yielded {
                 check_health: false
             }
@@ -190,17 +232,63 @@ mod tests {
         let me = Presence::default();
         let mut b = Backoff::new(true);
         for _ in 0..AWAITED_SPIN_POLLS {
-            b.snooze_awaiting(false, true, &me);
+            b.snooze_awaiting(false, true, &me, shared);
         }
         assert_eq!(b.yields, 0, "yielded while the awaited rank runs");
-        b.snooze_awaiting(false, true, &me);
+        b.snooze_awaiting(false, true, &me, shared);
         assert_eq!(
             b.yields, 1,
             "never yielded to a rank that looks running for long"
         );
         // After the yield, a new spin.
-        b.snooze_awaiting(false, true, &me);
+        b.snooze_awaiting(false, true, &me, shared);
         assert_eq!(b.yields, 1);
         assert!(me.running());
+    }
+
+    #[test]
+    fn a_rank_alone_on_its_core_spins_where_it_would_yield_and_yields_now_and_then() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        let mut asked = 0;
+        for _ in 0..3 * SPIN_POLLS {
+            let step = b.snooze_awaiting(false, false, &me, || {
+                asked += 1;
+                true
+            });
+            if step == Snooze::Spun {
+                assert!(me.running());
+            }
+        }
+        assert_eq!(
+            b.yields, 3,
+            "one yield per spin of a dedicated core's length"
+        );
+        assert_eq!(
+            asked, 3,
+            "asked for the core's company more than once per spin"
+        );
+        // A wait that awaits no rank in particular does the same, after its polite spin.
+        let mut b = Backoff::new(true);
+        for _ in 0..POLITE_SPIN_POLLS + SPIN_POLLS - 1 {
+            assert_eq!(b.snooze(false, &me, || true), Snooze::Spun);
+        }
+        assert!(matches!(
+            b.snooze(false, &me, || true),
+            Snooze::Yielded { .. }
+        ));
+    }
+
+    #[test]
+    fn a_rank_that_shares_its_core_yields_at_once() {
+        let me = Presence::default();
+        let mut b = Backoff::new(true);
+        for n in 1..=3 {
+            assert!(matches!(
+                b.snooze_awaiting(false, false, &me, shared),
+                Snooze::Yielded { .. }
+            ));
+            assert_eq!(b.yields, n, "spun on a core that another rank shares");
+        }
     }
 }

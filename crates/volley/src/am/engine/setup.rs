@@ -87,6 +87,8 @@ impl Engine {
         let nlocal = regions.len();
         let net_only = nlocal == 1 && net.is_some();
         let own = &regions[me_local];
+        // Pinned by now, if bound: for node-mates that ask whether they share a CPU with it.
+        own.presence().note_pinning();
         let placement = Placement {
             segment: own.segment_ptr(),
             len: own.segment_len(),

@@ -7,6 +7,7 @@ use super::super::stats::bump;
 use super::{Engine, Served};
 use crate::transport::contract::Transport;
 use crate::transport::shm::doorbell::SleepOn;
+use crate::transport::shm::presence::current_cpu;
 use std::time::Instant;
 
 /// Longest single sleep of a blocked wait (then the job's health is checked).
@@ -49,7 +50,33 @@ impl Engine {
     /// One step of an idle wait.
     #[inline(always)]
     pub(super) fn idle(&self, backoff: &mut Backoff) {
-        self.snoozed(backoff.snooze(!self.net_only, self.own().presence()));
+        self.snoozed(backoff.snooze(!self.net_only, self.own().presence(), || {
+            self.core_to_itself()
+        }));
+    }
+
+    /// Whether this rank has its CPU to itself among the ranks of its node: every rank of
+    /// the node was pinned to one CPU when it started, none other to this rank's, and this
+    /// rank still runs there; and no progress thread of its own may need the core. Where
+    /// ranks float, the scheduler may bring any of them here at any time: never alone. Asked
+    /// only where a polite wait would yield (see `am::backoff`); reads lines written once.
+    pub(crate) fn core_to_itself(&self) -> bool {
+        if self.thread.is_some() {
+            return false;
+        }
+        let Some(mine) = self.own().presence().pinned() else {
+            return false;
+        };
+        current_cpu() == Some(mine)
+            && (0..self.shm.len()).all(|l| {
+                l == self.me_local
+                    || self
+                        .shm
+                        .region(l)
+                        .presence()
+                        .pinned()
+                        .is_some_and(|c| c != mine)
+            })
     }
 
     /// Counts a yield and checks the job's health when it is time.
@@ -153,7 +180,10 @@ impl Engine {
                     self.sleep_for(SLEEP_MAX);
                 } else if let Some(running) = awaited() {
                     let me = self.own().presence();
-                    self.snoozed(backoff.snooze_awaiting(!self.net_only, running, me));
+                    self.snoozed(
+                        backoff
+                            .snooze_awaiting(!self.net_only, running, me, || self.core_to_itself()),
+                    );
                 } else {
                     self.idle(&mut backoff);
                 }
