@@ -11,10 +11,10 @@
 //! is not, since that rank needs a core before anything can arrive.
 //!
 //! A polite rank pinned to a CPU that no other rank of its node is pinned to (one alone on its
-//! core while its peers share the other) has nobody to give its core to: its yields would only make it
-//! look away to the ranks that wait for it, and cost it a system call's time before it sees
-//! their messages. Where it wants to yield it spins instead, as long as a rank with a core of
-//! its own spins, then yields once (another task may want the core) and looks again.
+//! core while its peers share the other) has nobody to give its core to: its yields would only
+//! make it look away to the ranks that wait for it, and cost it a system call's time before it
+//! sees their messages. Where it wants to yield it spins instead, as long as a rank with a core
+//! of its own spins, then yields once (another task may want the core) and looks again.
 
 use crate::transport::shm::presence::Presence;
 

@@ -190,7 +190,9 @@ impl RuntimeBuilder {
     }
 
     /// Yield the core early while waiting (default: automatic, on when this host runs more
-    /// ranks than this process has cores; or `VOLLEY_POLITE=0|1|auto`).
+    /// ranks than this process has cores; or `VOLLEY_POLITE=0|1|auto`). A polite rank pinned
+    /// to a CPU that no other rank of its node is pinned to spins where it would yield (it has
+    /// nobody to give its core to), yielding once per 16k empty polls.
     pub fn polite(&mut self, polite: bool) -> &mut Self {
         self.config.polite = Some(polite);
         self
