@@ -3,7 +3,10 @@
 //!
 //! Each figure is measured as the MPI program measures its own: after a barrier every rank
 //! times `iters` back-to-back calls, the repetition's figure is the slowest rank's mean per
-//! call, and the reported figure is the median over repetitions.
+//! call, and the reported figure is the median over repetitions. Each repetition is a volley
+//! job followed by an Open MPI job on the same ranks: the VM this was built on changes speed
+//! within a minute, and a change between two jobs of all of one then all of the other would
+//! reach only one side of every ratio.
 //!
 //! Sweeps, as OSU's `osu_allreduce`, `osu_alltoall` and `osu_bcast` report them: the latency
 //! of each collective for message sizes from 8 B to 1 MiB (the OSU collectives' default
@@ -51,10 +54,11 @@ pub struct CollRun {
     #[serde(default)]
     pub yields_per_call: [f64; 3],
     /// One hand-off of a core between two processes pinned to one CPU, measured right before
-    /// this rank count's run ([`super::floor::handoff_ns`]).
+    /// each repetition of this rank count's run, median ([`super::floor::handoff_ns`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff_ns: Option<f64>,
-    /// The cache-line round trip between two CPUs, measured right before this rank count's run.
+    /// The cache-line round trip between two CPUs, measured right before each repetition of
+    /// this rank count's run, median.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cacheline_rtt_ns: Option<f64>,
     /// The least a call of a small collective that synchronizes every rank (barrier, 8-byte
@@ -65,7 +69,7 @@ pub struct CollRun {
     /// slowest rank, median of repetitions), named `allreduce`, `alltoall`, `bcast`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sweeps: Vec<Curves>,
-    /// Open MPI's figures on the same ranks, measured right after.
+    /// Open MPI's figures on the same ranks, each repetition right after volley's.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub mpi: Option<super::mpi_peer::MpiColl>,
 }
@@ -275,7 +279,41 @@ fn sweeps(g: &Global<'_>, scale: f64, time: &mut Timer<'_>) -> Result<Vec<Curves
     Ok(curves)
 }
 
-/// Runs the benchmark on each of `rank_counts` ranks, each followed by Open MPI.
+impl CollRun {
+    /// One run from several runs of one repetition each: every figure their median, the
+    /// sweeps' point by point (the first run's ranks, floors and curves otherwise).
+    fn median_of(runs: Vec<CollRun>) -> Option<CollRun> {
+        let mut m = runs.first()?.clone();
+        let med = |f: &dyn Fn(&CollRun) -> f64| -> f64 {
+            super::median(&mut runs.iter().map(f).collect::<Vec<_>>())
+        };
+        m.barrier_ns = med(&|r| r.barrier_ns);
+        m.bcast_8b_ns = med(&|r| r.bcast_8b_ns);
+        m.allreduce_8b_ns = med(&|r| r.allreduce_8b_ns);
+        m.allreduce_1mib_ns = med(&|r| r.allreduce_1mib_ns);
+        m.alltoall_8b_ns = med(&|r| r.alltoall_8b_ns);
+        m.alltoall_64kib_ns = med(&|r| r.alltoall_64kib_ns);
+        for i in 0..m.yields_per_call.len() {
+            m.yields_per_call[i] = med(&|r| r.yields_per_call[i]);
+        }
+        for (c, curve) in m.sweeps.iter_mut().enumerate() {
+            for (j, point) in curve.latency.iter_mut().enumerate() {
+                let mut at: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| r.sweeps.get(c)?.latency.get(j))
+                    .filter(|p| p.size == point.size)
+                    .map(|p| p.latency_us)
+                    .collect();
+                point.latency_us = super::median(&mut at);
+            }
+        }
+        Some(m)
+    }
+}
+
+/// Runs the benchmark on each of `rank_counts` ranks: `reps` repetitions, each the floors,
+/// then a volley job of one repetition, then an Open MPI job of one; every figure is the
+/// median of its repetitions.
 pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollReport, String> {
     let machine = Machine::here();
     let mut runs = Vec::new();
@@ -283,23 +321,47 @@ pub fn bench(reps: usize, scale: f64, rank_counts: &[usize]) -> Result<CollRepor
     let cpus = crate::affinity::allowed_cpus().len();
     for &ranks in rank_counts {
         let iters = ((20_000.0 * scale) as u64).max(100);
-        // Absent where they cannot be measured (one CPU has no line to bounce).
-        let handoff = super::floor::handoff_ns(iters, 3).ok();
-        let line = super::floor::cacheline_rtt_ns(iters, 3).ok();
-        let mut run: CollRun =
-            super::run_ranks("coll", ranks, scale, reps, super::Transport::Shm, &[])?;
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        let (mut handoffs, mut lines) = (Vec::new(), Vec::new());
+        let mut mpi_works = true;
+        for _ in 0..reps.max(1) {
+            // The floors too, in every repetition; absent where they cannot be measured (one
+            // CPU has no line to bounce).
+            handoffs.extend(super::floor::handoff_ns(iters, 1).ok());
+            lines.extend(super::floor::cacheline_rtt_ns(iters, 1).ok());
+            ours.push(super::run_ranks(
+                "coll",
+                ranks,
+                scale,
+                1,
+                super::Transport::Shm,
+                &[],
+            )?);
+            if !mpi_works {
+                continue;
+            }
+            match super::mpi_peer::measure(ranks, scale, 1) {
+                Ok(Some(m)) => theirs.push(m),
+                Ok(None) => {
+                    mpi_works = false;
+                    mpi_note =
+                        Some("Open MPI is not installed (mpicc, mpirun): no MPI figures".into());
+                }
+                Err(e) => {
+                    mpi_works = false;
+                    mpi_note = Some(format!("Open MPI failed: {e}"));
+                }
+            }
+        }
+        let handoff = (!handoffs.is_empty()).then(|| super::median(&mut handoffs));
+        let line = (!lines.is_empty()).then(|| super::median(&mut lines));
+        let mut run = CollRun::median_of(ours).ok_or("no repetition ran")?;
+        run.mpi = super::mpi_peer::MpiColl::median_of(theirs);
         run.handoff_ns = handoff;
         run.cacheline_rtt_ns = line;
         run.floor_ns = handoff
             .zip(line)
             .map(|(h, l)| call_floor_ns(ranks, cpus, h, l));
-        match super::mpi_peer::measure(ranks, scale, reps) {
-            Ok(Some(m)) => run.mpi = Some(m),
-            Ok(None) => {
-                mpi_note = Some("Open MPI is not installed (mpicc, mpirun): no MPI figures".into())
-            }
-            Err(e) => mpi_note = Some(format!("Open MPI failed: {e}")),
-        }
         runs.push(run);
     }
     let configs = runs
@@ -450,7 +512,53 @@ pub fn print_table(r: &CollReport, w: &mut dyn Write) {
 
 #[cfg(test)]
 mod tests {
-    use super::call_floor_ns;
+    use super::{call_floor_ns, CollRun, Curves, LatencyPoint};
+
+    fn run(barrier: f64, sweep: &[f64]) -> CollRun {
+        CollRun {
+            ranks: 4,
+            barrier_ns: barrier,
+            bcast_8b_ns: barrier + 1.0,
+            allreduce_8b_ns: barrier + 2.0,
+            allreduce_1mib_ns: barrier + 3.0,
+            alltoall_8b_ns: barrier + 4.0,
+            alltoall_64kib_ns: barrier + 5.0,
+            yields_per_call: [barrier, 0.5, 0.75],
+            handoff_ns: None,
+            cacheline_rtt_ns: None,
+            floor_ns: None,
+            sweeps: vec![Curves {
+                name: "allreduce".into(),
+                latency: sweep
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &us)| LatencyPoint {
+                        size: 8 << i,
+                        latency_us: us,
+                    })
+                    .collect(),
+                bandwidth: Vec::new(),
+                memcpy: Vec::new(),
+            }],
+            mpi: None,
+        }
+    }
+
+    #[test]
+    fn paired_repetitions_combine_into_each_figures_median() {
+        let m = CollRun::median_of(vec![
+            run(300.0, &[9.0, 1.0]),
+            run(100.0, &[3.0, 7.0]),
+            run(200.0, &[5.0, 4.0]),
+        ])
+        .unwrap();
+        assert_eq!(m.barrier_ns, 200.0);
+        assert_eq!(m.alltoall_64kib_ns, 205.0);
+        assert_eq!(m.yields_per_call, [200.0, 0.5, 0.75]);
+        let us: Vec<f64> = m.sweeps[0].latency.iter().map(|p| p.latency_us).collect();
+        assert_eq!(us, [5.0, 4.0], "not the median of each point");
+        assert!(CollRun::median_of(Vec::new()).is_none());
+    }
 
     #[test]
     fn the_call_floor_counts_one_hand_off_per_extra_rank_on_the_busiest_cpu() {

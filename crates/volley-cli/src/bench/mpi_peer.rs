@@ -39,6 +39,24 @@ pub struct MpiColl {
     pub mpi_alltoall_64kib_ns: f64,
 }
 
+impl MpiColl {
+    /// Each figure's median over `reps` measurements (`None` if there are none).
+    pub fn median_of(reps: Vec<MpiColl>) -> Option<MpiColl> {
+        let first = reps.first()?;
+        let med =
+            |f: fn(&MpiColl) -> f64| super::median(&mut reps.iter().map(f).collect::<Vec<_>>());
+        Some(MpiColl {
+            ranks: first.ranks,
+            mpi_barrier_ns: med(|m| m.mpi_barrier_ns),
+            mpi_bcast_8b_ns: med(|m| m.mpi_bcast_8b_ns),
+            mpi_allreduce_8b_ns: med(|m| m.mpi_allreduce_8b_ns),
+            mpi_allreduce_1mib_ns: med(|m| m.mpi_allreduce_1mib_ns),
+            mpi_alltoall_8b_ns: med(|m| m.mpi_alltoall_8b_ns),
+            mpi_alltoall_64kib_ns: med(|m| m.mpi_alltoall_64kib_ns),
+        })
+    }
+}
+
 /// Measures Open MPI's collectives on `ranks` local ranks, iteration counts scaled by `scale`,
 /// `reps` repetitions. `Ok(None)` when Open MPI is not installed.
 pub fn measure(ranks: usize, scale: f64, reps: usize) -> Result<Option<MpiColl>, String> {
@@ -106,6 +124,24 @@ mod tests {
         // And back to the same keys.
         let v = serde_json::to_value(&m).unwrap();
         assert_eq!(v["mpi_alltoall_64KiB_ns"], 37517.0);
+    }
+
+    #[test]
+    fn repetitions_combine_into_each_figures_median() {
+        let m = |x: f64| MpiColl {
+            ranks: 2,
+            mpi_barrier_ns: x,
+            mpi_bcast_8b_ns: x + 1.0,
+            mpi_allreduce_8b_ns: x + 2.0,
+            mpi_allreduce_1mib_ns: x + 3.0,
+            mpi_alltoall_8b_ns: x + 4.0,
+            mpi_alltoall_64kib_ns: x + 5.0,
+        };
+        let med = MpiColl::median_of(vec![m(500.0), m(200.0), m(250.0)]).unwrap();
+        assert_eq!(med.mpi_barrier_ns, 250.0);
+        assert_eq!(med.mpi_bcast_8b_ns, 251.0);
+        assert_eq!(med.mpi_alltoall_64kib_ns, 255.0);
+        assert!(MpiColl::median_of(Vec::new()).is_none());
     }
 
     #[test]
