@@ -145,8 +145,6 @@ pub(crate) struct Shared {
     pub(crate) mailbox: Mailbox,
     /// The fast lanes that Active Messages fill.
     pub(crate) lanes: Box<Lanes>,
-    /// A buffer for copying a get's bytes out of the segment before they are sent.
-    scratch: Mutex<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -169,7 +167,6 @@ impl Shared {
             procs: RwLock::new(Vec::new()),
             mailbox: Mailbox::default(),
             lanes: Lanes::new(),
-            scratch: Mutex::new(Vec::new()),
         }
     }
 
@@ -348,17 +345,21 @@ pub(crate) fn register(b: &mut RuntimeBuilder, shared: &std::sync::Arc<Shared>) 
         let (dest, len) = split_addr_len(dest_len);
         let payload = m.payload();
         let mut buf = [0u64; GET_INLINE_WORDS];
-        let src = if payload.is_empty() {
+        if payload.is_empty() {
             let words = m.args().get(2..).unwrap_or(&[]);
             let bytes = packed_bytes(words, &mut buf);
             // A reply that carries fewer bytes than it names writes none.
-            bytes.get(..len as usize).unwrap_or(&[])
+            let src = bytes.get(..len as usize).unwrap_or(&[]);
+            // SAFETY: `dest` is the address of the bytes the initiator (this rank) asked for
+            // and keeps borrowed until this reply is recorded (module docs); `src` is what it
+            // asked for.
+            unsafe { copy_small(src.as_ptr(), dest as *mut u8, src.len()) };
         } else {
-            payload
-        };
-        // SAFETY: `dest` is the address of the bytes the initiator (this rank) asked for and
-        // keeps borrowed until this reply is recorded (module docs); `src` is what it asked for.
-        unsafe { copy_small(src.as_ptr(), dest as *mut u8, src.len()) };
+            // SAFETY: as above; a bulk piece, copied clear of `rep movsb`'s slow distance.
+            unsafe {
+                volley::copy::copy_nonoverlapping(payload.as_ptr(), dest as *mut u8, payload.len())
+            };
+        }
         s.arrive(kind);
     });
     let s = shared.clone();
@@ -543,10 +544,16 @@ fn serve_get(
         };
         return;
     }
-    let mut scratch = s.scratch.lock().unwrap_or_else(PoisonError::into_inner);
-    scratch.resize(n, 0);
-    let _ = match s.own.read(seg, off as usize, &mut scratch[..n]) {
-        Ok(()) => tok.reply_medium(data, &[addr_len(dest, 0), kind], &scratch[..n]),
+    // Checked before the reply starts; the bytes then go from the segment straight into the
+    // reply's buffer, one copy on this side.
+    let _ = match s.own.range(seg, off as usize, n, Perms::READ) {
+        Ok(src) => tok.reply_medium_with(data, &[addr_len(dest, 0), kind], n, |buf| {
+            // Acquire: pairs with the release of whoever wrote the data.
+            std::sync::atomic::fence(Ordering::Acquire);
+            // SAFETY: `src` is `n` bytes checked to lie in this rank's segment area, mapped
+            // for the runtime's life; `buf` is the reply's own `n` bytes, not a segment's.
+            unsafe { volley::copy::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), n) };
+        }),
         Err(r) => refuse(tok, r),
     };
 }
