@@ -22,9 +22,15 @@ use crate::transport::shm::presence::Presence;
 const SPIN_POLLS: u32 = 1 << 14;
 /// Empty polls before a polite rank starts yielding.
 const POLITE_SPIN_POLLS: u32 = 8;
-/// Empty polls a polite rank spins in a row while the ranks it awaits are on a CPU (bounded: a
-/// rank preempted without yielding still looks running).
+/// Empty polls a polite rank spins between two looks at the clock while the ranks it awaits are
+/// on a CPU.
 const AWAITED_SPIN_POLLS: u32 = 64;
+/// How long a polite rank spins in a row while the ranks it awaits are on a CPU (bounded: a
+/// rank preempted without yielding still looks running). About what giving the core to another
+/// rank and getting it back costs on a VM (2.1-2.4 µs measured): a reply that takes longer
+/// then costs at most about twice what yielding at once would have, and one that comes sooner
+/// (a bulk piece being copied) costs no yield.
+const AWAITED_SPIN: std::time::Duration = std::time::Duration::from_micros(2);
 /// Yields between two checks of the job's health (peers that exited without finalizing).
 pub(crate) const YIELDS_PER_HEALTH_CHECK: u32 = 2048;
 /// Yields after which a polite wait counts as long: a round trip to a rank that waits for a
@@ -47,8 +53,11 @@ pub(crate) struct Backoff {
     empty: u32,
     limit: u32,
     yields: u32,
-    /// Empty polls spun for running awaited ranks since the last yield.
+    /// Empty polls spun for running awaited ranks since the last look at the clock.
     awaited: u32,
+    /// When the spin for running awaited ranks first looked at the clock (after its first
+    /// [`AWAITED_SPIN_POLLS`] polls), since the last yield.
+    awaited_since: Option<std::time::Instant>,
     /// Empty polls still to spin instead of yielding, on a core the rank has to itself.
     own_core: u32,
 }
@@ -71,6 +80,7 @@ impl Backoff {
             },
             yields: 0,
             awaited: 0,
+            awaited_since: None,
             own_core: 0,
         }
     }
@@ -102,8 +112,8 @@ impl Backoff {
     }
 
     /// [`Backoff::snooze`] for a polite wait whose awaited ranks are `running` (all on a
-    /// CPU) or not: spins while they run, up to [`AWAITED_SPIN_POLLS`] in a row, and
-    /// otherwise yields at once.
+    /// CPU) or not: spins while they run, for [`AWAITED_SPIN_POLLS`] polls and then up to
+    /// [`AWAITED_SPIN`] more in a row, and otherwise yields at once.
     #[inline]
     pub(crate) fn snooze_awaiting(
         &mut self,
@@ -112,7 +122,7 @@ impl Backoff {
         me: &Presence,
         alone: impl FnOnce() -> bool,
     ) -> Snooze {
-        if running && self.awaited < AWAITED_SPIN_POLLS {
+        if running && (self.awaited < AWAITED_SPIN_POLLS || self.awaited_spin_lasts()) {
             self.awaited += 1;
             if pause {
                 std::hint::spin_loop();
@@ -120,7 +130,19 @@ impl Backoff {
             return Snooze::Spun;
         }
         self.awaited = 0;
+        self.awaited_since = None;
         self.yield_core(me, alone)
+    }
+
+    /// Whether the spin for running awaited ranks, at the end of a run of
+    /// [`AWAITED_SPIN_POLLS`] polls, may go on: the clock is read once per run, and the
+    /// first read starts [`AWAITED_SPIN`].
+    #[cold]
+    fn awaited_spin_lasts(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        let since = *self.awaited_since.get_or_insert(now);
+        self.awaited = 0;
+        now.duration_since(since) < AWAITED_SPIN
     }
 
     /// Yields the core, marked away meanwhile; on a core the rank has to itself (`alone`),
@@ -231,18 +253,31 @@ mod tests {
     fn a_running_awaited_rank_is_spun_for_then_the_spin_ends() {
         let me = Presence::default();
         let mut b = Backoff::new(true);
+        let start = std::time::Instant::now();
+        for _ in 0..2 * AWAITED_SPIN_POLLS {
+            b.snooze_awaiting(false, true, &me, shared);
+        }
+        if start.elapsed() < AWAITED_SPIN {
+            assert_eq!(b.yields, 0, "yielded while the awaited rank runs");
+        }
+        let mut polls = 2 * AWAITED_SPIN_POLLS;
+        while b.yields == 0 {
+            b.snooze_awaiting(false, true, &me, shared);
+            polls += 1;
+            assert!(
+                polls < 1 << 30,
+                "never yielded to a rank that looks running for long"
+            );
+        }
+        assert!(
+            start.elapsed() >= AWAITED_SPIN,
+            "stopped spinning for a running rank early"
+        );
+        // After the yield, a new spin.
         for _ in 0..AWAITED_SPIN_POLLS {
             b.snooze_awaiting(false, true, &me, shared);
         }
-        assert_eq!(b.yields, 0, "yielded while the awaited rank runs");
-        b.snooze_awaiting(false, true, &me, shared);
-        assert_eq!(
-            b.yields, 1,
-            "never yielded to a rank that looks running for long"
-        );
-        // After the yield, a new spin.
-        b.snooze_awaiting(false, true, &me, shared);
-        assert_eq!(b.yields, 1);
+        assert_eq!(b.yields, 1, "the spin after a yield was cut short");
         assert!(me.running());
     }
 
