@@ -114,6 +114,23 @@ fn hub_waits_spin_while_the_awaited_rank_needs_another_core() {
         .assert_stdout_has(&["global hubwait [hw]: ok (300 barriers on 3 ranks"]);
 }
 
+/// A sync whose gets all went to one running rank spins for it rather than yielding: see the
+/// suite's `syncwait`.
+#[test]
+fn a_sync_awaiting_one_running_rank_spins_for_it() {
+    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2);
+    if !two_cores || common::test_net().is_some() {
+        return;
+    }
+    Job::raw(["run", "--bind", "-n", "3", SUITE, "syncwait"])
+        .env("VOLLEY_STRATEGY", "proc")
+        .env("VOLLEY_POLITE", "1")
+        .timeout(DEADLINE)
+        .output()
+        .assert_success()
+        .assert_stdout_has(&["global syncwait [proc]: ok (1000 syncs of a 16 KiB get"]);
+}
+
 /// Small broadcasts whose roots run ahead: through the broadcast ring under `hw` on one node
 /// (no message sent), on 2 ranks with cores of their own and 5 polite ones, under every
 /// strategy, every value checked.

@@ -25,8 +25,9 @@ const SECTIONS: [&str; 15] = [
 /// `bcast` (small broadcasts from roots that run ahead, through the ring under `hw`), and
 /// `mismatch-bcast` (rank 0 calls a barrier where the others receive its broadcast) and
 /// `mismatch-root` (rank 0 broadcasts where the others call a barrier), and `hubwait` (ranks
-/// at the hub spin while the rank they wait for needs another core).
-const EXTRA: [&str; 8] = [
+/// at the hub spin while the rank they wait for needs another core), and `syncwait` (a sync
+/// awaiting one rank spins while it runs).
+const EXTRA: [&str; 9] = [
     "late",
     "mismatch",
     "paths",
@@ -35,6 +36,7 @@ const EXTRA: [&str; 8] = [
     "mismatch-bcast",
     "mismatch-root",
     "hubwait",
+    "syncwait",
 ];
 
 /// A small struct read and written whole.
@@ -1136,6 +1138,56 @@ impl Suite<'_, '_> {
         );
     }
 
+    /// A sync whose gets all went to one rank waits as a round trip to it does: it spins
+    /// while that rank is on a CPU instead of giving its core away after a few polls. Meant
+    /// for 3 polite ranks pinned round-robin under `proc` (rank 1 alone on its CPU, ranks 0
+    /// and 2 sharing the other): rank 0 gets 16 KiB from rank 1 in 1000 phases, each reply a
+    /// few µs of copying, every byte checked, and yields in fewer than a quarter of them.
+    fn syncwait(&self) {
+        let (g, me, p) = (self.g, self.me, self.p);
+        let rt = g.runtime();
+        const PHASES: usize = 1000;
+        const BYTES: usize = 16 << 10;
+        let a = ok(
+            self,
+            "alloc",
+            g.all_spread_alloc::<u8>(BYTES * p, Layout::Blocked),
+        );
+        let mut mine = vec![0u8; BYTES];
+        fill_pattern(me as u64 + 77, &mut mine);
+        ok(self, "fill", g.bulk_write(a.ptr_on(me, 0), &mine));
+        ok(self, "barrier", g.barrier());
+        let mut yields = 0;
+        if me == 0 && p > 1 {
+            let mut buf = vec![0u8; BYTES];
+            let mut expect = vec![0u8; BYTES];
+            fill_pattern(1 + 77, &mut expect);
+            let get =
+                |buf: &mut [u8]| ok(self, "phase", g.phase(|s| s.bulk_get(buf, a.ptr_on(1, 0))));
+            for _ in 0..50 {
+                get(&mut buf);
+            }
+            let before = rt.stats().yields;
+            for k in 0..PHASES {
+                buf.fill(0);
+                get(&mut buf);
+                check!(self, buf == expect, "phase {k}: the get's bytes differ");
+            }
+            yields = rt.stats().yields - before;
+            if rt.is_polite() {
+                check!(
+                    self,
+                    yields * 4 < PHASES as u64,
+                    "rank 0 yielded {yields} times in {PHASES} syncs awaiting rank 1 alone"
+                );
+            }
+        }
+        self.done(
+            "syncwait",
+            &format!("({PHASES} syncs of a 16 KiB get, rank 0 yielded {yields} times)"),
+        );
+    }
+
     /// Small broadcasts from roots that run ahead of their receivers: 1000 calls from
     /// rotating roots, each root for 40 calls in a row (more than the ring holds) while the
     /// other ranks now and then give up their core, lengths of 1 to 12 words, every value
@@ -1600,6 +1652,7 @@ fn main() {
             "big" => s.big(),
             "bcast" => s.bcast(),
             "hubwait" => s.hubwait(),
+            "syncwait" => s.syncwait(),
             _ => unreachable!(),
         }
     }
