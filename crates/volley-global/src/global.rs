@@ -6,6 +6,7 @@ use crate::atomics::AtomicProc;
 use crate::error::{GlobalError, Result};
 use crate::handlers::{self, Handlers, Procedure, Shared};
 use crate::ptr::GlobalPtr;
+use crate::split_dests::SplitDests;
 use crate::spread::{self, Layout, SpreadArray};
 use crate::strategy::Strategy;
 use bytemuck::Pod;
@@ -80,22 +81,11 @@ pub struct Global<'rt> {
     /// decided (inner `None`: the kernel or `VOLLEY_COLL_CMA` said no).
     pub(crate) cma: std::cell::OnceCell<Option<crate::coll::CmaPeers>>,
     hang_warn: Duration,
-    /// The rank that every split-phase get and put since the last sync went to, or
-    /// [`SplitDests::NONE`] / [`SplitDests::MANY`]: a sync that awaits one rank waits as a
-    /// round trip to it does ([`Global::wait_on`]).
-    pub(crate) split_dests: Cell<usize>,
+    /// Where the split-phase gets and puts since the last sync went: a sync that awaits one
+    /// rank waits as a round trip to it does ([`Global::wait_on`]).
+    pub(crate) split_dests: SplitDests,
     /// Whether accesses to this rank's own memory go through Active Messages to itself.
     loopback_am: Cell<bool>,
-}
-
-/// Values of `Global::split_dests` that name no single rank.
-pub(crate) struct SplitDests;
-
-impl SplitDests {
-    /// No split-phase operation since the last sync.
-    pub(crate) const NONE: usize = usize::MAX;
-    /// Operations to more than one rank.
-    pub(crate) const MANY: usize = usize::MAX - 1;
 }
 
 impl std::fmt::Debug for Global<'_> {
@@ -187,7 +177,7 @@ impl GlobalSetup {
             mapped_all_to_alls: Cell::new(0),
             cma: std::cell::OnceCell::new(),
             hang_warn,
-            split_dests: Cell::new(SplitDests::NONE),
+            split_dests: SplitDests::default(),
             loopback_am: Cell::new(false),
         })
     }
@@ -421,19 +411,6 @@ impl<'rt> Global<'rt> {
     #[inline]
     pub(crate) fn wait_for(&self, cond: impl FnMut() -> bool, what: &dyn Fn() -> String) {
         self.wait_with(cond, None::<fn() -> bool>, what);
-    }
-
-    /// Notes that a split-phase operation went to `rank` (see `Global::split_dests`).
-    #[inline(always)]
-    pub(crate) fn note_split_dest(&self, rank: usize) {
-        let d = self.split_dests.get();
-        if d != rank {
-            self.split_dests.set(if d == SplitDests::NONE {
-                rank
-            } else {
-                SplitDests::MANY
-            });
-        }
     }
 
     /// [`Global::wait_for`] in a wait for `rank`'s answer (see `Runtime::wait_on`).

@@ -66,6 +66,8 @@ mod reduce;
 pub mod settings;
 mod slot;
 #[cfg(not(loom))]
+mod split_dests;
+#[cfg(not(loom))]
 mod spread;
 #[cfg(not(loom))]
 mod strategy;

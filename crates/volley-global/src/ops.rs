@@ -7,7 +7,7 @@
 
 use crate::completion::{refusal_of, Completion, RefusalWords};
 use crate::error::{GlobalError, Result};
-use crate::global::{Global, Route, SplitDests};
+use crate::global::{Global, Route};
 use crate::handlers::{offset_len, to_words, PUT_INLINE_WORDS, STORE_INLINE_WORDS};
 use crate::ptr::GlobalPtr;
 use bytemuck::Pod;
@@ -375,7 +375,7 @@ impl<'rt> Global<'rt> {
             Route::Am => {
                 let n = self.messages(bytes.len());
                 self.shared.counter.issue(n);
-                self.note_split_dest(p.rank());
+                self.split_dests.note(p.rank());
                 if let Err((sent, e)) = self.send_puts(p.segment(), off, bytes, 0) {
                     self.shared.counter.unissue(n - sent);
                     return Err(e);
@@ -390,10 +390,10 @@ impl<'rt> Global<'rt> {
     pub fn sync(&self) -> Result<()> {
         let c = &self.shared.counter;
         let what = || format!("sync: {} gets/puts outstanding", c.outstanding());
-        match self.split_dests.replace(SplitDests::NONE) {
+        match self.split_dests.take_single() {
             // All to one rank: spin while it runs, as a blocking read's wait does.
-            rank if rank < self.procs => self.wait_on(rank, || c.outstanding() == 0, &what),
-            _ => self.wait_for(|| c.outstanding() == 0, &what),
+            Some(rank) => self.wait_on(rank, || c.outstanding() == 0, &what),
+            None => self.wait_for(|| c.outstanding() == 0, &what),
         }
         let first = self
             .shared
@@ -614,7 +614,7 @@ impl<'env, 'rt> Phase<'env, 'rt> {
                 let bytes: &mut [u8] = bytemuck::cast_slice_mut(dst);
                 let n = g.messages(bytes.len());
                 g.shared.counter.issue(n);
-                g.note_split_dest(p.rank());
+                g.split_dests.note(p.rank());
                 if let Err((sent, e)) = g.send_gets(p.segment(), p.offset(), bytes, 0) {
                     g.shared.counter.unissue(n - sent);
                     return Err(e);
